@@ -1,0 +1,36 @@
+# edgeport — the two commands a user needs are `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# Make the CPU wheel of torch that lies on this machine's disk the one that is taken.
+TORCH  := torch==2.13.0
+
+.PHONY: setup demo test test-fast bench demo-checkpoint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/edgeport convert models/weights/pdet_n_ddp_syncbn.pt --arch pdet-n --imgsz 160 --out runs/demo --force
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+bench: setup
+	$(PY) benchmarks/convert_bench.py
+
+demo-checkpoint: setup
+	$(PY) scripts/make_demo_checkpoint.py --out models/weights/pdet_n_ddp_syncbn.pt
+
+clean:
+	rm -rf runs .pytest_cache

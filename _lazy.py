@@ -1,0 +1,21 @@
+"""Import heavy back ends where they are used, and say what to install when one is missing."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from edgeport.errors import MissingDependencyError
+
+
+def require(module: str, *, package: str | None = None, purpose: str = "") -> ModuleType:
+    """Import ``module`` or raise a one-line error naming the pip package to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - exercised only on broken installs
+        pkg = package or module.split(".")[0]
+        why = f" (needed for {purpose})" if purpose else ""
+        raise MissingDependencyError(
+            f"cannot import {module!r}{why}: {exc}; install it with `pip install {pkg}` "
+            f"or run `make setup`"
+        ) from exc

@@ -1,0 +1,117 @@
+"""Command line: ``edgeport convert|...`` and the ``convert`` shortcut.
+
+Exit codes: 0 success; 1 the parity or board gate failed (artifacts kept); 2 bad input or
+usage -- one line on stderr, no traceback, nothing left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from edgeport import __version__
+from edgeport.errors import EdgeportError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (what was wrong, where to look), exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
+
+
+def _add_convert_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", type=Path, help="the .pt/.pth checkpoint (state_dict, training dict or, trusted, a pickled module)")
+    p.add_argument("--arch", help="registry name (see --help of `edgeport convert`) or package.module:callable; "
+                   "not needed for edgeport trainer checkpoints")
+    p.add_argument("--imgsz", type=int, help="square input size, a multiple of the model's stride (default 320)")
+    p.add_argument("--calib", type=Path, help="folder of images for int8 calibration and parity (default: synthetic scenes)")
+    p.add_argument("--out", type=Path, help="output folder (default: a new numbered folder under runs/convert/)")
+    p.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    p.add_argument("--trust-checkpoint", action="store_true",
+                   help="allow full unpickling (runs code from the file): only for checkpoints you trust")
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    p.add_argument("--no-int8", action="store_true", help="skip the full-integer int8 model")
+
+
+def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
+    from edgeport.models.registry import arch_names
+
+    parser = _Parser(prog=prog, description="Ship a DDP + SyncBN trained PyTorch detector to a TFLite board, with proof.")
+    parser.add_argument("--version", action="version", version=f"edgeport {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    conv = sub.add_parser(
+        "convert",
+        help="checkpoint -> ONNX -> TFLite float32/int8, with a parity report",
+        description=f"Architectures: {', '.join(arch_names())}.",
+    )
+    _add_convert_args(conv)
+    return parser
+
+
+def _console():
+    from rich.console import Console
+
+    # logs and CI are not terminals: give the parity table room instead of 80 columns
+    return Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from edgeport.convert.command import convert
+
+    out, _ = convert(
+        args.checkpoint,
+        out=args.out,
+        force=args.force,
+        console=_console(),
+        arch=args.arch,
+        imgsz=args.imgsz,
+        calib_dir=args.calib,
+        trust_checkpoint=args.trust_checkpoint,
+        opset=args.opset,
+        int8=not args.no_int8,
+    )
+    Console().print(f"artifacts and report in {out}/", highlight=False)
+    return 0
+
+
+COMMANDS = {"convert": run_convert}
+
+
+def _dispatch(args: argparse.Namespace, prog: str) -> int:
+    try:
+        return COMMANDS[args.command](args)
+    except EdgeportError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        if os.environ.get("EDGEPORT_DEBUG"):
+            raise
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; nothing was left behind", file=sys.stderr)
+        return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return _dispatch(args, "edgeport")
+
+
+def convert_main(argv: list[str] | None = None) -> int:
+    """The ``convert`` console script: the same as ``edgeport convert``."""
+    parser = _Parser(prog="convert", description="The same as `edgeport convert`.")
+    _add_convert_args(parser)
+    args = parser.parse_args(argv)
+    args.command = "convert"
+    return _dispatch(args, "convert")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""From checkpoint to artifacts: one pass per file, a literal pipeline list (``pipeline.py``)."""

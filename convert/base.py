@@ -1,0 +1,87 @@
+"""The pass infrastructure: a frozen config, an immutable state, and passes with checks.
+
+A pass takes the state and returns a ``PassResult`` holding the new state and whether it
+changed anything. ``check(before, after)`` runs right after it and raises ``PassCheckError``
+when the pass did not do what it promises (for example, a SyncBatchNorm is left over).
+Passes never mutate the state they are given: model passes work on a copy.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ConvertConfig:
+    """Everything the user asked for, resolved once by the CLI."""
+
+    checkpoint: Path
+    work_dir: Path
+    arch: str | None = None
+    imgsz: int | None = None
+    calib_dir: Path | None = None
+    trust_checkpoint: bool = False
+    opset: int = 17
+    # how many calibration images to use at most, and how many to validate on
+    max_calib: int = 32
+    max_validate: int = 8
+    seed: int = 0
+    int8: bool = True
+    onnx2tf_timeout_s: float = 1800.0
+
+
+@dataclass(frozen=True)
+class State:
+    """What the pipeline knows so far. Each pass returns a new one (``dataclasses.replace``)."""
+
+    config: ConvertConfig
+    # load_checkpoint: the object torch.load returned, and what was found in it
+    loaded: Any = None
+    layout: str = ""
+    state_dict: dict | None = None
+    module: Any = None  # an nn.Module (pickled module, or built from the registry)
+    arch: str | None = None
+    arch_config: dict | None = None
+    # the model exactly as loaded, before SyncBN revert and BN fold: the parity reference
+    reference_module: Any = None
+    imgsz: int | None = None
+    stride: int | None = None
+    output_names: tuple[str, ...] = ()
+    strides: tuple[int, ...] = ()
+    calib: np.ndarray | None = None  # (N, 3, S, S) float32 in [0, 1]
+    calib_source: str = ""
+    val_inputs: np.ndarray | None = None  # (M, 3, S, S): what parity is measured on
+    val_source: str = ""
+    onnx_path: Path | None = None
+    tflite: dict[str, Path] = field(default_factory=dict)  # variant -> file
+    report: dict | None = None
+
+    def evolve(self, **changes: Any) -> "State":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class PassResult:
+    state: State
+    changed: bool
+    summary: str = ""
+
+
+class Pass(abc.ABC):
+    """One named conversion step. Subclasses set ``name`` and implement ``run`` and ``check``."""
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def run(self, state: State) -> PassResult: ...
+
+    def check(self, before: State, after: State) -> None:
+        """Raise ``PassCheckError`` when ``after`` breaks the pass's promise."""
+
+    def __repr__(self) -> str:
+        return f"<pass {self.name}>"

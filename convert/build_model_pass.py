@@ -1,0 +1,95 @@
+"""Pass 3: build the architecture and load the weights strictly.
+
+The architecture comes from ``--arch`` (a registry name or ``module:callable``) or from the
+checkpoint itself (the trainer stores its name and config). A mismatch is reported as a
+readable diff of missing, unexpected and shape-mismatched keys, never as torch's wall of text.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from edgeport.convert.base import Pass, PassResult, State
+from edgeport.errors import ArchitectureError, KeyMismatchError, PassCheckError
+from edgeport.models.registry import arch_names, build_model, model_stride
+
+SHOW = 3  # keys shown per category in the one-line diff
+
+
+def key_diff(model_sd: dict, ckpt_sd: dict) -> tuple[list[str], list[str], list[str]]:
+    missing = [k for k in model_sd if k not in ckpt_sd]
+    unexpected = [k for k in ckpt_sd if k not in model_sd]
+    mismatched = [
+        f"{k} {list(ckpt_sd[k].shape)} vs {list(model_sd[k].shape)}"
+        for k in model_sd
+        if k in ckpt_sd and tuple(ckpt_sd[k].shape) != tuple(model_sd[k].shape)
+    ]
+    return missing, unexpected, mismatched
+
+
+def format_diff(arch: str, missing: list[str], unexpected: list[str], mismatched: list[str]) -> str:
+    parts = []
+    for label, keys in (("missing", missing), ("unexpected", unexpected), ("shape mismatch (ckpt vs model)", mismatched)):
+        if keys:
+            more = f", +{len(keys) - SHOW} more" if len(keys) > SHOW else ""
+            parts.append(f"{len(keys)} {label}: {', '.join(keys[:SHOW])}{more}")
+    return (
+        f"checkpoint weights do not fit --arch {arch}: {'; '.join(parts)}; pass the architecture it "
+        f"was trained with (valid: {', '.join(arch_names())} or module:callable)"
+    )
+
+
+class BuildModelPass(Pass):
+    name = "build"
+
+    def run(self, state: State) -> PassResult:
+        cfg = state.config
+        arch = cfg.arch or state.arch
+        if state.module is not None:
+            model = state.module
+            summary = f"pickled {type(model).__name__}"
+            arch_config = state.arch_config
+            if cfg.arch:
+                summary += " (--arch ignored: the checkpoint holds the module itself)"
+        else:
+            if arch is None:
+                raise ArchitectureError(
+                    f"the checkpoint does not name its architecture; pass --arch NAME "
+                    f"(valid: {', '.join(arch_names())}) or --arch package.module:callable"
+                )
+            # A stored config is only meaningful for the architecture it was stored with.
+            stored = state.arch_config if (state.arch and arch == state.arch) else None
+            model, arch_config = build_model(arch, stored)
+            sd = state.state_dict
+            missing, unexpected, mismatched = key_diff(model.state_dict(), sd)
+            if missing or unexpected or mismatched:
+                raise KeyMismatchError(format_diff(arch, missing, unexpected, mismatched))
+            model.load_state_dict(sd, strict=True)
+            summary = f"{arch}, {sum(p.numel() for p in model.parameters()):,} params"
+        model = model.float().eval()
+        return PassResult(
+            state.evolve(
+                module=model,
+                arch=arch,
+                arch_config=arch_config,
+                reference_module=copy.deepcopy(model),
+                stride=model_stride(model),
+                strides=tuple(getattr(getattr(model, "cfg", None), "strides", ()) or ()),
+            ),
+            changed=True,
+            summary=summary,
+        )
+
+    def check(self, before: State, after: State) -> None:
+        from torch import nn
+
+        if not isinstance(after.module, nn.Module):
+            raise PassCheckError(f"build produced a {type(after.module).__name__}, not an nn.Module")
+        if after.module.training:
+            raise PassCheckError("model is still in training mode after build")
+        if before.state_dict is not None:
+            got = after.module.state_dict()
+            for key, value in before.state_dict.items():
+                if not (got[key].float() == value.float()).all():
+                    raise PassCheckError(f"weight {key} differs from the checkpoint after loading")
+

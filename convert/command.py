@@ -1,0 +1,118 @@
+"""The ``convert`` command: run the pipeline in a temporary folder, then move results into place.
+
+Everything is written into a hidden temporary folder next to ``--out`` and renamed into
+place at the end, so a run that fails with bad input leaves nothing behind. A run whose
+parity gate fails still delivers its artifacts and report (exit 1).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from edgeport.convert.base import ConvertConfig
+from edgeport.errors import BadInputError, ParityGateError
+
+ARTIFACTS = ("model.onnx", "model_float32.tflite", "model_int8.tflite")
+DEFAULT_RUNS = Path("runs/convert")
+
+
+def next_run_dir(root: Path = DEFAULT_RUNS) -> Path:
+    existing = [int(p.name) for p in root.glob("*") if p.name.isdigit()] if root.is_dir() else []
+    return root / str(max(existing, default=0) + 1)
+
+
+def check_out_dir(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise BadInputError(f"--out {str(out)!r} is a file; pass a folder")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise BadInputError(f"--out {str(out)!r} is not empty; pass --force to replace it, or choose another folder")
+
+
+def _make_parents(path: Path) -> list[Path]:
+    """mkdir -p, returning the folders it created (to remove them again on failure)."""
+    created = []
+    for parent in reversed(path.parents):
+        if not parent.exists():
+            parent.mkdir()
+            created.append(parent)
+    return created
+
+
+def convert(
+    checkpoint: Path,
+    *,
+    out: Path | None = None,
+    force: bool = False,
+    console=None,
+    **options,
+) -> tuple[Path, dict]:
+    """Convert ``checkpoint``; return (output folder, report). Raises ParityGateError on a failed gate."""
+    from edgeport.convert.pipeline import run_pipeline
+    from edgeport.validate.render import write_reports
+
+    out = Path(out) if out is not None else next_run_dir()
+    check_out_dir(out, force)
+    created = _make_parents(out)
+    tmp = Path(tempfile.mkdtemp(prefix=".edgeport-", dir=out.parent)).resolve()
+    work = tmp / "work"
+    work.mkdir()
+    try:
+        config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=work, **options)
+        progress = _Progress(console)
+        try:
+            state, records = run_pipeline(config, on_start=progress.start, on_stage=progress.done)
+        finally:
+            progress.close()
+        result = tmp / "result"
+        result.mkdir()
+        for name in ARTIFACTS:
+            if (work / name).is_file():
+                os.replace(work / name, result / name)
+        report = dict(state.report)
+        report["stages"] = [r.to_dict() for r in records]
+        write_reports(report, result)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(result, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for folder in reversed(created):
+            if folder.exists() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
+    if console is not None:
+        from edgeport.validate.render import print_table
+
+        print_table(report, console)
+    if not report["passed"]:
+        failed = ", ".join(f"{r['variant']}/{r['runtime']}" for r in report["results"] if not r["passed"])
+        raise ParityGateError(f"parity gate failed for {failed}; artifacts and report are in {out}/")
+    return out, report
+
+
+class _Progress:
+    """One line per stage, with its time, on stderr."""
+
+    def __init__(self, console):
+        self.console = console
+        self.status = None
+
+    def start(self, name: str) -> None:
+        if self.console is not None:
+            self.status = self.console.status(f"{name} ...")
+            self.status.start()
+
+    def close(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+    def done(self, record) -> None:
+        if self.console is None:
+            return
+        self.close()
+        self.console.print(f"[green]ok[/] {record.name:<16} {record.seconds:7.2f} s  {record.summary}", highlight=False)

@@ -1,0 +1,48 @@
+"""Pass 9: the parity summary -- every runtime against PyTorch as loaded, on real images."""
+
+from __future__ import annotations
+
+import math
+
+from edgeport.convert.base import Pass, PassResult, State
+from edgeport.errors import PassCheckError
+from edgeport.validate.parity import ParitySubject, run_parity
+
+
+class ParityPass(Pass):
+    name = "parity"
+
+    def run(self, state: State) -> PassResult:
+        cfg = state.config
+        subject = ParitySubject(
+            reference_module=state.reference_module,
+            folded_module=state.module,
+            onnx_path=state.onnx_path,
+            tflite=dict(state.tflite),
+            output_names=state.output_names,
+            strides=state.strides,
+            inputs=state.val_inputs,
+            inputs_source=state.val_source,
+            model_info={
+                "checkpoint": str(cfg.checkpoint),
+                "layout": state.layout,
+                "arch": state.arch or type(state.reference_module).__name__,
+                "config": state.arch_config,
+                "imgsz": state.imgsz,
+                "calibration": state.calib_source,
+            },
+        )
+        report = run_parity(subject)
+        failed = [f"{r['variant']}/{r['runtime']}" for r in report["results"] if not r["passed"]]
+        summary = "all passed" if not failed else f"FAILED: {', '.join(failed)}"
+        return PassResult(state.evolve(report=report), changed=False, summary=summary)
+
+    def check(self, before: State, after: State) -> None:
+        report = after.report
+        expected = 3 + len(after.tflite)  # reference, folded, onnx, then one per TFLite variant
+        if len(report["results"]) != expected:
+            raise PassCheckError(f"parity report has {len(report['results'])} results, expected {expected}")
+        for r in report["results"]:
+            for o in r["outputs"]:
+                if not math.isfinite(o["max_abs"]) and r["passed"]:
+                    raise PassCheckError(f"{r['variant']}: non-finite error reported as passing")

@@ -1,0 +1,60 @@
+"""Pass 4: fix the input size against the model's stride and load calibration images.
+
+Done before any rewriting so that a bad ``--imgsz`` or ``--calib`` fails in seconds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgeport.convert.base import Pass, PassResult, State
+from edgeport.convert.calibration import load_calibration
+from edgeport.errors import BadInputError, PassCheckError
+from edgeport.models.registry import model_output_names
+
+DEFAULT_IMGSZ = 320
+
+
+class PrepareInputsPass(Pass):
+    name = "prepare_inputs"
+
+    def run(self, state: State) -> PassResult:
+        import torch
+
+        cfg = state.config
+        stride = state.stride or 32
+        imgsz = cfg.imgsz or DEFAULT_IMGSZ
+        if imgsz <= 0 or imgsz % stride:
+            lower = max(stride, imgsz // stride * stride)
+            raise BadInputError(
+                f"--imgsz {imgsz} is not a positive multiple of the model's stride {stride}; "
+                f"use {lower} or {lower + stride}"
+            )
+        calib, source = load_calibration(cfg.calib_dir, imgsz, limit=cfg.max_calib, seed=cfg.seed)
+        if cfg.calib_dir is None:
+            # held-out synthetic scenes: int8 is not judged on the images it was calibrated on
+            val, val_source = load_calibration(None, imgsz, limit=cfg.max_validate, seed=cfg.seed + 1)
+        else:
+            val, val_source = calib[: cfg.max_validate], f"the first {min(len(calib), cfg.max_validate)} --calib images"
+        with torch.no_grad():
+            out = state.module(torch.from_numpy(calib[:1]))
+        outputs = out if isinstance(out, (tuple, list)) else (out,)
+        names = tuple(model_output_names(state.module, len(outputs)))
+        strides = state.strides
+        if not strides or len(strides) != len(outputs):
+            strides = tuple(imgsz // o.shape[-1] if o.dim() == 4 else 0 for o in outputs)
+        return PassResult(
+            state.evolve(
+                imgsz=imgsz, calib=calib, calib_source=source, val_inputs=val, val_source=val_source,
+                output_names=names, strides=strides,
+            ),
+            changed=False,
+            summary=f"{imgsz}px, calibration: {source}",
+        )
+
+    def check(self, before: State, after: State) -> None:
+        calib = after.calib
+        if calib is None or calib.ndim != 4 or calib.shape[1:] != (3, after.imgsz, after.imgsz):
+            raise PassCheckError(f"calibration batch has shape {None if calib is None else calib.shape}")
+        if not np.isfinite(calib).all() or calib.min() < 0 or calib.max() > 1:
+            raise PassCheckError("calibration inputs are outside [0, 1]")

@@ -1,0 +1,81 @@
+"""Pass 5: turn every SyncBatchNorm back into BatchNorm2d.
+
+In eval mode SyncBatchNorm computes exactly what BatchNorm does from its running
+statistics; reverting it lets the BN-fold pass (whose fuser matches BatchNorm2d) see it,
+and lets export run without a process group. Weight, bias, running statistics, eps,
+momentum, affine, track_running_stats and num_batches_tracked are kept.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from torch import nn
+
+from edgeport.convert.base import Pass, PassResult, State
+from edgeport.convert.modelcheck import assert_same_outputs
+from edgeport.errors import PassCheckError
+
+
+def sync_bn_types() -> tuple[type, ...]:
+    """torch's SyncBatchNorm and the trainer's CPU-capable one (same state_dict keys)."""
+    types: list[type] = [nn.SyncBatchNorm]
+    try:
+        from edgeport.train.syncbn import SyncBatchNorm as CpuSyncBatchNorm
+    except ImportError:  # the trainer's SyncBN is optional at this layer
+        pass
+    else:
+        types.append(CpuSyncBatchNorm)
+    return tuple(types)
+
+
+def to_batchnorm2d(sbn: nn.Module) -> nn.BatchNorm2d:
+    bn = nn.BatchNorm2d(
+        sbn.num_features,
+        eps=sbn.eps,
+        momentum=sbn.momentum,
+        affine=sbn.affine,
+        track_running_stats=sbn.track_running_stats,
+    )
+    # load_state_dict copies weight, bias, running_mean, running_var, num_batches_tracked
+    bn.load_state_dict(sbn.state_dict(), strict=True)
+    bn.train(sbn.training)
+    for p_new, p_old in zip(bn.parameters(), sbn.parameters()):
+        p_new.requires_grad_(p_old.requires_grad)
+    return bn
+
+
+def revert_sync_batchnorm(module: nn.Module) -> tuple[nn.Module, int]:
+    """Return a copy of ``module`` with SyncBN replaced, and how many were replaced."""
+    module = copy.deepcopy(module)
+    types = sync_bn_types()
+    if isinstance(module, types):
+        return to_batchnorm2d(module), 1
+    count = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, types):
+                setattr(parent, name, to_batchnorm2d(child))
+                count += 1
+    return module, count
+
+
+def count_sync_bn(module: nn.Module) -> int:
+    types = sync_bn_types()
+    return sum(isinstance(m, types) for m in module.modules())
+
+
+class RevertSyncBNPass(Pass):
+    name = "revert_syncbn"
+
+    def run(self, state: State) -> PassResult:
+        module, n = revert_sync_batchnorm(state.module)
+        return PassResult(state.evolve(module=module.eval()), changed=n > 0, summary=f"{n} SyncBatchNorm reverted")
+
+    def check(self, before: State, after: State) -> None:
+        left = count_sync_bn(after.module)
+        if left:
+            raise PassCheckError(f"{left} SyncBatchNorm layers remain after revert")
+        if before.module is not after.module:
+            # eval-mode SyncBN and BN run the same kernel: demand identical outputs
+            assert_same_outputs(self.name, before.module, after.module, after.calib[:2], rel_tol=0.0)

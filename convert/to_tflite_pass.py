@@ -1,0 +1,152 @@
+"""Pass 8: ONNX -> TFLite float32 and full-integer int8 through onnx2tf, offline.
+
+onnx2tf runs in a child process: it calls ``sys.exit`` on errors, prints a great deal,
+and imports TensorFlow, none of which should happen inside the caller's process.
+
+Offline, on purpose: onnx2tf 1.28 downloads sample images from the internet whenever an
+input looks like an NHWC image, unless ``calibration_image_sample_data_20x128x128x3_float32.npy``
+is in its working directory. We write that file from *our* calibration images, pass the
+int8 calibration set explicitly with ``-cind``, and point the child's HTTP(S) proxy at a
+closed local port, so any download attempt fails at once instead of reaching the network.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from edgeport.convert.base import Pass, PassResult, State
+from edgeport.errors import ConversionError, PassCheckError
+
+ONNX2TF_SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
+CALIB_FILE = "calib_nhwc.npy"
+# variant name -> file onnx2tf writes for model.onnx
+ONNX2TF_OUTPUTS = {"float32": "model_float32.tflite", "int8": "model_full_integer_quant.tflite"}
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CLOSED_PORT_PROXY = "http://127.0.0.1:9"
+
+
+def offline_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        HTTP_PROXY=_CLOSED_PORT_PROXY,
+        HTTPS_PROXY=_CLOSED_PORT_PROXY,
+        http_proxy=_CLOSED_PORT_PROXY,
+        https_proxy=_CLOSED_PORT_PROXY,
+        NO_PROXY="",
+        no_proxy="",
+        CUDA_VISIBLE_DEVICES="",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def write_calibration(work: Path, calib_nchw: np.ndarray) -> Path:
+    """Write onnx2tf's sample-data file and our -cind calibration file (NHWC, [0, 1])."""
+    from PIL import Image
+
+    nhwc = np.ascontiguousarray(calib_nchw.transpose(0, 2, 3, 1), dtype=np.float32)
+    np.save(work / CALIB_FILE, nhwc)
+    # onnx2tf's own sanity check wants exactly 20 images of 128x128: resize ours
+    idx = np.arange(20) % len(nhwc)
+    small = np.stack(
+        [
+            np.asarray(Image.fromarray((nhwc[i] * 255).round().astype(np.uint8)).resize((128, 128), Image.BILINEAR))
+            for i in idx
+        ]
+    ).astype(np.float32) / 255.0
+    np.save(work / ONNX2TF_SAMPLE_FILE, small)
+    return work / CALIB_FILE
+
+
+def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: str) -> list[str]:
+    cmd = [
+        sys.executable, "-m", "onnx2tf",
+        "-i", str(onnx_path),
+        "-o", str(out_dir),
+        "-coion",  # keep the ONNX input/output names
+        "-nuo",  # the graph is already simplified by onnxslim; onnxsim is not installed
+        "-n",
+    ]
+    if int8:
+        # inputs are already in [0, 1]: mean 0, std 1 so onnx2tf does not renormalise
+        cmd += ["-oiqt", "-qt", "per-channel", "-iqd", "int8", "-oqd", "int8",
+                "-cind", input_name, CALIB_FILE, "[[[[0.0,0.0,0.0]]]]", "[[[[1.0,1.0,1.0]]]]"]
+    return cmd
+
+
+def condense(output: str, limit: int = 240) -> str:
+    """The most telling line of onnx2tf's output, for a one-line error."""
+    lines = [_ANSI.sub("", line).strip() for line in output.splitlines()]
+    lines = [line for line in lines if line]
+    for pattern in (r"^\w*(Error|Exception)\b.*:", r"ERROR:", r"Error", r"error"):
+        hits = [line for line in lines if re.search(pattern, line)]
+        if hits:
+            return hits[-1][:limit]
+    return (lines[-1] if lines else "no output")[:limit]
+
+
+def run_onnx2tf(onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str, timeout_s: float) -> tuple[dict[str, Path], float]:
+    """Convert; return {variant: tflite path} and onnx2tf's wall time in seconds."""
+    work.mkdir(parents=True, exist_ok=True)
+    write_calibration(work, calib)
+    work = work.resolve()
+    out_dir = work / "tf"
+    cmd = onnx2tf_command(onnx_path.resolve(), out_dir, int8=int8, input_name=input_name)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=work, env=offline_env(), capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise ConversionError(f"onnx2tf did not finish within {timeout_s:.0f} s; the model may be too large") from exc
+    elapsed = time.perf_counter() - t0
+    (work / "onnx2tf.log").write_text(proc.stdout + "\n" + proc.stderr)
+    wanted = {k: v for k, v in ONNX2TF_OUTPUTS.items() if int8 or k == "float32"}
+    missing = [f for f in wanted.values() if not (out_dir / f).is_file()]
+    if proc.returncode != 0 or missing:
+        raise ConversionError(
+            f"onnx2tf failed (exit {proc.returncode}): {condense(proc.stdout + proc.stderr)}; "
+            f"full log: onnx2tf.log"
+        )
+    return {k: out_dir / v for k, v in wanted.items()}, elapsed
+
+
+class ToTFLitePass(Pass):
+    name = "to_tflite"
+
+    def run(self, state: State) -> PassResult:
+        from edgeport.convert.export_onnx_pass import INPUT_NAME
+
+        work = state.config.work_dir / "onnx2tf"
+        files, seconds = run_onnx2tf(
+            state.onnx_path, state.calib, work, int8=state.config.int8, input_name=INPUT_NAME,
+            timeout_s=state.config.onnx2tf_timeout_s,
+        )
+        tflite = {}
+        for variant, src in files.items():
+            dst = state.config.work_dir / f"model_{variant}.tflite"
+            shutil.copyfile(src, dst)
+            tflite[variant] = dst
+        sizes = ", ".join(f"{v} {p.stat().st_size / 1024:.0f} KiB" for v, p in tflite.items())
+        return PassResult(state.evolve(tflite=tflite), changed=True, summary=f"{sizes} (onnx2tf {seconds:.1f} s)")
+
+    def check(self, before: State, after: State) -> None:
+        from edgeport.validate.tflite_runner import load_interpreter
+
+        for variant, path in after.tflite.items():
+            interp = load_interpreter(path)
+            (inp,) = interp.get_input_details()
+            want = (1, after.imgsz, after.imgsz, 3)
+            if tuple(inp["shape"]) != want:
+                raise PassCheckError(f"{variant} TFLite input is {tuple(inp['shape'])}, expected NHWC {want}")
+            if variant == "int8" and np.dtype(inp["dtype"]) != np.int8:
+                raise PassCheckError(f"int8 TFLite input dtype is {np.dtype(inp['dtype'])}, expected int8")
+            if len(interp.get_output_details()) != len(after.output_names):
+                raise PassCheckError(f"{variant} TFLite has {len(interp.get_output_details())} outputs, expected {len(after.output_names)}")

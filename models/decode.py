@@ -1,0 +1,94 @@
+"""The one decoder + NMS that every runtime's raw outputs go through (NumPy only).
+
+Raw output per level: ``(N, 4 + 1 + C, H, W)``. Channels 0-3 are log-distances from the
+cell centre to the left, top, right and bottom box edges in units of the stride; 4 is the
+objectness logit; 5.. are class logits. Score = sigmoid(obj) * sigmoid(cls).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Box distances are exp(raw) * stride; clipping keeps a wild int8 value from overflowing.
+LOG_DIST_CLIP = 8.0
+
+
+@dataclass(frozen=True)
+class Detections:
+    """Detections for one image, in input pixels (xyxy)."""
+
+    boxes: np.ndarray  # (K, 4) float32
+    scores: np.ndarray  # (K,) float32
+    classes: np.ndarray  # (K,) int64
+
+    def __len__(self) -> int:
+        return int(self.scores.shape[0])
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # overflow-free logistic
+
+
+def decode_level(raw: np.ndarray, stride: int) -> tuple[np.ndarray, np.ndarray]:
+    """One level, one image: ``(4+1+C, H, W)`` -> boxes ``(H*W, 4)``, class scores ``(H*W, C)``."""
+    _, h, w = raw.shape
+    ys, xs = np.meshgrid(np.arange(h, dtype=np.float32), np.arange(w, dtype=np.float32), indexing="ij")
+    cx, cy = (xs + 0.5) * stride, (ys + 0.5) * stride
+    dist = np.exp(np.clip(raw[:4].astype(np.float32), -LOG_DIST_CLIP, LOG_DIST_CLIP)) * stride
+    boxes = np.stack([cx - dist[0], cy - dist[1], cx + dist[2], cy + dist[3]], axis=-1).reshape(-1, 4)
+    obj = _sigmoid(raw[4].astype(np.float32)).reshape(-1, 1)
+    cls = _sigmoid(raw[5:].astype(np.float32)).reshape(raw.shape[0] - 5, -1).T
+    return boxes, obj * cls
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU matrix between ``(A, 4)`` and ``(B, 4)`` xyxy boxes."""
+    tl = np.maximum(a[:, None, :2], b[None, :, :2])
+    br = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.prod(np.clip(br - tl, 0, None), axis=-1)
+    area_a = np.prod(np.clip(a[:, 2:] - a[:, :2], 0, None), axis=-1)
+    area_b = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=-1)
+    return inter / np.maximum(area_a[:, None] + area_b[None, :] - inter, 1e-9)
+
+
+def nms(boxes: np.ndarray, scores: np.ndarray, iou_thres: float) -> np.ndarray:
+    """Greedy non-maximum suppression; returns kept indices, highest score first."""
+    order = np.argsort(-scores, kind="stable")
+    keep: list[int] = []
+    while order.size:
+        i = int(order[0])
+        keep.append(i)
+        if order.size == 1:
+            break
+        ious = box_iou(boxes[i : i + 1], boxes[order[1:]])[0]
+        order = order[1:][ious <= iou_thres]
+    return np.asarray(keep, dtype=np.int64)
+
+
+def decode(
+    outputs: list[np.ndarray],
+    strides: tuple[int, ...] | list[int],
+    *,
+    conf_thres: float = 0.25,
+    iou_thres: float = 0.5,
+    max_det: int = 100,
+) -> list[Detections]:
+    """Raw per-level outputs (NCHW float) -> per-image class-aware NMS'd detections."""
+    if len(outputs) != len(strides):
+        raise ValueError(f"{len(outputs)} outputs but {len(strides)} strides")
+    batch = outputs[0].shape[0]
+    results = []
+    for n in range(batch):
+        level_boxes, level_scores = zip(*(decode_level(o[n], s) for o, s in zip(outputs, strides)))
+        boxes, scores = np.concatenate(level_boxes), np.concatenate(level_scores)
+        idx, cls = np.nonzero(scores > conf_thres)
+        b, s = boxes[idx], scores[idx, cls]
+        # Class-aware NMS by offsetting each class into its own coordinate range.
+        offset = cls[:, None].astype(np.float32) * (np.abs(boxes).max(initial=1.0) + 1.0) * 2
+        keep = nms(b + offset, s, iou_thres)[:max_det]
+        results.append(
+            Detections(b[keep].astype(np.float32), s[keep].astype(np.float32), cls[keep].astype(np.int64))
+        )
+    return results

@@ -1,0 +1,62 @@
+"""Image preprocessing shared by training, calibration and validation.
+
+One definition, so the int8 calibration sees exactly what the model saw in training:
+letterbox to a square of ``imgsz`` (aspect kept, grey 114 padding, centred), RGB, float32
+in [0, 1], NCHW.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+PAD_VALUE = 114
+
+
+@dataclass(frozen=True)
+class Letterbox:
+    """How an original image maps into the model input: ``x_in = x_orig * scale + pad_x``."""
+
+    scale: float
+    pad_x: int
+    pad_y: int
+
+
+def letterbox(image: np.ndarray, imgsz: int) -> tuple[np.ndarray, Letterbox]:
+    """Resize an HWC uint8 RGB image into an ``imgsz`` square, keeping its aspect ratio."""
+    from PIL import Image
+
+    h, w = image.shape[:2]
+    scale = min(imgsz / h, imgsz / w)
+    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
+    resized = np.asarray(Image.fromarray(image).resize((nw, nh), Image.BILINEAR))
+    canvas = np.full((imgsz, imgsz, 3), PAD_VALUE, dtype=np.uint8)
+    top, left = (imgsz - nh) // 2, (imgsz - nw) // 2
+    canvas[top : top + nh, left : left + nw] = resized
+    return canvas, Letterbox(scale, left, top)
+
+
+def to_input(image_hwc_uint8: np.ndarray) -> np.ndarray:
+    """HWC uint8 RGB -> (3, H, W) float32 in [0, 1]."""
+    return np.ascontiguousarray(image_hwc_uint8.transpose(2, 0, 1), dtype=np.float32) / 255.0
+
+
+def load_image(path: Path) -> np.ndarray:
+    """Read an image file as HWC uint8 RGB. Raises OSError/ValueError on unreadable files."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB"))
+
+
+def preprocess(image: np.ndarray, imgsz: int) -> np.ndarray:
+    """HWC uint8 RGB of any size -> (3, imgsz, imgsz) float32 model input."""
+    boxed, _ = letterbox(image, imgsz)
+    return to_input(boxed)
+
+
+def list_images(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)

@@ -1,0 +1,122 @@
+"""The architecture registry: a name maps to a factory and its default config.
+
+``--arch`` takes a registered name, or ``package.module:callable`` imported from the
+current directory or PYTHONPATH that returns an ``nn.Module``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from torch import nn
+
+from edgeport.errors import ArchitectureError
+from edgeport.models.pdet import DetectorConfig, PDet
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    name: str
+    factory: Callable[[DetectorConfig], nn.Module]
+    config: DetectorConfig
+    summary: str
+
+
+# The registry is a plain literal: adding an architecture is adding a line here.
+REGISTRY: dict[str, ArchSpec] = {
+    spec.name: spec
+    for spec in (
+        ArchSpec(
+            "pdet-n",
+            PDet,
+            DetectorConfig(widths=(16, 24, 32, 48, 80), neck_width=32, depth=1),
+            "person detector, nano: 0.32M params, 160-320 px on a CPU (default)",
+        ),
+        ArchSpec(
+            "pdet-s",
+            PDet,
+            DetectorConfig(widths=(16, 32, 64, 128, 192), neck_width=64, depth=1),
+            "person detector, small: 1.7M params, 224-320 px",
+        ),
+        ArchSpec(
+            "pdet-n-bilinear",
+            PDet,
+            DetectorConfig(widths=(16, 24, 32, 48, 80), neck_width=32, depth=1, upsample="bilinear"),
+            "pdet-n with bilinear (align_corners=False) upsampling in the neck",
+        ),
+    )
+}
+
+DEFAULT_ARCH = "pdet-n"
+
+
+def arch_names() -> list[str]:
+    return sorted(REGISTRY)
+
+
+def build_model(arch: str, config: dict | None = None) -> tuple[nn.Module, dict | None]:
+    """Build ``arch`` (registry name or ``module:callable``). Returns the model and its config dict."""
+    if ":" in arch:
+        return _build_from_callable(arch), None
+    spec = REGISTRY.get(arch)
+    if spec is None:
+        raise ArchitectureError(
+            f"unknown architecture {arch!r}; valid: {', '.join(arch_names())} "
+            f"(or package.module:callable returning an nn.Module)"
+        )
+    cfg = spec.config
+    if config:
+        try:
+            cfg = DetectorConfig.from_dict({**cfg.to_dict(), **config})
+        except (TypeError, ValueError) as exc:
+            raise ArchitectureError(f"config stored for {arch!r} is invalid: {exc}") from exc
+    return spec.factory(cfg), cfg.to_dict()
+
+
+def _build_from_callable(target: str) -> nn.Module:
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ArchitectureError(f"--arch {target!r} must look like package.module:callable")
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        # Users keep their model code next to the checkpoint; import it from there.
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ArchitectureError(
+            f"--arch {target!r}: cannot import {module_name!r} ({exc}); run from the folder "
+            f"that holds it or add it to PYTHONPATH"
+        ) from exc
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ArchitectureError(f"--arch {target!r}: {module_name} has no callable {attr!r}")
+    try:
+        model = fn()
+    except Exception as exc:  # user code: report any failure as bad input
+        raise ArchitectureError(f"--arch {target!r}: calling {attr}() failed: {exc}") from exc
+    if not isinstance(model, nn.Module):
+        raise ArchitectureError(
+            f"--arch {target!r}: {attr}() returned {type(model).__name__}, expected an nn.Module"
+        )
+    return model
+
+
+def model_stride(model: nn.Module) -> int:
+    """The largest downsampling factor: the input size must be a multiple of it."""
+    stride = getattr(model, "stride", None)
+    if stride is None and hasattr(model, "cfg"):
+        stride = getattr(model.cfg, "stride", None)
+    return int(stride) if stride else 32
+
+
+def model_output_names(model: nn.Module, n_outputs: int) -> list[str]:
+    cfg = getattr(model, "cfg", None)
+    names = list(getattr(cfg, "output_names", ()) or ())
+    if len(names) == n_outputs:
+        return names
+    return [f"output{i}" for i in range(n_outputs)]

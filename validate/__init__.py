@@ -1,0 +1,1 @@
+"""Runners (one per back end), comparators with typed results, and report renderers."""

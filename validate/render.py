@@ -1,0 +1,174 @@
+"""Renderers: the parity report as JSON, Markdown, HTML and a console table.
+
+They only render: every number is already in the report dictionary.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+
+
+def _fmt(x, spec: str = ".3g") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return format(x, spec)
+
+
+def _json_safe(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "inf" if obj > 0 else ("-inf" if obj < 0 else "nan")
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def render_json(report: dict) -> str:
+    return json.dumps(_json_safe(report), indent=2, sort_keys=False) + "\n"
+
+
+def rows(report: dict) -> list[dict]:
+    """One row per (variant, runtime): the worst output's metrics."""
+    out = []
+    for r in report["results"]:
+        outputs = r["outputs"]
+        det = r.get("detections") or {}
+        out.append(
+            {
+                "variant": r["variant"],
+                "runtime": r["runtime"],
+                "status": "PASS" if r["passed"] else "FAIL",
+                "max_abs": max((o["max_abs"] for o in outputs), default=None),
+                "max_abs_rel": max((o["max_abs_rel"] for o in outputs), default=None),
+                "cosine": min((o["cosine"] for o in outputs), default=None),
+                "snr_db": min((o["snr_db"] for o in outputs), default=None),
+                "boxes": f"{det['matched']}/{det['reference_boxes']} (+{det['extra']})" if det else "-",
+                "ms": r.get("ms_per_image"),
+                "bytes": _artifact_bytes(report, r["variant"]),
+            }
+        )
+    return out
+
+
+def _artifact_bytes(report: dict, variant: str):
+    name = {"onnx": "model.onnx"}.get(variant, f"model_{variant}.tflite")
+    entry = report.get("artifacts", {}).get(name)
+    return entry["bytes"] if entry else None
+
+
+HEADER = ["variant", "runtime", "status", "size KiB", "max_abs", "max_abs rel", "cosine", "SNR dB", "boxes matched", "ms/img"]
+
+
+def _cells(row: dict) -> list[str]:
+    return [
+        row["variant"],
+        row["runtime"],
+        row["status"],
+        _fmt(row["bytes"] / 1024, ".0f") if row["bytes"] else "-",
+        _fmt(row["max_abs"]),
+        _fmt(row["max_abs_rel"]),
+        _fmt(row["cosine"], ".6f"),
+        _fmt(row["snr_db"], ".1f"),
+        row["boxes"],
+        _fmt(row["ms"], ".2f"),
+    ]
+
+
+def render_markdown(report: dict) -> str:
+    lines = [
+        "# edgeport parity report",
+        "",
+        f"**{'PASSED' if report['passed'] else 'FAILED'}** — schema `{report['schema']}`, created {report['created']}",
+        "",
+        f"Model: `{report['model'].get('arch')}` from `{report['model'].get('checkpoint')}` "
+        f"({report['model'].get('layout')}), input {report['inputs']['shape']}; "
+        f"inputs: {report['inputs']['source']}.",
+        f"Reference: {report['reference']['what']}.",
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "|".join("---" for _ in HEADER) + "|",
+    ]
+    lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows(report)]
+    failures = [(r, o) for r in report["results"] for o in r["outputs"] if not o["passed"]]
+    if failures:
+        lines += ["", "## Failures", ""]
+        lines += [f"- `{r['variant']}` on {r['runtime']}, output `{o['name']}`: {'; '.join(o['reasons'])}" for r, o in failures]
+    if report.get("stages"):
+        lines += ["", "## Stages", "", "| stage | seconds | changed | summary |", "|---|---|---|---|"]
+        lines += [f"| {s['name']} | {s['seconds']:.2f} | {s['changed']} | {s['summary']} |" for s in report["stages"]]
+    lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()), ""]
+    return "\n".join(lines)
+
+
+def render_html(report: dict) -> str:
+    esc = html.escape
+    head = "".join(f"<th>{esc(h)}</th>" for h in HEADER)
+    body = ""
+    for row in rows(report):
+        cls = "pass" if row["status"] == "PASS" else "fail"
+        body += f'<tr class="{cls}">' + "".join(f"<td>{esc(c)}</td>" for c in _cells(row)) + "</tr>\n"
+    per_output = ""
+    for r in report["results"]:
+        for o in r["outputs"]:
+            per_output += (
+                f"<tr><td>{esc(r['variant'])}</td><td>{esc(r['runtime'])}</td><td>{esc(o['name'])}</td>"
+                f"<td>{_fmt(o['max_abs'])}</td><td>{_fmt(o['mean_abs'])}</td><td>{_fmt(o['rmse'])}</td>"
+                f"<td>{_fmt(o['cosine'], '.6f')}</td><td>{_fmt(o['snr_db'], '.1f')}</td><td>{_fmt(o['p99_abs'])}</td>"
+                f"<td>{'PASS' if o['passed'] else esc('; '.join(o['reasons']))}</td></tr>\n"
+            )
+    stages = "".join(
+        f"<tr><td>{esc(s['name'])}</td><td>{s['seconds']:.2f}</td><td>{esc(s['summary'])}</td></tr>"
+        for s in report.get("stages", [])
+    )
+    verdict = "PASSED" if report["passed"] else "FAILED"
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>edgeport parity report</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2rem; color: #222; }}
+table {{ border-collapse: collapse; margin: 1rem 0; }}
+th, td {{ border: 1px solid #ccc; padding: .3rem .6rem; text-align: right; }}
+th {{ background: #f3f3f3; }} td:first-child, td:nth-child(2) {{ text-align: left; }}
+tr.fail td {{ background: #fde8e8; }} tr.pass td:nth-child(3) {{ color: #1a7f37; font-weight: 600; }}
+.verdict {{ font-size: 1.4rem; font-weight: 700; color: {'#1a7f37' if report['passed'] else '#b42318'}; }}
+</style></head><body>
+<h1>edgeport parity report</h1>
+<p class="verdict" id="verdict">{verdict}</p>
+<p>Model <code>{esc(str(report['model'].get('arch')))}</code> from <code>{esc(str(report['model'].get('checkpoint')))}</code>,
+input {esc(str(report['inputs']['shape']))}; inputs: {esc(report['inputs']['source'])}.<br>
+Reference: {esc(report['reference']['what'])}.</p>
+<h2>Summary</h2>
+<table id="summary"><tr>{head}</tr>
+{body}</table>
+<h2>Per output</h2>
+<table><tr><th>variant</th><th>runtime</th><th>output</th><th>max_abs</th><th>mean_abs</th><th>rmse</th><th>cosine</th><th>SNR dB</th><th>p99 abs</th><th>status</th></tr>
+{per_output}</table>
+<h2>Stages</h2>
+<table><tr><th>stage</th><th>seconds</th><th>summary</th></tr>{stages}</table>
+<p><small>schema {esc(report['schema'])}, created {esc(report['created'])}; {esc(', '.join(f'{k} {v}' for k, v in report['versions'].items()))}</small></p>
+</body></html>
+"""
+
+
+def write_reports(report: dict, folder: Path) -> None:
+    (folder / "report.json").write_text(render_json(report))
+    (folder / "report.md").write_text(render_markdown(report))
+    (folder / "report.html").write_text(render_html(report))
+
+
+def print_table(report: dict, console) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"parity: {'PASSED' if report['passed'] else 'FAILED'}", min_width=100)
+    for h in HEADER:
+        table.add_column(h, justify="left" if h in ("variant", "runtime", "status") else "right")
+    for row in rows(report):
+        cells = _cells(row)
+        cells[2] = f"[green]{cells[2]}[/]" if row["status"] == "PASS" else f"[red]{cells[2]}[/]"
+        table.add_row(*cells)
+    console.print(table)

@@ -1,0 +1,66 @@
+"""Runners: each runs one back end on a batch of NCHW float inputs and returns NCHW outputs.
+
+A runner knows nothing about tolerances or reports. Every runner returns float32 outputs
+(int8 models are dequantised in ``tensors.py``) and its median latency per image.
+"""
+
+from __future__ import annotations
+
+import abc
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    outputs: list[np.ndarray]  # per model output, (N, C, H, W) float32
+    ms_per_image: float
+
+
+class Runner(abc.ABC):
+    runtime: str  # "pytorch", "onnxruntime", "tflite", ...
+
+    @abc.abstractmethod
+    def _run_one(self, x: np.ndarray) -> list[np.ndarray]:
+        """One image, ``(1, 3, H, W)`` float32 -> outputs with batch 1."""
+
+    def run(self, inputs: np.ndarray) -> RunOutput:
+        per_image, times = [], []
+        for i in range(inputs.shape[0]):
+            t0 = time.perf_counter()
+            per_image.append(self._run_one(np.ascontiguousarray(inputs[i : i + 1], dtype=np.float32)))
+            times.append((time.perf_counter() - t0) * 1e3)
+        outputs = [np.concatenate([img[k] for img in per_image]).astype(np.float32) for k in range(len(per_image[0]))]
+        return RunOutput(outputs, statistics.median(times))
+
+
+class TorchRunner(Runner):
+    runtime = "pytorch"
+
+    def __init__(self, module):
+        self.module = module.eval()
+
+    def _run_one(self, x):
+        from edgeport.convert.modelcheck import forward
+
+        return forward(self.module, x)
+
+
+class OnnxRuntimeRunner(Runner):
+    runtime = "onnxruntime"
+
+    def __init__(self, path: Path):
+        from edgeport._lazy import require
+
+        ort = require("onnxruntime", purpose="ONNX Runtime parity")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        self.input_name = self.session.get_inputs()[0].name
+
+    def _run_one(self, x):
+        return self.session.run(None, {self.input_name: x})

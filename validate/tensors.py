@@ -1,0 +1,52 @@
+"""Layout and quantisation adapters: the one place NCHW<->NHWC and int8 (de)quantisation happen.
+
+PyTorch and ONNX speak NCHW; onnx2tf's TFLite speaks NHWC for 4-D tensors, and an int8
+model takes and returns int8 with a (scale, zero_point) pair per tensor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def nchw_to_nhwc(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1)) if x.ndim == 4 else x
+
+
+def nhwc_to_nchw(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if x.ndim == 4 else x
+
+
+def quantize(x: np.ndarray, scale: float, zero_point: int, dtype: np.dtype) -> np.ndarray:
+    """Affine quantisation with round-half-to-even, as TFLite's quantize op does."""
+    info = np.iinfo(dtype)
+    q = np.round(x / scale) + zero_point
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+def dequantize(q: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    return ((q.astype(np.float32) - zero_point) * np.float32(scale)).astype(np.float32)
+
+
+def match_outputs(expected_nchw: list[tuple[int, ...]], got_shapes: list[tuple[int, ...]]) -> list[tuple[int, bool]]:
+    """For each expected NCHW output, the index among ``got_shapes`` and whether it is NHWC.
+
+    onnx2tf does not keep output order or names, so outputs are matched by shape: first an
+    exact NHWC match (what onnx2tf emits for 4-D), then an NCHW one. Raises ValueError when
+    a shape matches nothing or is ambiguous.
+    """
+    taken: set[int] = set()
+    mapping = []
+    for shape in expected_nchw:
+        nhwc = (shape[0], *shape[2:], shape[1]) if len(shape) == 4 else shape
+        found = None
+        for want, is_nhwc in ((nhwc, True), (tuple(shape), False)):
+            hits = [i for i, g in enumerate(got_shapes) if tuple(g) == tuple(want) and i not in taken]
+            if len(hits) >= 1:
+                found = (hits[0], is_nhwc and len(shape) == 4)
+                break
+        if found is None:
+            raise ValueError(f"no output of shape {shape} (NCHW) among {got_shapes}")
+        taken.add(found[0])
+        mapping.append(found)
+    return mapping
