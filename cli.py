@@ -61,9 +61,10 @@ def _console():
 def run_convert(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from edgeport.convert.command import convert
+    from edgeport.convert.command import convert, gate
+    from edgeport.validate.render import print_table
 
-    out, _ = convert(
+    out, report = convert(
         args.checkpoint,
         out=args.out,
         force=args.force,
@@ -75,7 +76,10 @@ def run_convert(args: argparse.Namespace) -> int:
         opset=args.opset,
         int8=not args.no_int8,
     )
-    Console().print(f"artifacts and report in {out}/", highlight=False)
+    stdout = Console(width=None if sys.stdout.isatty() else 140)
+    print_table(report, stdout)
+    gate(out, report)
+    stdout.print(f"artifacts and report in {out}/", highlight=False)
     return 0
 
 

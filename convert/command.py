@@ -49,7 +49,7 @@ def convert(
     console=None,
     **options,
 ) -> tuple[Path, dict]:
-    """Convert ``checkpoint``; return (output folder, report). Raises ParityGateError on a failed gate."""
+    """Convert ``checkpoint``; return (output folder, report). ``gate`` turns a failed report into exit 1."""
     from edgeport.convert.pipeline import run_pipeline
     from edgeport.validate.render import write_reports
 
@@ -84,14 +84,14 @@ def convert(
                 folder.rmdir()
         raise
     shutil.rmtree(tmp, ignore_errors=True)
-    if console is not None:
-        from edgeport.validate.render import print_table
+    return out, report
 
-        print_table(report, console)
+
+def gate(out: Path, report: dict) -> None:
+    """Raise ParityGateError (exit 1) when the report did not pass."""
     if not report["passed"]:
         failed = ", ".join(f"{r['variant']}/{r['runtime']}" for r in report["results"] if not r["passed"])
         raise ParityGateError(f"parity gate failed for {failed}; artifacts and report are in {out}/")
-    return out, report
 
 
 class _Progress:

@@ -73,7 +73,8 @@ def _guess_format(head: bytes, path: Path) -> str:
 
 
 def _unsupported_global(message: str) -> str | None:
-    match = re.search(r"Unsupported global: GLOBAL ([\w.]+)", message)
+    # torch words it two ways: "Unsupported global: GLOBAL x.y" and "unsupported GLOBAL x.y whose ..."
+    match = re.search(r"unsupported (?:global: )?GLOBAL ([\w.]+)", message, flags=re.IGNORECASE)
     return match.group(1) if match else None
 
 
@@ -87,9 +88,9 @@ def torch_load(path: Path, *, trust: bool) -> Any:
     except pickle.UnpicklingError as exc:
         culprit = _unsupported_global(str(exc))
         if not trust and culprit:
-            kind = "a pickled module" if culprit.startswith("torch.nn.") else "pickled Python objects"
             raise CheckpointError(
-                f"checkpoint {str(path)!r} holds {kind} ({culprit}) that safe loading refuses; "
+                f"checkpoint {str(path)!r} holds pickled Python objects ({culprit}: a whole module or "
+                f"custom classes) that safe loading refuses; "
                 + TRUST_HINT
             ) from exc
         raise CheckpointError(f"checkpoint {str(path)!r} cannot be unpickled ({_first_line(exc)}); re-save it") from exc

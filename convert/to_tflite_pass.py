@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -111,9 +112,12 @@ def run_onnx2tf(onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, i
     wanted = {k: v for k, v in ONNX2TF_OUTPUTS.items() if int8 or k == "float32"}
     missing = [f for f in wanted.values() if not (out_dir / f).is_file()]
     if proc.returncode != 0 or missing:
+        # the output folder is removed on failure: keep the full log in the system temp dir
+        fd, log = tempfile.mkstemp(prefix="edgeport-onnx2tf-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            f.write(proc.stdout + "\n" + proc.stderr)
         raise ConversionError(
-            f"onnx2tf failed (exit {proc.returncode}): {condense(proc.stdout + proc.stderr)}; "
-            f"full log: onnx2tf.log"
+            f"onnx2tf failed (exit {proc.returncode}): {condense(proc.stdout + proc.stderr)}; full log: {log}"
         )
     return {k: out_dir / v for k, v in wanted.items()}, elapsed
 

@@ -1,0 +1,79 @@
+"""Shared fixtures: small models and checkpoints in every layout the loader accepts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from edgeport.models.registry import build_model
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_CKPT = REPO / "models" / "weights" / "pdet_n_ddp_syncbn.pt"
+
+
+def perturb_bn(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Give every BatchNorm non-trivial statistics and affine parameters."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                n = m.num_features
+                m.running_mean.copy_(torch.randn(n, generator=g) * 0.5)
+                m.running_var.copy_(torch.rand(n, generator=g) * 2 + 0.1)
+                m.weight.copy_(torch.rand(n, generator=g) + 0.5)
+                m.bias.copy_(torch.randn(n, generator=g) * 0.2)
+                m.num_batches_tracked.fill_(7)
+    return model
+
+
+@pytest.fixture
+def pdet_n() -> torch.nn.Module:
+    torch.manual_seed(0)
+    model, _ = build_model("pdet-n")
+    return perturb_bn(model).eval()
+
+
+@pytest.fixture
+def images() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    return rng.random((2, 3, 64, 64), dtype=np.float32)
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the installed console entry point in a fresh process, as a user would."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("EDGEPORT_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "edgeport.cli", *args],
+        cwd=cwd or REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+@pytest.fixture
+def make_bn_stats():
+    return perturb_bn
+
+
+@pytest.fixture(scope="session")
+def demo_ckpt() -> Path:
+    return DEMO_CKPT
+
+
+@pytest.fixture(scope="session")
+def cli_session():
+    return run_cli

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from edgeport.convert.base import ConvertConfig, State
+from edgeport.convert.calibration import load_calibration
+from edgeport.convert.prepare_inputs_pass import PrepareInputsPass
+from edgeport.errors import BadInputError, CalibrationError
+
+
+def _state(tmp_path, model, **cfg):
+    config = ConvertConfig(checkpoint=tmp_path / "x", work_dir=tmp_path, max_calib=4, max_validate=2, **cfg)
+    return State(config, module=model, stride=32, strides=(8, 16, 32))
+
+
+@pytest.mark.parametrize("imgsz, hint", [(100, "use 96 or 128"), (20, "use 32 or 64"), (-32, "positive multiple")])
+def test_imgsz_must_be_a_multiple_of_the_stride(tmp_path, pdet_n, imgsz, hint):
+    with pytest.raises(BadInputError, match=hint):
+        PrepareInputsPass().run(_state(tmp_path, pdet_n, imgsz=imgsz))
+
+
+def test_synthetic_calibration_and_held_out_validation(tmp_path, pdet_n):
+    result = PrepareInputsPass().run(_state(tmp_path, pdet_n, imgsz=64))
+    PrepareInputsPass().check(result.state, result.state)
+    s = result.state
+    assert s.calib.shape == (4, 3, 64, 64) and s.val_inputs.shape == (2, 3, 64, 64)
+    assert s.output_names == ("p3", "p4", "p5")
+    # validation images are not the calibration images
+    assert not any(np.array_equal(v, c) for v in s.val_inputs for c in s.calib)
+
+
+def test_calibration_folder_is_letterboxed(tmp_path):
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    Image.fromarray(np.full((40, 80, 3), 255, np.uint8)).save(folder / "wide.png")
+    batch, source = load_calibration(folder, 64, limit=8, seed=0)
+    assert batch.shape == (1, 3, 64, 64) and "1 images" in source
+    # a 2:1 white image fills the middle half; the bands above and below are padding (114)
+    assert np.allclose(batch[0, :, 32, :], 1.0)
+    assert np.allclose(batch[0, :, 2, :], 114 / 255)
+
+
+def test_calibration_folder_errors(tmp_path):
+    with pytest.raises(CalibrationError, match="does not exist"):
+        load_calibration(tmp_path / "nope", 64, limit=4, seed=0)
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(CalibrationError, match="is not a folder"):
+        load_calibration(tmp_path / "file.txt", 64, limit=4, seed=0)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("no images here")
+    with pytest.raises(CalibrationError, match="holds no images"):
+        load_calibration(empty, 64, limit=4, seed=0)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "broken.jpg").write_bytes(b"not a jpeg at all")
+    with pytest.raises(CalibrationError, match="broken.jpg.*unreadable"):
+        load_calibration(bad, 64, limit=4, seed=0)

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgeport.models.decode import Detections, box_iou, decode, decode_level, nms
+
+
+def _empty(c=6, h=4, w=4):
+    raw = np.zeros((1, c, h, w), np.float32)
+    raw[:, 4:] = -20.0  # no objects anywhere
+    return raw
+
+
+def test_single_cell_decodes_to_its_box():
+    raw = _empty()
+    # cell (y=1, x=2) at stride 8: centre (20, 12); distances exp(0)*8 = 8 each side
+    raw[0, 4:, 1, 2] = 10.0
+    (dets,) = decode([raw], [8], conf_thres=0.5)
+    assert len(dets) == 1
+    np.testing.assert_allclose(dets.boxes[0], [12, 4, 28, 20], atol=1e-4)
+    assert dets.scores[0] == pytest.approx(1 / (1 + np.exp(-10.0)) ** 2, rel=1e-5)
+    assert dets.classes[0] == 0
+
+
+def test_distances_are_log_space_in_stride_units():
+    raw = _empty(h=1, w=1)[0]
+    raw[0:4, 0, 0] = np.log([1.0, 2.0, 3.0, 4.0])
+    boxes, _ = decode_level(raw, 16)
+    np.testing.assert_allclose(boxes[0], [8 - 16, 8 - 32, 8 + 48, 8 + 64], rtol=1e-5)
+
+
+def test_nms_suppresses_overlaps_and_keeps_order():
+    boxes = np.array([[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30]], np.float32)
+    scores = np.array([0.8, 0.9, 0.7], np.float32)
+    assert nms(boxes, scores, 0.5).tolist() == [1, 2]
+    assert nms(boxes, scores, 0.99).tolist() == [1, 0, 2]
+
+
+def test_class_aware_nms_keeps_overlapping_boxes_of_other_classes():
+    raw = _empty(c=7)
+    raw[0, 4, 1, 1] = 10.0
+    raw[0, 5, 1, 1] = 10.0  # class 0
+    raw[0, 4, 1, 2] = 10.0
+    raw[0, 6, 1, 2] = 9.0  # class 1, box overlapping the first one
+    (dets,) = decode([raw], [8], conf_thres=0.5)
+    assert sorted(dets.classes.tolist()) == [0, 1]
+
+
+def test_iou_matrix():
+    a = np.array([[0, 0, 2, 2]], np.float32)
+    b = np.array([[1, 1, 3, 3], [0, 0, 2, 2], [5, 5, 6, 6]], np.float32)
+    np.testing.assert_allclose(box_iou(a, b), [[1 / 7, 1.0, 0.0]], rtol=1e-6)
+
+
+def test_decode_batches_and_checks_strides():
+    raw = np.concatenate([_empty(), _empty()])
+    assert [len(d) for d in decode([raw], [8])] == [0, 0]
+    assert isinstance(decode([raw], [8])[0], Detections)
+    with pytest.raises(ValueError, match="2 outputs but 1 strides"):
+        decode([raw, raw], [8])

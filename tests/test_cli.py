@@ -1,0 +1,159 @@
+"""End to end through the console entry point: real onnx2tf, ONNX Runtime and TFLite."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from edgeport.models.registry import build_model
+
+OUTPUTS = {"model.onnx", "model_float32.tflite", "model_int8.tflite", "report.json", "report.md", "report.html"}
+
+
+def _no_leftovers(root: Path) -> None:
+    assert not [p for p in root.rglob(".edgeport-*")], "a temporary folder was left behind"
+
+
+def _bad(tmp_path, cli, *args):
+    out = tmp_path / "runs" / "out"
+    proc = cli("convert", "--imgsz", "64", *args, "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    # progress lines of the stages that ran may precede it; the error itself is one line, last
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "error:" in line]
+    assert len(errors) == 1 and lines[-1] == errors[0], proc.stderr
+    assert all(line.startswith("ok ") for line in lines[:-1]), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists() and not (tmp_path / "runs").exists(), "partial artifacts left behind"
+    _no_leftovers(tmp_path)
+    return lines[-1]
+
+
+def test_bad_inputs_exit_2_with_one_line(tmp_path, cli, pdet_n):
+    sd = pdet_n.state_dict()
+    ckpt = tmp_path / "ok.pt"
+    torch.save({"model": {"module." + k: v for k, v in sd.items()}}, ckpt)
+
+    assert "does not exist" in _bad(tmp_path, cli, str(tmp_path / "missing.pt"), "--arch", "pdet-n")
+    (tmp_path / "random.pt").write_bytes(os.urandom(2048).replace(b"PK", b"QK").replace(b"\x80", b"\x81"))
+    assert "not a PyTorch checkpoint" in _bad(tmp_path, cli, str(tmp_path / "random.pt"), "--arch", "pdet-n")
+    data = ckpt.read_bytes()
+    (tmp_path / "cut.pt").write_bytes(data[: len(data) // 3])
+    assert "truncated or corrupt" in _bad(tmp_path, cli, str(tmp_path / "cut.pt"), "--arch", "pdet-n")
+    torch.save(pdet_n, tmp_path / "pickled.pt")
+    assert "--trust-checkpoint" in _bad(tmp_path, cli, str(tmp_path / "pickled.pt"))
+    assert "valid: pdet-n" in _bad(tmp_path, cli, str(ckpt), "--arch", "resnet")
+    assert "shape mismatch" in _bad(tmp_path, cli, str(ckpt), "--arch", "pdet-s")
+    assert "pass --arch" in _bad(tmp_path, cli, str(ckpt))
+    line = _bad(tmp_path, cli, str(ckpt), "--arch", "pdet-n", "--imgsz", "100")
+    assert "multiple of the model's stride 32" in line
+    empty = tmp_path / "calib"
+    empty.mkdir()
+    assert "holds no images" in _bad(tmp_path, cli, str(ckpt), "--arch", "pdet-n", "--calib", str(empty))
+    assert "invalid int value" in _bad(tmp_path, cli, str(ckpt), "--imgsz", "big")
+
+
+def test_onnx_file_is_not_a_checkpoint(tmp_path, cli, pdet_n):
+    onnx_path = tmp_path / "model.onnx"
+    torch.onnx.export(pdet_n, (torch.zeros(1, 3, 64, 64),), str(onnx_path), dynamo=False)
+    assert "ONNX" in _bad(tmp_path, cli, str(onnx_path), "--arch", "pdet-n")
+
+
+def test_non_empty_out_needs_force(tmp_path, cli, demo_ckpt):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    proc = cli("convert", str(demo_ckpt), "--arch", "pdet-n", "--out", str(out))
+    assert proc.returncode == 2 and "pass --force" in proc.stderr
+    assert (out / "keep.txt").read_text() == "mine"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory, demo_ckpt, cli_session):
+    out = tmp_path_factory.mktemp("demo") / "out"
+    proc = cli_session("convert", str(demo_ckpt), "--arch", "pdet-n", "--imgsz", "160", "--out", str(out))
+    return proc, out
+
+
+@pytest.mark.slow
+def test_demo_converts_end_to_end_within_targets(demo):
+    proc, out = demo
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {p.name for p in out.iterdir()} == OUTPUTS
+    for stage in ("load_checkpoint", "unwrap", "build", "revert_syncbn", "fold_bn", "export_onnx", "to_tflite", "parity"):
+        assert stage in proc.stderr, f"no progress line for {stage}"
+    report = json.loads((out / "report.json").read_text())
+    assert report["schema"] == "edgeport.parity/1" and report["passed"] is True
+    rows = {r["variant"]: r for r in report["results"]}
+    assert set(rows) == {"reference", "folded", "onnx", "float32", "int8"}
+    for o in rows["float32"]["outputs"]:
+        assert o["max_abs"] <= 1e-4 * o["ref_max_abs"], o
+        assert o["cosine"] >= 0.99999, o
+        for key in ("max_abs", "mean_abs", "rmse", "cosine", "snr_db"):
+            assert key in o
+    for o in rows["int8"]["outputs"]:
+        assert o["cosine"] >= 0.99, o
+    assert "| int8 | tflite | PASS |" in (out / "report.md").read_text()
+    assert "PASSED" in (out / "report.html").read_text()
+
+
+@pytest.mark.slow
+def test_int8_model_is_full_integer_nhwc(demo):
+    from edgeport.validate.tflite_runner import load_interpreter
+
+    _, out = demo
+    interp = load_interpreter(out / "model_int8.tflite")
+    (inp,) = interp.get_input_details()
+    assert tuple(inp["shape"]) == (1, 160, 160, 3) and inp["dtype"] == np.int8
+    assert all(o["dtype"] == np.int8 for o in interp.get_output_details())
+    f32 = load_interpreter(out / "model_float32.tflite").get_input_details()[0]
+    assert f32["name"] == "images" and f32["dtype"] == np.float32
+
+
+@pytest.mark.slow
+def test_trusted_pickled_syncbn_module_converts_without_arch(tmp_path, cli, pdet_n):
+    sync = torch.nn.SyncBatchNorm.convert_sync_batchnorm(pdet_n)
+    ckpt = tmp_path / "full.pt"
+    torch.save({"model": sync, "epoch": 5}, ckpt)
+    out = tmp_path / "out"
+    proc = cli("convert", str(ckpt), "--trust-checkpoint", "--imgsz", "64", "--no-int8", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "23 SyncBatchNorm reverted" in proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert [r["variant"] for r in report["results"]] == ["reference", "folded", "onnx", "float32"]
+    assert not (out / "model_int8.tflite").exists()
+
+
+@pytest.mark.slow
+def test_failed_parity_gate_exits_1_and_keeps_artifacts(tmp_path, monkeypatch, pdet_n, capsys):
+    from edgeport import cli
+    from edgeport.validate import compare
+
+    torch.save(pdet_n.state_dict(), tmp_path / "sd.pt")
+    # demand more of int8 than quantisation can give: the gate must fail, not crash
+    monkeypatch.setitem(compare.TOLERANCES, "int8", compare.Tolerance(min_cosine=0.9999999))
+    out = tmp_path / "out"
+    code = cli.main(["convert", str(tmp_path / "sd.pt"), "--arch", "pdet-n", "--imgsz", "64", "--out", str(out)])
+    assert code == 1
+    assert {p.name for p in out.iterdir()} == OUTPUTS
+    report = json.loads((out / "report.json").read_text())
+    assert report["passed"] is False
+    failed = [r["variant"] for r in report["results"] if not r["passed"]]
+    assert failed == ["int8"]
+    err = capsys.readouterr().err
+    assert "parity gate failed for int8/tflite" in err
+    _no_leftovers(tmp_path)
+
+
+def test_state_dict_trainer_layout_needs_no_arch(tmp_path, cli):
+    model, config = build_model("pdet-n")
+    ckpt = tmp_path / "trainer.pt"
+    torch.save({"arch": "pdet-n", "config": config, "model": {"module." + k: v for k, v in model.state_dict().items()}}, ckpt)
+    proc = cli("convert", str(ckpt), "--imgsz", "100", "--out", str(tmp_path / "o"))
+    # gets past load and build without --arch: the first complaint is the input size
+    assert proc.returncode == 2 and "multiple of the model's stride" in proc.stderr

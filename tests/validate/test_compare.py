@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from edgeport.validate.compare import FLOAT32, INT8, Tolerance, compare_tensors, tensor_metrics
+
+
+def test_identical_tensors():
+    x = np.random.default_rng(0).normal(size=(2, 6, 4, 4)).astype(np.float32)
+    m = tensor_metrics(x, x)
+    assert m.max_abs == 0 and m.rmse == 0 and m.cosine == pytest.approx(1.0) and math.isinf(m.snr_db)
+    assert compare_tensors("p3", x, x, FLOAT32).passed
+
+
+def test_known_metrics():
+    ref = np.array([3.0, 4.0], np.float32)
+    got = np.array([3.0, 5.0], np.float32)
+    m = tensor_metrics(ref, got)
+    assert m.max_abs == 1.0 and m.mean_abs == 0.5 and m.rmse == pytest.approx(math.sqrt(0.5))
+    assert m.cosine == pytest.approx((9 + 20) / (5 * math.sqrt(34)))
+    assert m.snr_db == pytest.approx(10 * math.log10(25 / 1))
+    assert m.ref_max_abs == 4.0 and m.max_abs_rel == 0.25
+
+
+def test_failure_says_why_and_what_would_pass():
+    ref = np.linspace(-1, 1, 100).astype(np.float32)
+    got = ref + np.float32(0.01)
+    c = compare_tensors("p4", ref, got, FLOAT32)
+    assert not c.passed
+    assert any("max_abs" in r for r in c.reasons)
+    assert c.needed.max_abs_rel == pytest.approx(0.01, rel=1e-3)
+    assert compare_tensors("p4", ref, got, Tolerance(max_abs_rel=c.needed.max_abs_rel, min_cosine=c.needed.min_cosine)).passed
+
+
+def test_int8_tolerance_gates_cosine_only():
+    ref = np.random.default_rng(1).normal(size=1000).astype(np.float32)
+    noisy = ref + np.random.default_rng(2).normal(scale=0.05, size=1000).astype(np.float32)
+    assert compare_tensors("p", ref, noisy, INT8).passed
+    assert not compare_tensors("p", ref, -ref, INT8).passed
+
+
+def test_non_finite_output_fails_and_shape_mismatch_raises():
+    ref = np.ones(4, np.float32)
+    got = np.array([1, 1, np.nan, 1], np.float32)
+    assert not compare_tensors("p", ref, got, INT8).passed
+    with pytest.raises(ValueError, match="shape mismatch"):
+        tensor_metrics(ref, np.ones(5, np.float32))
+    d = compare_tensors("p", ref, ref, FLOAT32).to_dict()
+    assert {"max_abs", "mean_abs", "rmse", "cosine", "snr_db", "p99_abs", "passed", "needed"} <= set(d)
