@@ -48,6 +48,19 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
         description=f"Architectures: {', '.join(arch_names())}.",
     )
     _add_convert_args(conv)
+
+    train = sub.add_parser("train", help="train a detector: DDP (gloo/NCCL), SyncBN, accumulation with no_sync",
+                           add_help=False)
+    train.add_argument("train_args", nargs=argparse.REMAINDER)
+    data = sub.add_parser("data", help="datasets: `edgeport data synth` writes a synthetic person dataset")
+    data_sub = data.add_subparsers(dest="data_command", metavar="DATA_COMMAND", parser_class=_Parser, required=True)
+    synth = data_sub.add_parser("synth", help="write a synthetic person dataset (YOLO layout + COCO JSON)")
+    synth.add_argument("--out", type=Path, required=True)
+    synth.add_argument("--n", type=int, default=500, help="training images (validation gets a fifth as many, at least 10)")
+    synth.add_argument("--n-val", type=int, help="validation images (default: n/5)")
+    synth.add_argument("--imgsz", type=int, default=160, help="image size in pixels")
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--force", action="store_true", help="write into a non-empty --out")
     return parser
 
 
@@ -83,7 +96,31 @@ def run_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"convert": run_convert}
+def run_data(args: argparse.Namespace) -> int:
+    from edgeport.errors import BadInputError
+    from edgeport.train.data import write_dataset
+    from edgeport.train.synth import make_scene
+
+    import numpy as np
+
+    if args.n < 1 or args.imgsz < 32:
+        raise BadInputError(f"--n {args.n} / --imgsz {args.imgsz}: need at least 1 image of at least 32 px")
+    if args.out.exists() and any(args.out.iterdir()) and not args.force:
+        raise BadInputError(f"--out {str(args.out)!r} is not empty; pass --force or choose another folder")
+    n_val = args.n_val if args.n_val is not None else max(10, args.n // 5)
+    rng_train = np.random.default_rng([args.seed, 0])
+    rng_val = np.random.default_rng([args.seed, 1])
+    splits = {
+        "train": [make_scene(rng_train, args.imgsz) for _ in range(args.n)],
+        "val": [make_scene(rng_val, args.imgsz) for _ in range(n_val)],
+    }
+    write_dataset(args.out, splits, size=args.imgsz)
+    boxes = sum(len(s.boxes) for v in splits.values() for s in v)
+    print(f"wrote {args.n} train + {n_val} val images ({boxes} people) to {args.out}/ (YOLO labels + COCO JSON)")
+    return 0
+
+
+COMMANDS = {"convert": run_convert, "data": run_data}
 
 
 def _dispatch(args: argparse.Namespace, prog: str) -> int:
@@ -100,6 +137,12 @@ def _dispatch(args: argparse.Namespace, prog: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:
+        # the trainer owns its options (it is also `python -m edgeport.train` under torchrun)
+        from edgeport.train.launch import main as train_main
+
+        return train_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -1,0 +1,66 @@
+"""Trainer checkpoints: atomic writes, plain types only, DDP key layout.
+
+``last.pt`` holds everything ``--resume`` needs (model, optimizer, scheduler, epoch, step,
+metrics); ``best.pt`` holds the weights to deploy (no optimizer state). Both name the
+architecture and its config, so ``convert`` needs no ``--arch``, and both load with
+``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+from pathlib import Path
+
+import torch
+
+from edgeport.errors import CheckpointError
+
+FORMAT = "edgeport.ckpt/1"
+
+
+def atomic_save(obj: dict, path: Path) -> None:
+    """Write to a temporary file in the same folder, flush to disk, then rename over ``path``."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for name in ("edgeport", "torch", "numpy"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = "unknown"
+    return out
+
+
+def load_resume(path: Path) -> dict:
+    from edgeport.convert.load_checkpoint_pass import torch_load
+
+    ckpt = torch_load(path, trust=False)
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        raise CheckpointError(f"--resume {str(path)!r} is not an edgeport trainer checkpoint; pass the run's last.pt")
+    if "optimizer" not in ckpt:
+        raise CheckpointError(f"--resume {str(path)!r} has no optimizer state (a best.pt?); pass the run's last.pt")
+    return ckpt
+
+
+def load_initial_weights(model: torch.nn.Module, path: Path) -> tuple[int, list[str]]:
+    """``--weights``: copy every tensor whose name and shape fit; return (loaded, skipped names)."""
+    from edgeport.convert.load_checkpoint_pass import find_weights, torch_load
+    from edgeport.convert.unwrap_prefixes_pass import strip_state_dict
+
+    _, sd, module, _, _ = find_weights(torch_load(path, trust=False))
+    if sd is None:
+        sd = module.state_dict()
+    sd, _ = strip_state_dict(sd)
+    own = model.state_dict()
+    fit = {k: v for k, v in sd.items() if k in own and own[k].shape == v.shape}
+    skipped = sorted(set(sd) - set(fit)) + sorted(k for k in own if k not in sd)
+    model.load_state_dict(fit, strict=False)
+    return len(fit), skipped

@@ -1,0 +1,153 @@
+"""Detection datasets: the YOLO folder layout and COCO JSON, with loud label checking.
+
+YOLO layout: ``DIR/images/{train,val}/*`` and ``DIR/labels/{train,val}/<stem>.txt`` with one
+``class cx cy w h`` line per box, normalised to [0, 1]. COCO: ``DIR/annotations/{split}.json``
+(``images``, ``annotations`` with ``bbox`` = x, y, w, h in pixels, ``categories``) next to
+``DIR/images/{split}/``. Bad labels are errors that name the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgeport.errors import BadInputError
+from edgeport.models.preprocess import list_images, load_image
+
+
+class DataError(BadInputError):
+    """A dataset folder or label file is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    image: Path
+    boxes: np.ndarray  # (K, 4) xyxy in original pixels
+    classes: np.ndarray  # (K,) int64
+    width: int
+    height: int
+
+
+def _image_size(path: Path) -> tuple[int, int]:
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            return im.size
+    except OSError as exc:
+        raise DataError(f"image {str(path)!r} is unreadable ({exc}); remove or replace it") from exc
+
+
+def parse_yolo_label(path: Path, width: int, height: int, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    boxes, classes = [], []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        fields = line.split()
+        where = f"{path}:{lineno}"
+        if len(fields) != 5:
+            raise DataError(f"{where}: expected 'class cx cy w h' (5 fields), got {len(fields)}: {line.strip()!r}")
+        try:
+            cls = int(fields[0])
+            cx, cy, w, h = (float(v) for v in fields[1:])
+        except ValueError as exc:
+            raise DataError(f"{where}: not numbers: {line.strip()!r}") from exc
+        if not 0 <= cls < num_classes:
+            raise DataError(f"{where}: class {cls} out of range 0..{num_classes - 1}; check --num-classes")
+        if not all(0.0 <= v <= 1.0 for v in (cx, cy, w, h)) or w <= 0 or h <= 0:
+            raise DataError(f"{where}: box {cx} {cy} {w} {h} is not normalised to (0, 1]")
+        boxes.append([(cx - w / 2) * width, (cy - h / 2) * height, (cx + w / 2) * width, (cy + h / 2) * height])
+        classes.append(cls)
+    b = np.clip(np.asarray(boxes, np.float32).reshape(-1, 4), 0, [width, height, width, height])
+    return b, np.asarray(classes, np.int64)
+
+
+def load_yolo_split(root: Path, split: str, num_classes: int) -> list[Sample]:
+    img_dir, lbl_dir = root / "images" / split, root / "labels" / split
+    if not img_dir.is_dir():
+        raise DataError(f"{str(img_dir)!r} does not exist; expected DIR/images/{{train,val}} (YOLO layout)")
+    images = list_images(img_dir)
+    if not images:
+        raise DataError(f"{str(img_dir)!r} holds no images")
+    samples = []
+    for image in images:
+        w, h = _image_size(image)
+        label = lbl_dir / f"{image.stem}.txt"
+        if label.exists():
+            boxes, classes = parse_yolo_label(label, w, h, num_classes)
+        else:
+            boxes, classes = np.zeros((0, 4), np.float32), np.zeros(0, np.int64)  # no objects
+        samples.append(Sample(image, boxes, classes, w, h))
+    stems = {p.stem for p in images}
+    orphans = sorted(p.name for p in lbl_dir.glob("*.txt") if p.stem not in stems) if lbl_dir.is_dir() else []
+    if orphans:
+        raise DataError(f"{lbl_dir}: labels without an image: {', '.join(orphans[:3])}; missing images?")
+    return samples
+
+
+def load_coco_split(root: Path, split: str, num_classes: int) -> list[Sample]:
+    ann = root / "annotations" / f"{split}.json"
+    try:
+        data = json.loads(ann.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"{ann}: unreadable COCO JSON ({exc})") from exc
+    cat_ids = sorted(c["id"] for c in data.get("categories", []))
+    cat_index = {cid: i for i, cid in enumerate(cat_ids)}
+    if len(cat_ids) > num_classes:
+        raise DataError(f"{ann}: {len(cat_ids)} categories but --num-classes {num_classes}")
+    per_image: dict[int, list] = {img["id"]: [] for img in data.get("images", [])}
+    for i, a in enumerate(data.get("annotations", [])):
+        x, y, w, h = a["bbox"]
+        if a["image_id"] not in per_image or a["category_id"] not in cat_index or w <= 0 or h <= 0:
+            raise DataError(f"{ann}: annotation #{i} (id {a.get('id')}) has a bad image_id, category_id or bbox")
+        per_image[a["image_id"]].append(([x, y, x + w, y + h], cat_index[a["category_id"]]))
+    samples = []
+    for img in data.get("images", []):
+        path = root / "images" / split / img["file_name"]
+        if not path.exists():
+            raise DataError(f"{ann}: image {img['file_name']!r} (id {img['id']}) is missing from {path.parent}")
+        boxes = np.asarray([b for b, _ in per_image[img["id"]]], np.float32).reshape(-1, 4)
+        classes = np.asarray([c for _, c in per_image[img["id"]]], np.int64)
+        samples.append(Sample(path, boxes, classes, int(img["width"]), int(img["height"])))
+    return samples
+
+
+def load_split(root: Path, split: str, num_classes: int) -> list[Sample]:
+    """COCO JSON if ``annotations/{split}.json`` exists, else the YOLO layout."""
+    if not root.is_dir():
+        raise DataError(f"--data {str(root)!r} is not a folder; create one with `edgeport data synth --out DIR`")
+    if (root / "annotations" / f"{split}.json").exists():
+        return load_coco_split(root, split, num_classes)
+    return load_yolo_split(root, split, num_classes)
+
+
+def write_dataset(root: Path, splits: dict[str, list], *, size: int) -> None:
+    """Write scenes (``train.synth.Scene``) in the YOLO layout and as COCO JSON."""
+    from PIL import Image
+
+    for split, scenes in splits.items():
+        (root / "images" / split).mkdir(parents=True, exist_ok=True)
+        (root / "labels" / split).mkdir(parents=True, exist_ok=True)
+        (root / "annotations").mkdir(parents=True, exist_ok=True)
+        coco = {"images": [], "annotations": [], "categories": [{"id": 1, "name": "person"}]}
+        for i, scene in enumerate(scenes):
+            name = f"{split}_{i:05d}.png"
+            Image.fromarray(scene.image).save(root / "images" / split / name)
+            lines = []
+            coco["images"].append({"id": i + 1, "file_name": name, "width": size, "height": size})
+            for box, cls in zip(scene.boxes, scene.classes):
+                x1, y1, x2, y2 = (float(v) for v in box)
+                lines.append(f"{int(cls)} {(x1 + x2) / 2 / size:.6f} {(y1 + y2) / 2 / size:.6f} {(x2 - x1) / size:.6f} {(y2 - y1) / size:.6f}")
+                coco["annotations"].append(
+                    {"id": len(coco["annotations"]) + 1, "image_id": i + 1, "category_id": int(cls) + 1,
+                     "bbox": [x1, y1, x2 - x1, y2 - y1], "area": (x2 - x1) * (y2 - y1), "iscrowd": 0}
+                )
+            (root / "labels" / split / f"{Path(name).stem}.txt").write_text("\n".join(lines) + ("\n" if lines else ""))
+        (root / "annotations" / f"{split}.json").write_text(json.dumps(coco))
+
+
+def load_rgb(sample: Sample) -> np.ndarray:
+    return load_image(sample.image)

@@ -1,0 +1,299 @@
+"""One training process: DDP over torch.distributed, accumulation with ``no_sync()``.
+
+Within a window of K micro-steps, the first K-1 run forward *and* backward inside
+``ddp.no_sync()``, so gradients accumulate locally; the last one runs outside it and DDP
+all-reduces once. Each micro-step's loss is the sum of its per-image losses divided by the
+number of images in the whole window on this rank (a last, partial window by its real
+size), and DDP averages over ranks: the update is that of one step on the joint batch.
+The LR schedule counts optimizer steps. A counting communication hook records how many
+gradient all-reduce rounds each optimizer step took.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as _dt
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from edgeport.errors import EdgeportError
+from edgeport.models.registry import build_model
+from edgeport.train.checkpoint import FORMAT, atomic_save, load_initial_weights, load_resume, versions
+from edgeport.train.config import DEFAULT_EPOCHS, TrainConfig
+from edgeport.train.data import load_split
+from edgeport.train.dataset import AugmentConfig, DetectionDataset, collate
+from edgeport.train.evaluate import evaluate
+from edgeport.train.syncbn import convert_sync_batchnorm
+from edgeport.train.targets import detection_loss
+
+GRAD_CLIP = 10.0
+METRIC_FIELDS = ["epoch", "step", "lr", "loss", "obj", "cls", "box", "map50", "map50_95", "seconds", "images_per_s",
+                 "optimizer_steps", "allreduce_rounds", "allreduce_buckets"]
+
+
+class TrainingError(EdgeportError):
+    """Training cannot go on (a non-finite loss, a broken resume)."""
+
+    exit_code = 1
+
+
+@dataclass
+class CommCounter:
+    """State of the counting all-reduce hook."""
+
+    process_group: object = None
+    buckets: int = 0
+    rounds: int = 0
+
+
+def counting_allreduce_hook(state: CommCounter, bucket):
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    state.buckets += 1
+    if bucket.is_last():
+        state.rounds += 1
+    return allreduce_hook(state.process_group, bucket)
+
+
+def cosine_lambda(total_steps: int, lrf: float):
+    total = max(total_steps, 1)
+
+    def f(step: int) -> float:
+        return lrf + (1.0 - lrf) * 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
+
+    return f
+
+
+def micro_batch_sizes(n_local: int, batch: int) -> list[int]:
+    return [min(batch, n_local - i) for i in range(0, n_local, batch)]
+
+
+def window_sizes(sizes: list[int], k: int) -> list[int]:
+    """Images in the accumulation window each micro-step belongs to."""
+    out = []
+    for start in range(0, len(sizes), k):
+        total = sum(sizes[start : start + k])
+        out += [total] * len(sizes[start : start + k])
+    return out
+
+
+def log(rank: int, message: str) -> None:
+    if rank == 0:
+        print(message, file=sys.stderr, flush=True)
+
+
+def _freeze_backbone(model: torch.nn.Module) -> None:
+    for p in model.backbone.parameters():
+        p.requires_grad_(False)
+
+
+def _set_train_mode(model: torch.nn.Module, frozen: bool) -> None:
+    model.train()
+    if frozen:
+        model.backbone.eval()  # frozen layers keep their BatchNorm statistics
+
+
+def _optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() > 1]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() <= 1]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=cfg.lr)
+    return torch.optim.SGD(groups, lr=cfg.lr, momentum=0.9, nesterov=True)
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [r["epoch"] for r in rows]
+    fig, ax = plt.subplots(1, 2, figsize=(9, 3.2))
+    ax[0].plot(epochs, [r["loss"] for r in rows], marker="o")
+    ax[0].set(title="training loss", xlabel="epoch")
+    ax[1].plot(epochs, [r["map50"] for r in rows], marker="o", label="mAP@0.5")
+    ax[1].plot(epochs, [r["map50_95"] for r in rows], marker="o", label="mAP@0.5:0.95")
+    ax[1].set(title="validation mAP", xlabel="epoch", ylim=(0, 1))
+    ax[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict:
+    """Train on this process; returns the final summary (rank 0's is written to summary.json)."""
+    device = torch.device("cuda", local_rank) if cfg.device == "cuda" else torch.device("cpu")
+    if cfg.device == "cuda":
+        torch.cuda.set_device(device)
+    else:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(world, 1)))
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+
+    resume = load_resume(cfg.resume) if cfg.resume else None
+    if resume is not None:
+        # the run goes on as it was configured; --epochs may raise its length, --data move its data
+        saved = TrainConfig.from_dict(resume["args"])
+        cfg = TrainConfig.from_dict({**saved.to_dict(), "epochs": max(cfg.epochs or 0, saved.epochs), "resume": str(cfg.resume),
+                                     "data": str(cfg.data), "out": str(cfg.out), "world_size": cfg.world_size,
+                                     "dist_url": cfg.dist_url})
+    else:
+        cfg = TrainConfig.from_dict({**cfg.to_dict(), "epochs": cfg.epochs or DEFAULT_EPOCHS})
+
+    model, arch_config = build_model(cfg.arch, {"num_classes": cfg.num_classes})
+    strides = tuple(arch_config["strides"])
+    if cfg.weights and resume is None:
+        loaded, skipped = load_initial_weights(model, cfg.weights)
+        log(rank, f"--weights: loaded {loaded} tensors" + (f"; skipped {len(skipped)}: {', '.join(skipped[:8])}" if skipped else ""))
+    if cfg.freeze_layers:
+        _freeze_backbone(model)
+    if cfg.sync_bn:
+        model = convert_sync_batchnorm(model, device)
+    model.to(device)
+    ddp = DDP(model, device_ids=[local_rank] if cfg.device == "cuda" else None)
+    counter = CommCounter(process_group=dist.group.WORLD)
+    ddp.register_comm_hook(counter, counting_allreduce_hook)
+
+    train_samples = load_split(cfg.data, "train", cfg.num_classes)
+    val_samples = load_split(cfg.data, "val", cfg.num_classes)
+    dataset = DetectionDataset(train_samples, cfg.imgsz, strides, augment=not cfg.deterministic, seed=cfg.seed, aug=AugmentConfig())
+    sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=not cfg.deterministic, seed=cfg.seed)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, collate_fn=collate, num_workers=0)
+    sizes = micro_batch_sizes(len(sampler), cfg.batch_size)
+    windows = window_sizes(sizes, cfg.accumulate)
+    steps_per_epoch = math.ceil(len(sizes) / cfg.accumulate)
+
+    optimizer = _optimizer(cfg, model)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_lambda(cfg.epochs * steps_per_epoch, cfg.lrf))
+    start_epoch, step, best, rows = 0, 0, -1.0, []
+    if resume is not None:
+        ddp.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        scheduler.load_state_dict(resume["scheduler"])
+        scheduler.lr_lambdas = [cosine_lambda(cfg.epochs * steps_per_epoch, cfg.lrf)] * len(optimizer.param_groups)
+        start_epoch, step, best = int(resume["epoch"]), int(resume["step"]), float(resume.get("best_map50", -1.0))
+        rows = list(resume.get("history", []))
+        log(rank, f"resumed from {cfg.resume} at epoch {start_epoch}, optimizer step {step}")
+
+    out = cfg.out
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "args.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+    log(rank, f"training {cfg.arch} on {len(train_samples)} images, world size {world} ({cfg.resolved_backend}), "
+              f"batch {cfg.batch_size}/process x accumulate {cfg.accumulate} = {cfg.batch_size * cfg.accumulate * world} images/step, "
+              f"SyncBN {'on' if cfg.sync_bn else 'off'}, {steps_per_epoch} optimizer steps/epoch")
+
+    summary: dict = {}
+    for epoch in range(start_epoch, cfg.epochs):
+        sampler.set_epoch(epoch)
+        dataset.set_epoch(epoch)
+        _set_train_mode(ddp.module, cfg.freeze_layers)
+        t0 = time.perf_counter()
+        rounds0, buckets0, steps0 = counter.rounds, counter.buckets, step
+        totals = torch.zeros(5, dtype=torch.float64)  # loss, obj, cls, box, images
+        progress = _progress(rank, epoch, cfg.epochs, len(sizes))
+        for m, (images, targets, _) in enumerate(loader):
+            last_in_window = (m + 1) % cfg.accumulate == 0 or m + 1 == len(sizes)
+            sync_now = last_in_window or cfg.sync_micro_steps
+            images = images.to(device)
+            targets = [{k: v.to(device) for k, v in t.items()} for t in targets]
+            with contextlib.nullcontext() if sync_now else ddp.no_sync():
+                per_image, parts = detection_loss(list(ddp(images)), targets)
+                loss = per_image.sum() / windows[m]
+                if not torch.isfinite(loss):
+                    raise TrainingError(
+                        f"non-finite loss ({loss.item()}) at epoch {epoch + 1}, optimizer step {step + 1}, micro-step {m + 1} "
+                        f"on rank {rank}; lower --lr or check the data, then --resume from {out / 'last.pt'}"
+                    )
+                loss.backward()
+            totals += torch.tensor([per_image.sum().item(), parts["obj"], parts["cls"], parts["box"], len(per_image)], dtype=torch.float64)
+            if last_in_window:
+                torch.nn.utils.clip_grad_norm_(ddp.parameters(), GRAD_CLIP)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                scheduler.step()
+                step += 1
+            if progress is not None:
+                progress.advance()
+        if progress is not None:
+            progress.close()
+        elapsed = time.perf_counter() - t0
+        dist.all_reduce(totals)
+        n_img = max(totals[4].item(), 1.0)
+        row = {
+            "epoch": epoch + 1, "step": step, "lr": scheduler.get_last_lr()[0],
+            "loss": totals[0].item() / n_img, "obj": totals[1].item() / n_img, "cls": totals[2].item() / n_img,
+            "box": totals[3].item() / n_img, "map50": float("nan"), "map50_95": float("nan"),
+            "seconds": elapsed, "images_per_s": n_img / elapsed,
+            "optimizer_steps": step - steps0, "allreduce_rounds": counter.rounds - rounds0,
+            "allreduce_buckets": counter.buckets - buckets0,
+        }
+        is_last_epoch = epoch + 1 == cfg.epochs
+        if rank == 0 and ((epoch + 1) % cfg.eval_every == 0 or is_last_epoch):
+            row.update(evaluate(ddp.module, val_samples, cfg.imgsz, strides))
+        rows.append(row)
+        if rank == 0:
+            improved = row["map50"] > best
+            best = max(best, row["map50"]) if not math.isnan(row["map50"]) else best
+            ckpt = {
+                "format": FORMAT, "arch": cfg.arch, "config": arch_config, "imgsz": cfg.imgsz,
+                "model": ddp.state_dict(),  # keys prefixed `module.`, as DDP scripts save them
+                "epoch": epoch + 1, "step": step, "best_map50": best, "metrics": row, "history": rows,
+                "args": cfg.to_dict(), "world_size": world, "versions": versions(),
+                "saved": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            }
+            if improved:
+                atomic_save(ckpt, out / "best.pt")  # deployable weights: no optimizer state
+            atomic_save({**ckpt, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, out / "last.pt")
+            _write_metrics(rows, out)
+            log(rank, f"epoch {epoch + 1}/{cfg.epochs}  loss {row['loss']:.4f}  mAP@0.5 {row['map50']:.3f}  "
+                      f"mAP@0.5:0.95 {row['map50_95']:.3f}  {row['images_per_s']:.1f} img/s  "
+                      f"all-reduce rounds/step {row['allreduce_rounds'] / max(row['optimizer_steps'], 1):.2f}")
+        dist.barrier()
+        summary = {"epochs": epoch + 1, "step": step, "best_map50": best, "last": row}
+    if rank == 0:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
+    return summary
+
+
+def _write_metrics(rows: list[dict], out: Path) -> None:
+    with open(out / "metrics.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=METRIC_FIELDS)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: r.get(k) for k in METRIC_FIELDS})
+    _plot(rows, out / "metrics.png")
+
+
+class _progress:
+    """A rich progress bar on rank 0 when stderr is a terminal; nothing otherwise."""
+
+    def __new__(cls, rank: int, epoch: int, epochs: int, total: int):
+        if rank != 0 or not sys.stderr.isatty():
+            return None
+        return super().__new__(cls)
+
+    def __init__(self, rank: int, epoch: int, epochs: int, total: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(TextColumn(f"epoch {epoch + 1}/{epochs}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True)
+        self.task = self.bar.add_task("train", total=total)
+        self.bar.start()
+
+    def advance(self) -> None:
+        self.bar.advance(self.task)
+
+    def close(self) -> None:
+        self.bar.stop()
