@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from edgeport import __version__
-from edgeport.errors import EdgeportError
+from edgeport.errors import BadInputError, EdgeportError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,6 +32,9 @@ def _add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace a non-empty --out")
     p.add_argument("--trust-checkpoint", action="store_true",
                    help="allow full unpickling (runs code from the file): only for checkpoints you trust")
+    p.add_argument("--board", default="default", help="target board profile: a name from `edgeport boards` or a .toml path (default: default)")
+    p.add_argument("--legacy-resize", action="store_true",
+                   help="emit bilinear resizes the way older converters did (half_pixel_centers off): reproduces the board bug")
     p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
     p.add_argument("--no-int8", action="store_true", help="skip the full-integer int8 model")
 
@@ -52,6 +55,11 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train a detector: DDP (gloo/NCCL), SyncBN, accumulation with no_sync",
                            add_help=False)
     train.add_argument("train_args", nargs=argparse.REMAINDER)
+    boards = sub.add_parser("boards", help="list board profiles, or check a .tflite against one")
+    boards_sub = boards.add_subparsers(dest="boards_command", metavar="BOARDS_COMMAND", parser_class=_Parser)
+    bcheck = boards_sub.add_parser("check", help="list every reason a board cannot run a .tflite model (exit 0 runnable, 1 not)")
+    bcheck.add_argument("model", type=Path)
+    bcheck.add_argument("--board", required=True, help="board profile name or .toml path")
     data = sub.add_parser("data", help="datasets: `edgeport data synth` writes a synthetic person dataset")
     data_sub = data.add_subparsers(dest="data_command", metavar="DATA_COMMAND", parser_class=_Parser, required=True)
     synth = data_sub.add_parser("synth", help="write a synthetic person dataset (YOLO layout + COCO JSON)")
@@ -75,8 +83,10 @@ def run_convert(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from edgeport.convert.command import convert, gate
+    from edgeport.validate.boards import load_board
     from edgeport.validate.render import print_table
 
+    board = load_board(args.board)
     out, report = convert(
         args.checkpoint,
         out=args.out,
@@ -88,6 +98,8 @@ def run_convert(args: argparse.Namespace) -> int:
         trust_checkpoint=args.trust_checkpoint,
         opset=args.opset,
         int8=not args.no_int8,
+        board=board,
+        legacy_resize=args.legacy_resize,
     )
     stdout = Console(width=None if sys.stdout.isatty() else 140)
     print_table(report, stdout)
@@ -97,7 +109,6 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_data(args: argparse.Namespace) -> int:
-    from edgeport.errors import BadInputError
     from edgeport.train.data import write_dataset
     from edgeport.train.synth import make_scene
 
@@ -120,7 +131,33 @@ def run_data(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"convert": run_convert, "data": run_data}
+def run_boards(args: argparse.Namespace) -> int:
+    from edgeport.validate.boards import board_names, check_model, load_board
+    from edgeport.validate.tflite_model import read_tflite
+
+    if args.boards_command is None:
+        for name in board_names():
+            b = load_board(name)
+            print(f"{b.name:<14} {b.runtime:<6} {b.version:<9} {','.join(b.dtypes):<14} "
+                  f"RAM {b.ram_bytes / 1024:>9,.0f} KiB  flash {b.flash_bytes / 1024:>9,.0f} KiB  {b.description}")
+        return 0
+    board = load_board(args.board)
+    if not args.model.is_file():
+        raise BadInputError(f"model {str(args.model)!r} does not exist; pass a .tflite file")
+    summary = read_tflite(args.model)
+    reasons = check_model(summary, board)
+    ops = ", ".join(f"{o.name} v{o.version}" + (f" ({', '.join(o.notes)})" if o.notes else "") for o in summary.ops)
+    print(f"{args.model}: {summary.size_bytes:,} bytes, min_runtime_version {summary.min_runtime_version}, ops: {ops}")
+    if not reasons:
+        print(f"runnable on {board.name}")
+        return 0
+    print(f"NOT runnable on {board.name}:")
+    for reason in reasons:
+        print(f"  - {reason}")
+    return 1
+
+
+COMMANDS = {"convert": run_convert, "data": run_data, "boards": run_boards}
 
 
 def _dispatch(args: argparse.Namespace, prog: str) -> int:

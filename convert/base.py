@@ -33,6 +33,22 @@ class ConvertConfig:
     seed: int = 0
     int8: bool = True
     onnx2tf_timeout_s: float = 1800.0
+    # the target board (validate/boards/*.toml); None means the default profile
+    board: Any = None
+    # reproduce older converters' resize (inexact, for showing the bug)
+    legacy_resize: bool = False
+
+    def __post_init__(self) -> None:
+        if self.board is None:
+            from edgeport.validate.boards import DEFAULT_BOARD, load_board
+
+            object.__setattr__(self, "board", load_board(DEFAULT_BOARD))
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """The TFLite variants to produce: those the board runs (int8 only when asked)."""
+        wanted = ("float32", "int8") if self.int8 else ("float32",)
+        return tuple(v for v in wanted if self.board.runs_dtype(v))
 
 
 @dataclass(frozen=True)
@@ -59,6 +75,8 @@ class State:
     val_source: str = ""
     onnx_path: Path | None = None
     tflite: dict[str, Path] = field(default_factory=dict)  # variant -> file
+    upsample_decisions: tuple[dict, ...] = ()
+    board_checks: dict[str, dict] = field(default_factory=dict)  # variant -> {runnable, reasons, ...}
     report: dict | None = None
 
     def evolve(self, **changes: Any) -> "State":

@@ -90,8 +90,12 @@ def convert(
 def gate(out: Path, report: dict) -> None:
     """Raise ParityGateError (exit 1) when the report did not pass."""
     if not report["passed"]:
-        failed = ", ".join(f"{r['variant']}/{r['runtime']}" for r in report["results"] if not r["passed"])
-        raise ParityGateError(f"parity gate failed for {failed}; artifacts and report are in {out}/")
+        failed = [f"{r['variant']}/{r['runtime']}" for r in report["results"] if not r["passed"]]
+        board = report.get("board") or {}
+        for variant, check in (board.get("checks") or {}).items():
+            if not check["runnable"]:
+                failed.append(f"{variant} not runnable on {board['name']}: {'; '.join(check['reasons'])}")
+        raise ParityGateError(f"gate failed: {', '.join(failed)}; artifacts and report are in {out}/")
 
 
 class _Progress:

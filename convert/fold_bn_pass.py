@@ -18,6 +18,7 @@ from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from edgeport.convert.base import Pass, PassResult, State
 from edgeport.convert.modelcheck import assert_same_outputs
+from edgeport.convert.tracing import trace
 from edgeport.errors import PassCheckError
 
 CONV_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -32,7 +33,7 @@ def _set_submodule(root: nn.Module, target: str, new: nn.Module) -> None:
 
 
 def _fold_traced(module: nn.Module) -> tuple[nn.Module, int]:
-    gm = fx.symbolic_trace(module)
+    gm = trace(module)
     mods = dict(gm.named_modules())
     folded = 0
     for node in list(gm.graph.nodes):

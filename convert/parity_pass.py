@@ -33,7 +33,16 @@ class ParityPass(Pass):
             },
         )
         report = run_parity(subject)
+        board = cfg.board
+        report["board"] = {
+            "name": board.name, "runtime": board.runtime, "version": board.version, "dtypes": list(board.dtypes),
+            "ram_bytes": board.ram_bytes, "flash_bytes": board.flash_bytes,
+            "checks": state.board_checks, "runnable": all(c["runnable"] for c in state.board_checks.values()),
+        }
+        report["upsample"] = {"legacy_resize": cfg.legacy_resize, "sites": list(state.upsample_decisions)}
+        report["passed"] = bool(report["passed"] and report["board"]["runnable"])
         failed = [f"{r['variant']}/{r['runtime']}" for r in report["results"] if not r["passed"]]
+        failed += [f"{v} not runnable on {board.name}" for v, c in state.board_checks.items() if not c["runnable"]]
         summary = "all passed" if not failed else f"FAILED: {', '.join(failed)}"
         return PassResult(state.evolve(report=report), changed=False, summary=summary)
 

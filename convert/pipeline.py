@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from edgeport.convert.base import ConvertConfig, Pass, State
+from edgeport.convert.board_gate_pass import BoardGatePass
 from edgeport.convert.build_model_pass import BuildModelPass
 from edgeport.convert.export_onnx_pass import ExportOnnxPass
 from edgeport.convert.fold_bn_pass import FoldBNPass
@@ -17,6 +18,7 @@ from edgeport.convert.load_checkpoint_pass import LoadCheckpointPass
 from edgeport.convert.parity_pass import ParityPass
 from edgeport.convert.prepare_inputs_pass import PrepareInputsPass
 from edgeport.convert.revert_syncbn_pass import RevertSyncBNPass
+from edgeport.convert.rewrite_upsample_pass import RewriteUpsamplePass
 from edgeport.convert.to_tflite_pass import ToTFLitePass
 from edgeport.convert.unwrap_prefixes_pass import UnwrapPrefixesPass
 from edgeport.errors import BadInputError, EdgeportError, PassCheckError
@@ -28,8 +30,10 @@ PIPELINE: tuple[Pass, ...] = (
     PrepareInputsPass(),
     RevertSyncBNPass(),
     FoldBNPass(),
+    RewriteUpsamplePass(),
     ExportOnnxPass(),
     ToTFLitePass(),
+    BoardGatePass(),
     ParityPass(),
 )
 

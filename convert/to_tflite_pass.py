@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeport.convert.base import Pass, PassResult, State
-from edgeport.errors import ConversionError, PassCheckError
+from edgeport.errors import BadInputError, ConversionError, PassCheckError
 
 ONNX2TF_SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 CALIB_FILE = "calib_nhwc.npy"
@@ -128,13 +128,21 @@ class ToTFLitePass(Pass):
     def run(self, state: State) -> PassResult:
         from edgeport.convert.export_onnx_pass import INPUT_NAME
 
-        work = state.config.work_dir / "onnx2tf"
+        cfg = state.config
+        variants = cfg.variants
+        if not variants:
+            raise BadInputError(
+                f"board {cfg.board.name} runs only {', '.join(cfg.board.dtypes)}; drop --no-int8 or choose another --board"
+            )
+        work = cfg.work_dir / "onnx2tf"
         files, seconds = run_onnx2tf(
-            state.onnx_path, state.calib, work, int8=state.config.int8, input_name=INPUT_NAME,
-            timeout_s=state.config.onnx2tf_timeout_s,
+            state.onnx_path, state.calib, work, int8="int8" in variants, input_name=INPUT_NAME,
+            timeout_s=cfg.onnx2tf_timeout_s,
         )
         tflite = {}
         for variant, src in files.items():
+            if variant not in variants:
+                continue  # the board does not run it: do not ship it
             dst = state.config.work_dir / f"model_{variant}.tflite"
             shutil.copyfile(src, dst)
             tflite[variant] = dst

@@ -1,5 +1,5 @@
-"""Board-exact operator rewrites (one rule per file, registered in one list).
+"""Board-exact operator rewrites, one rule per file, registered in ``registry.py``.
 
-No rule ships yet: the upsample rewrites are issue #4's work. The conversion pipeline
-currently exports upsampling as the model defines it.
+``board_upsample.BoardUpsample`` is the board-semantics upsample for training;
+``half_pixel_bilinear.HalfPixelBilinear2x`` is PyTorch's bilinear x2 from TFLite 1.13 ops.
 """

@@ -1,0 +1,164 @@
+"""Pass: make every upsample compute on the board exactly what PyTorch computes.
+
+Upsampling sites are found on the traced graph -- ``nn.Upsample`` modules, edgeport's
+``BoardUpsample`` and ``F.interpolate`` calls, wherever they are -- with their input and
+output shapes from a sample forward. Each site goes to the first rule in
+``ops.registry.RULES`` that matches it and whose operators the board runs: a native rule
+keeps the board's own resize, a rewrite rule swaps in a board-exact module. A site no
+rule covers stops the conversion with the module, its mode and factor, and what is
+supported. When the model cannot be traced, ``nn.Upsample`` modules are still found.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from edgeport.convert.base import Pass, PassResult, State
+from edgeport.convert.modelcheck import assert_same_outputs
+from edgeport.convert.tracing import trace
+from edgeport.errors import PassCheckError
+from edgeport.ops.base import UpsampleSpec
+from edgeport.ops.board_upsample import BoardUpsample
+from edgeport.ops.half_pixel_bilinear import HalfPixelBilinear2x
+from edgeport.ops.registry import Decision, decide
+
+INTERPOLATE_FUNCS = (F.interpolate, F.upsample, torch.nn.functional.upsample_nearest, torch.nn.functional.upsample_bilinear)
+REWRITE_REL_TOL = 1e-5
+
+
+def _module_spec(where: str, m: nn.Module, in_shape, out_shape) -> UpsampleSpec | None:
+    scale = (out_shape[-2] / in_shape[-2], out_shape[-1] / in_shape[-1])
+    if isinstance(m, HalfPixelBilinear2x):
+        return None  # already board-exact
+    if isinstance(m, BoardUpsample):
+        mode = "bilinear" if m.align_corners else "tf_legacy_bilinear"
+        return UpsampleSpec(where, mode, scale, m.align_corners, int(in_shape[1]))
+    if isinstance(m, nn.Upsample):
+        return UpsampleSpec(where, m.mode, scale, bool(m.align_corners), int(in_shape[1]))
+    return None
+
+
+def _call_spec(where: str, node: fx.Node, in_shape, out_shape) -> UpsampleSpec:
+    bound = inspect.signature(F.interpolate).bind_partial(*node.args, **node.kwargs)
+    mode = bound.arguments.get("mode", "nearest")
+    if node.target is torch.nn.functional.upsample_bilinear:
+        mode, align = "bilinear", True
+    else:
+        align = bool(bound.arguments.get("align_corners") or False)
+    scale = (out_shape[-2] / in_shape[-2], out_shape[-1] / in_shape[-1])
+    return UpsampleSpec(where, mode, scale, align, int(in_shape[1]))
+
+
+def _shapes(gm: fx.GraphModule, sample: torch.Tensor) -> None:
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    ShapeProp(gm).propagate(sample)
+
+
+def find_sites(gm: fx.GraphModule) -> list[tuple[fx.Node, UpsampleSpec]]:
+    """Upsampling sites of a shape-propagated graph module."""
+    mods = dict(gm.named_modules())
+    sites = []
+    for node in gm.graph.nodes:
+        if node.op not in ("call_module", "call_function") or "tensor_meta" not in node.meta:
+            continue
+        src = node.args[0] if node.args else None
+        if not isinstance(src, fx.Node) or "tensor_meta" not in src.meta:
+            continue
+        in_shape, out_shape = tuple(src.meta["tensor_meta"].shape), tuple(node.meta["tensor_meta"].shape)
+        if len(in_shape) != 4:
+            continue
+        spec = None
+        if node.op == "call_module":
+            spec = _module_spec(str(node.target), mods[node.target], in_shape, out_shape)
+        elif node.target in INTERPOLATE_FUNCS:
+            spec = _call_spec(node.name, node, in_shape, out_shape)
+        if spec is not None:
+            sites.append((node, spec))
+    return sites
+
+
+def rewrite_graph(module: nn.Module, sample: torch.Tensor, board, *, legacy_resize: bool) -> tuple[nn.Module, list[Decision], str]:
+    """Return (new module, decisions, how sites were found). The input module is not modified."""
+    module = copy.deepcopy(module)
+    try:
+        gm = trace(module)
+        _shapes(gm, sample)
+    except Exception:  # noqa: BLE001 - untraceable model: fall back to module hooks
+        return (*_rewrite_modules(module, sample, board, legacy_resize=legacy_resize), "modules (model not traceable; F.interpolate calls not seen)")
+    decisions = []
+    for k, (node, spec) in enumerate(find_sites(gm)):
+        decision = decide(spec, board, legacy_resize=legacy_resize)
+        decisions.append(decision)
+        if not decision.rewritten:
+            continue
+        name = f"edgeport_upsample_{k}"
+        gm.add_submodule(name, decision.module)
+        with gm.graph.inserting_after(node):
+            new = gm.graph.call_module(name, (node.args[0],))
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.delete_all_unused_submodules()
+    gm.recompile()
+    return gm, decisions, "fx graph"
+
+
+def _rewrite_modules(module: nn.Module, sample: torch.Tensor, board, *, legacy_resize: bool):
+    shapes: dict[str, tuple] = {}
+    hooks = []
+    for name, m in module.named_modules():
+        if isinstance(m, (nn.Upsample, BoardUpsample)):
+            hooks.append(m.register_forward_hook(lambda mod, inp, out, name=name: shapes.__setitem__(name, (tuple(inp[0].shape), tuple(out.shape)))))
+    with torch.no_grad():
+        module(sample)
+    for h in hooks:
+        h.remove()
+    decisions = []
+    for name, (in_shape, out_shape) in shapes.items():
+        m = module.get_submodule(name)
+        spec = _module_spec(name, m, in_shape, out_shape)
+        decision = decide(spec, board, legacy_resize=legacy_resize)
+        decisions.append(decision)
+        if decision.rewritten:
+            parent_name, _, attr = name.rpartition(".")
+            setattr(module.get_submodule(parent_name) if parent_name else module, attr, decision.module)
+    return module, decisions
+
+
+class RewriteUpsamplePass(Pass):
+    name = "rewrite_upsample"
+
+    def run(self, state: State) -> PassResult:
+        cfg = state.config
+        sample = torch.from_numpy(state.calib[:1])
+        module, decisions, how = rewrite_graph(state.module, sample, cfg.board, legacy_resize=cfg.legacy_resize)
+        rewritten = [d for d in decisions if d.rewritten]
+        record = tuple(
+            {"where": d.spec.where, "mode": d.spec.mode, "scale": list(d.spec.scale), "align_corners": d.spec.align_corners,
+             "rule": d.rule.name, "rewritten": d.rewritten, "exact": d.rule.exact}
+            for d in decisions
+        )
+        summary = f"{len(decisions)} upsample sites on {cfg.board.name}: {len(rewritten)} rewritten"
+        if rewritten:
+            summary += f" ({', '.join(sorted({d.rule.name for d in rewritten}))})"
+        summary += f"; found via {how}"
+        return PassResult(state.evolve(module=module.eval(), upsample_decisions=record), changed=bool(rewritten), summary=summary)
+
+    def check(self, before: State, after: State) -> None:
+        cfg = after.config
+        sample = torch.from_numpy(after.calib[:1])
+        if isinstance(after.module, fx.GraphModule):
+            gm = copy.deepcopy(after.module)
+            _shapes(gm, sample)
+            for _, spec in find_sites(gm):
+                decision = decide(spec, cfg.board, legacy_resize=cfg.legacy_resize)
+                if decision.rewritten:
+                    raise PassCheckError(f"upsample {spec.describe()} still needs rule {decision.rule.name} after the rewrite")
+        if all(d["exact"] for d in after.upsample_decisions):
+            assert_same_outputs(self.name, before.module, after.module, after.calib[:2], rel_tol=REWRITE_REL_TOL)

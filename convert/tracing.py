@@ -1,0 +1,26 @@
+"""torch.fx tracing shared by the model passes.
+
+edgeport's own board ops are leaves: their forward has data-dependent indexing and an
+export-time branch that symbolic tracing must not look into.
+"""
+
+from __future__ import annotations
+
+from torch import fx, nn
+
+from edgeport.ops.board_upsample import BoardUpsample
+from edgeport.ops.half_pixel_bilinear import HalfPixelBilinear2x
+
+LEAF_MODULES = (BoardUpsample, HalfPixelBilinear2x)
+
+
+class _Tracer(fx.Tracer):
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return isinstance(m, LEAF_MODULES) or super().is_leaf_module(m, module_qualified_name)
+
+
+def trace(module: nn.Module) -> fx.GraphModule:
+    if isinstance(module, fx.GraphModule):
+        return module
+    graph = _Tracer().trace(module)
+    return fx.GraphModule(module, graph, module.__class__.__name__)

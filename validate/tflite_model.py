@@ -1,0 +1,108 @@
+"""Read what a board needs to know from a .tflite flatbuffer, without running it.
+
+Operators with their versions and options that change semantics (resize flags), the
+dtypes of activation tensors, the ``min_runtime_version`` metadata and the file size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgeport._lazy import require
+from edgeport.errors import BadInputError
+
+
+@dataclass(frozen=True)
+class OpUse:
+    name: str  # builtin op name, e.g. RESIZE_BILINEAR
+    version: int
+    count: int
+    notes: tuple[str, ...] = ()  # e.g. ("half_pixel_centers",)
+
+
+@dataclass(frozen=True)
+class TFLiteSummary:
+    path: str
+    size_bytes: int
+    ops: tuple[OpUse, ...]
+    activation_dtypes: tuple[str, ...]  # dtypes of non-constant tensors
+    io_dtypes: tuple[str, ...]
+    min_runtime_version: str | None
+    custom_ops: tuple[str, ...] = field(default=())
+
+    def op(self, name: str) -> list[OpUse]:
+        return [o for o in self.ops if o.name == name]
+
+
+def _names(enum_cls) -> dict[int, str]:
+    return {v: k for k, v in vars(enum_cls).items() if not k.startswith("_") and isinstance(v, int)}
+
+
+def read_tflite(path: Path) -> TFLiteSummary:
+    schema = require("ai_edge_litert.schema_py_generated", package="ai-edge-litert", purpose="reading .tflite files")
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise BadInputError(f"cannot read {str(path)!r}: {exc}") from exc
+    if len(data) < 8 or data[4:8] != b"TFL3":
+        raise BadInputError(f"{str(path)!r} is not a TFLite model (no TFL3 identifier); pass a .tflite file")
+    try:
+        model = schema.Model.GetRootAs(data, 0)
+        return _summarise(schema, model, str(path), len(data))
+    except Exception as exc:  # a damaged flatbuffer raises anything from struct errors to IndexError
+        raise BadInputError(f"{str(path)!r} is a damaged TFLite flatbuffer ({type(exc).__name__}: {exc})") from exc
+
+
+def _summarise(schema, model, path: str, size: int) -> TFLiteSummary:
+    op_names = _names(schema.BuiltinOperator)
+    dtype_names = _names(schema.TensorType)
+    codes = []
+    for i in range(model.OperatorCodesLength()):
+        oc = model.OperatorCodes(i)
+        code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
+        custom = oc.CustomCode().decode() if oc.CustomCode() else None
+        codes.append((op_names.get(code, f"OP_{code}") if not custom else f"CUSTOM:{custom}", oc.Version()))
+    counts: dict[tuple[str, int, tuple[str, ...]], int] = {}
+    activation, io = set(), set()
+    for g in range(model.SubgraphsLength()):
+        sg = model.Subgraphs(g)
+        for t in range(sg.TensorsLength()):
+            tensor = sg.Tensors(t)
+            buf = model.Buffers(tensor.Buffer()) if tensor.Buffer() < model.BuffersLength() else None
+            if buf is None or buf.DataLength() == 0:
+                activation.add(dtype_names.get(tensor.Type(), str(tensor.Type())).lower())
+        for idx in list(sg.InputsAsNumpy()) + list(sg.OutputsAsNumpy()):
+            io.add(dtype_names.get(sg.Tensors(int(idx)).Type(), "?").lower())
+        for o in range(sg.OperatorsLength()):
+            op = sg.Operators(o)
+            name, version = codes[op.OpcodeIndex()]
+            notes = _resize_notes(schema, op, name)
+            counts[(name, version, notes)] = counts.get((name, version, notes), 0) + 1
+    min_rt = None
+    for i in range(model.MetadataLength()):
+        md = model.Metadata(i)
+        if md.Name() == b"min_runtime_version":
+            raw = model.Buffers(md.Buffer()).DataAsNumpy().tobytes()
+            min_rt = raw.split(b"\x00")[0].decode() or None
+    ops = tuple(OpUse(n, v, c, notes) for (n, v, notes), c in sorted(counts.items()))
+    return TFLiteSummary(
+        path=path, size_bytes=size, ops=ops, activation_dtypes=tuple(sorted(activation)), io_dtypes=tuple(sorted(io)),
+        min_runtime_version=min_rt, custom_ops=tuple(sorted({n for n, _ in codes if n.startswith("CUSTOM:")})),
+    )
+
+
+def _resize_notes(schema, op, name: str) -> tuple[str, ...]:
+    options = {"RESIZE_BILINEAR": schema.ResizeBilinearOptions, "RESIZE_NEAREST_NEIGHBOR": schema.ResizeNearestNeighborOptions}
+    cls = options.get(name)
+    if cls is None or op.BuiltinOptions() is None:
+        return ()
+    opts = cls()
+    table = op.BuiltinOptions()
+    opts.Init(table.Bytes, table.Pos)
+    notes = []
+    if opts.AlignCorners():
+        notes.append("align_corners")
+    if opts.HalfPixelCenters():
+        notes.append("half_pixel_centers")
+    return tuple(notes)
