@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # Make the CPU wheel of torch that lies on this machine's disk the one that is taken.
 TORCH  := torch==2.13.0
 
-.PHONY: setup demo test test-fast bench demo-checkpoint clean
+.PHONY: setup demo test test-fast bench demo-weights clean
 
 setup: $(STAMP)
 
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: setup
-	$(VENV)/bin/edgeport convert models/weights/pdet_n_ddp_syncbn.pt --arch pdet-n --imgsz 160 --out runs/demo --force
+	$(VENV)/bin/edgeport convert models/weights/pdet_n_person.pt --imgsz 160 --out runs/demo --force
 
 test: setup
 	$(PY) -m pytest -q
@@ -28,9 +28,11 @@ test-fast: setup
 
 bench: setup
 	$(PY) benchmarks/convert_bench.py
+	$(PY) benchmarks/upsample_bench.py
+	$(PY) benchmarks/train_bench.py
 
-demo-checkpoint: setup
-	$(PY) scripts/make_demo_checkpoint.py --out models/weights/pdet_n_ddp_syncbn.pt
+demo-weights: setup
+	$(PY) scripts/train_demo.py
 
 clean:
 	rm -rf runs .pytest_cache

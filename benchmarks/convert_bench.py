@@ -25,7 +25,7 @@ from edgeport.convert.pipeline import PIPELINE, run_pipeline
 from edgeport.convert.to_tflite_pass import offline_env, onnx2tf_command, write_calibration
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO = REPO / "models" / "weights" / "pdet_n_ddp_syncbn.pt"
+DEMO = REPO / "models" / "weights" / "pdet_n_person.pt"
 
 
 def bench_size(imgsz: int, ckpt: Path, arch: str) -> dict:

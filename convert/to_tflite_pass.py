@@ -56,6 +56,8 @@ def write_calibration(work: Path, calib_nchw: np.ndarray) -> Path:
 
     nhwc = np.ascontiguousarray(calib_nchw.transpose(0, 2, 3, 1), dtype=np.float32)
     np.save(work / CALIB_FILE, nhwc)
+    if nhwc.shape[-1] != 3:
+        return work / CALIB_FILE  # onnx2tf only fetches sample images for 3-channel inputs
     # onnx2tf's own sanity check wants exactly 20 images of 128x128: resize ours
     idx = np.arange(20) % len(nhwc)
     small = np.stack(

@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 ACTIVATIONS = ("relu", "relu6")
-UPSAMPLE_MODES = ("nearest", "bilinear")
+# "board_bilinear": TFLite 1.13's bilinear resize (ops.board_upsample), to train with the board's op
+UPSAMPLE_MODES = ("nearest", "bilinear", "board_bilinear")
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,10 @@ class Backbone(nn.Module):
 def make_upsample(cfg: DetectorConfig) -> nn.Module:
     if cfg.upsample == "nearest":
         return nn.Upsample(scale_factor=2, mode="nearest")
+    if cfg.upsample == "board_bilinear":
+        from edgeport.ops.board_upsample import BoardUpsample
+
+        return BoardUpsample(2, align_corners=cfg.align_corners)
     return nn.Upsample(scale_factor=2, mode="bilinear", align_corners=cfg.align_corners)
 
 

@@ -48,6 +48,12 @@ REGISTRY: dict[str, ArchSpec] = {
             DetectorConfig(widths=(16, 24, 32, 48, 80), neck_width=32, depth=1, upsample="bilinear"),
             "pdet-n with bilinear (align_corners=False) upsampling in the neck",
         ),
+        ArchSpec(
+            "pdet-n-board",
+            PDet,
+            DetectorConfig(widths=(16, 24, 32, 48, 80), neck_width=32, depth=1, upsample="board_bilinear"),
+            "pdet-n trained with TFLite 1.13's own bilinear resize (BoardUpsample)",
+        ),
     )
 }
 

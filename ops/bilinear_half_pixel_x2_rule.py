@@ -1,7 +1,8 @@
 """Bilinear x2 with ``align_corners=False`` for runtimes without half-pixel centres.
 
-Rewritten as nearest x2 + edge replication + a fixed 3x3 depthwise smoothing
-(see ``half_pixel_bilinear.py`` for the proof): all version-1 ops of TFLite 1.13.1.
+Rewritten as the board's own bilinear x2 (no half-pixel centres), the first row and column
+repeated, and a fixed 2x2 depthwise average (see ``half_pixel_bilinear.py`` for the proof):
+all version-1 ops of TFLite 1.13.1.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from edgeport.ops.half_pixel_bilinear import HalfPixelBilinear2x
 
 class BilinearHalfPixelX2Rule(UpsampleRule):
     name = "bilinear_half_pixel_x2"
-    description = "bilinear x2, align_corners=False: RESIZE_NEAREST_NEIGHBOR v1 + MIRROR_PAD v1 + DEPTHWISE_CONV_2D v1"
+    description = "bilinear x2, align_corners=False: RESIZE_BILINEAR v1 + STRIDED_SLICE v1 + CONCATENATION v1 + DEPTHWISE_CONV_2D v1"
 
     def matches(self, spec: UpsampleSpec) -> bool:
         return spec.mode == "bilinear" and not spec.align_corners and spec.integer_scale == 2 and spec.channels is not None
 
     def available(self, board) -> bool:
-        return all(board.max_op_version(op) >= 1 for op in ("RESIZE_NEAREST_NEIGHBOR", "MIRROR_PAD", "DEPTHWISE_CONV_2D"))
+        return all(board.max_op_version(op) >= 1 for op in ("RESIZE_BILINEAR", "STRIDED_SLICE", "CONCATENATION", "DEPTHWISE_CONV_2D"))
 
     def build(self, spec: UpsampleSpec) -> nn.Module:
         return HalfPixelBilinear2x(spec.channels)

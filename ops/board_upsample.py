@@ -19,9 +19,9 @@ from torch import nn
 
 
 def _axis(in_size: int, scale: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    out = in_size * scale
+    in_size, out = int(in_size), int(in_size) * scale
     # float32 like the kernel: in_y = y * (in / out)
-    src = torch.arange(out, device=device, dtype=torch.float32) * torch.tensor(in_size / out, dtype=torch.float32)
+    src = torch.arange(out, device=device, dtype=torch.float32) * (float(in_size) / float(out))
     lo = torch.floor(src)
     hi = torch.clamp(torch.ceil(src), max=in_size - 1)
     return lo.long(), hi.long(), src - lo

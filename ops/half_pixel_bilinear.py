@@ -1,16 +1,18 @@
 """PyTorch's bilinear x2 (``align_corners=False``) from version-1 TFLite builtin ops.
 
-With ``u`` the nearest-neighbour x2 upsample of ``in`` (``u[2i] = u[2i+1] = in[i]``), PyTorch's
-half-pixel bilinear output is, per axis,
+Let ``a`` be TF 1.13's own bilinear x2 (RESIZE_BILINEAR v1, no half-pixel centres; see
+``board_upsample.py``): ``a[2i] = in[i]``, ``a[2i+1] = (in[i] + in[min(i+1, n-1)]) / 2``.
+Averaging each sample with the one before it, ``out[x] = (a[x-1] + a[x]) / 2`` with
+``a[-1] = a[0]``, gives, per axis,
 
-    out[2i]   = 0.25 in[i-1] + 0.75 in[i]   = 0.25 u[2i-1] + 0.5 u[2i]   + 0.25 u[2i+1]
-    out[2i+1] = 0.75 in[i]   + 0.25 in[i+1] = 0.25 u[2i]   + 0.5 u[2i+1] + 0.25 u[2i+2]
+    out[2i]   = ((in[i-1] + in[i]) / 2 + in[i]) / 2 = 0.25 in[i-1] + 0.75 in[i]
+    out[2i+1] = (in[i] + (in[i] + in[i+1]) / 2) / 2 = 0.75 in[i]   + 0.25 in[i+1]
 
-with ``in`` clamped at the borders -- which is ``u`` with its edge replicated. So: nearest x2
-(RESIZE_NEAREST_NEIGHBOR v1), replicate-pad by one (ONNX ``Pad`` mode ``edge``, which onnx2tf
-emits as MIRROR_PAD ``SYMMETRIC`` v1), then a fixed 3x3 depthwise convolution with the
-outer product of ``[1/4, 1/2, 1/4]`` (DEPTHWISE_CONV_2D v1). All three ran in TFLite 1.13.1,
-and the kernel's weights are powers of two, so the arithmetic is exact up to float32 sums.
+which is PyTorch's half-pixel bilinear, borders included (``out[0] = in[0]``,
+``out[2n-1] = in[n-1]``, as PyTorch clamps). In 2-D: the board's resize, the first row
+and column repeated (STRIDED_SLICE v1 + CONCATENATION v1), then a 2x2 depthwise average
+(DEPTHWISE_CONV_2D v1, weights 1/4: exact in binary). Every op ran in TFLite 1.13.1, and
+XNNPACK runs them all, so the rewrite stays fast on modern runtimes too.
 """
 
 from __future__ import annotations
@@ -19,20 +21,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-SMOOTH_1D = torch.tensor([0.25, 0.5, 0.25])
+from edgeport.ops.board_upsample import BoardUpsample
 
 
 class HalfPixelBilinear2x(nn.Module):
     def __init__(self, channels: int):
         super().__init__()
         self.channels = int(channels)
-        kernel = torch.outer(SMOOTH_1D, SMOOTH_1D).expand(self.channels, 1, 3, 3).clone()
-        self.register_buffer("kernel", kernel, persistent=False)
+        self.board_resize = BoardUpsample(2, align_corners=False)
+        self.register_buffer("kernel", torch.full((self.channels, 1, 2, 2), 0.25), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        u = F.interpolate(x, scale_factor=2, mode="nearest")
-        u = F.pad(u, (1, 1, 1, 1), mode="replicate")
-        return F.conv2d(u, self.kernel.to(x.dtype), groups=self.channels)
+        a = self.board_resize(x)
+        a = torch.cat([a[:, :, :1], a], dim=2)  # a[-1] = a[0], rows
+        a = torch.cat([a[:, :, :, :1], a], dim=3)  # and columns
+        return F.conv2d(a, self.kernel.to(x.dtype), groups=self.channels)
 
     def extra_repr(self) -> str:
-        return f"channels={self.channels}, ops=RESIZE_NEAREST_NEIGHBOR+MIRROR_PAD+DEPTHWISE_CONV_2D"
+        return f"channels={self.channels}, ops=RESIZE_BILINEAR(v1)+STRIDED_SLICE+CONCATENATION+DEPTHWISE_CONV_2D"

@@ -14,7 +14,7 @@ import torch
 from edgeport.models.registry import build_model
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO_CKPT = REPO / "models" / "weights" / "pdet_n_ddp_syncbn.pt"
+DEMO_CKPT = REPO / "models" / "weights" / "pdet_n_person.pt"
 
 
 def perturb_bn(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:

@@ -146,7 +146,7 @@ def test_failed_parity_gate_exits_1_and_keeps_artifacts(tmp_path, monkeypatch, p
     failed = [r["variant"] for r in report["results"] if not r["passed"]]
     assert failed == ["int8"]
     err = capsys.readouterr().err
-    assert "parity gate failed for int8/tflite" in err
+    assert "gate failed: int8/tflite" in err
     _no_leftovers(tmp_path)
 
 

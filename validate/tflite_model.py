@@ -49,6 +49,8 @@ def read_tflite(path: Path) -> TFLiteSummary:
         raise BadInputError(f"{str(path)!r} is not a TFLite model (no TFL3 identifier); pass a .tflite file")
     try:
         model = schema.Model.GetRootAs(data, 0)
+        if model.SubgraphsLength() == 0:
+            raise ValueError("no subgraphs")
         return _summarise(schema, model, str(path), len(data))
     except Exception as exc:  # a damaged flatbuffer raises anything from struct errors to IndexError
         raise BadInputError(f"{str(path)!r} is a damaged TFLite flatbuffer ({type(exc).__name__}: {exc})") from exc

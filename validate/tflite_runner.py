@@ -43,7 +43,9 @@ class TFLiteRunner(Runner):
 
     def _run_one(self, x):
         inp = self.inp
-        data = nchw_to_nhwc(x) if len(inp["shape"]) == 4 and inp["shape"][-1] == 3 else x
+        # onnx2tf takes 4-D inputs as NHWC: transpose when that is the shape the model wants
+        nhwc = x.ndim == 4 and tuple(inp["shape"]) == (x.shape[0], x.shape[2], x.shape[3], x.shape[1])
+        data = nchw_to_nhwc(x) if nhwc else x
         dtype = np.dtype(inp["dtype"])
         if dtype != np.float32:
             scale, zp = inp["quantization"]

@@ -32,7 +32,7 @@ def test_upsample_mode_is_selectable():
 def test_config_roundtrip_and_validation():
     cfg = DetectorConfig(num_classes=3, upsample="bilinear")
     assert DetectorConfig.from_dict(cfg.to_dict()) == cfg
-    with pytest.raises(ValueError, match="upsample='bicubic'; valid: nearest, bilinear"):
+    with pytest.raises(ValueError, match="upsample=.bicubic.; valid: nearest, bilinear, board_bilinear"):
         DetectorConfig(upsample="bicubic")
     with pytest.raises(ValueError, match="num_classes"):
         DetectorConfig(num_classes=0)

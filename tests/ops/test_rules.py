@@ -1,0 +1,132 @@
+"""Every rule: structural (which ops remain) and equivalence over a table of variants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from edgeport.convert.rewrite_upsample_pass import rewrite_graph
+from edgeport.ops.base import UnsupportedUpsampleError, UpsampleSpec
+from edgeport.ops.board_upsample import BoardUpsample
+from edgeport.ops.half_pixel_bilinear import HalfPixelBilinear2x
+from edgeport.ops.registry import decide
+from edgeport.validate.boards import load_board
+
+OLD, MODERN, MCU = load_board("tflite-1.13"), load_board("default"), load_board("tflm-m4-256k")
+
+
+def spec(mode, scale, align_corners=False, channels=4):
+    return UpsampleSpec("m.up", mode, (float(scale), float(scale)), align_corners, channels)
+
+
+@pytest.mark.parametrize(
+    "s, board, rule, rewritten",
+    [
+        (spec("nearest", 2), OLD, "nearest_native", False),
+        (spec("nearest", 3), OLD, "nearest_native", False),
+        (spec("bilinear", 2, True), OLD, "bilinear_align_corners_native", False),
+        (spec("bilinear", 3, True), OLD, "bilinear_align_corners_native", False),
+        (spec("bilinear", 2), OLD, "bilinear_half_pixel_x2", True),
+        (spec("bilinear", 2), MODERN, "bilinear_half_pixel_native", False),
+        (spec("bilinear", 4), MODERN, "bilinear_half_pixel_native", False),
+        (spec("bilinear", 2), MCU, "bilinear_half_pixel_native", False),
+        (spec("tf_legacy_bilinear", 2), OLD, "tf_legacy_bilinear_native", False),
+    ],
+)
+def test_decisions_per_board(s, board, rule, rewritten):
+    d = decide(s, board)
+    assert (d.rule.name, d.rewritten) == (rule, rewritten)
+
+
+def test_legacy_resize_is_chosen_only_when_asked():
+    assert decide(spec("bilinear", 2), OLD, legacy_resize=True).rule.name == "legacy_resize"
+    assert isinstance(decide(spec("bilinear", 2), OLD, legacy_resize=True).module, BoardUpsample)
+    assert decide(spec("nearest", 2), OLD, legacy_resize=True).rule.name == "nearest_native"
+
+
+@pytest.mark.parametrize(
+    "s, needle",
+    [
+        (spec("bilinear", 4), "bilinear x4x4, align_corners=False has no exact form on board tflite-1.13"),
+        (spec("bicubic", 2), "bicubic x2x2"),
+        (spec("nearest", 1.5), "nearest x1.5x1.5"),
+    ],
+)
+def test_unsupported_upsample_names_site_mode_factor_and_choices(s, needle):
+    with pytest.raises(UnsupportedUpsampleError) as info:
+        decide(s, OLD)
+    msg = str(info.value)
+    assert needle in msg and "m.up" in msg and "supported there:" in msg and "nearest, integer factor" in msg
+
+
+class Functional(nn.Module):
+    """Upsampling written as F.interpolate calls, one with size=, none as modules."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.inner = nn.Sequential(nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False))
+
+    def forward(self, x):
+        y = self.conv(x)
+        a = F.interpolate(y, scale_factor=2, mode="bilinear", align_corners=False)
+        b = F.interpolate(y, size=(y.shape[2] * 2, y.shape[3] * 2), mode="nearest")
+        c = self.inner(y)
+        d = F.interpolate(y, scale_factor=2, mode="bilinear", align_corners=True)
+        return a + b + c + d
+
+
+def _rel(a, b):
+    return float((a - b).abs().max() / a.abs().max())
+
+
+@pytest.mark.parametrize("hw", [(6, 6), (5, 7)])
+def test_rewrite_finds_functional_and_nested_sites(hw):
+    torch.manual_seed(0)
+    model = Functional().eval()
+    x = torch.randn(2, 3, *hw)
+    new, decisions, how = rewrite_graph(model, x[:1], OLD, legacy_resize=False)
+    assert how == "fx graph"
+    assert sorted(d.rule.name for d in decisions) == [
+        "bilinear_align_corners_native", "bilinear_half_pixel_x2", "bilinear_half_pixel_x2", "nearest_native"]
+    assert sum(isinstance(m, HalfPixelBilinear2x) for m in new.modules()) == 2  # structural
+    with torch.no_grad():
+        assert _rel(model(x), new(x)) < 1e-6
+    # on a modern runtime nothing needs rewriting
+    same, decisions, _ = rewrite_graph(model, x[:1], MODERN, legacy_resize=False)
+    assert not any(d.rewritten for d in decisions)
+
+
+class Untraceable(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Upsample(scale_factor=2, mode="bilinear")
+
+    def forward(self, x):
+        if x.mean() > -1e9:  # data-dependent: fx cannot trace it
+            return self.up(x)
+        return x
+
+
+def test_untraceable_model_still_has_its_modules_rewritten():
+    model = Untraceable().eval()
+    x = torch.randn(1, 4, 5, 5)
+    new, decisions, how = rewrite_graph(model, x, OLD, legacy_resize=False)
+    assert how.startswith("modules") and isinstance(new.up, HalfPixelBilinear2x)
+    with torch.no_grad():
+        assert _rel(model(x), new(x)) < 1e-6
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 3), c=st.integers(1, 5), h=st.integers(1, 11), w=st.integers(1, 11))
+def test_half_pixel_x2_equals_pytorch_bilinear_on_any_shape(n, c, h, w):
+    x = torch.from_numpy(np.random.default_rng(n * 1000 + c * 100 + h * 10 + w).normal(size=(n, c, h, w)).astype(np.float32))
+    ref = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
+    got = HalfPixelBilinear2x(c)(x)
+    assert got.shape == ref.shape
+    assert float((got - ref).abs().max()) <= 1e-5 * max(float(ref.abs().max()), 1.0)

@@ -1,0 +1,87 @@
+"""The rewritten upsamples through the real back ends: ONNX Runtime and TFLite's reference kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from edgeport.convert.export_onnx_pass import run_onnxruntime, simplify
+from edgeport.convert.rewrite_upsample_pass import rewrite_graph
+from edgeport.convert.to_tflite_pass import run_onnx2tf
+from edgeport.validate.boards import check_model, load_board
+from edgeport.validate.tflite_model import read_tflite
+from edgeport.validate.tflite_runner import TFLiteRunner
+
+pytestmark = pytest.mark.slow
+OLD = load_board("tflite-1.13")
+
+
+class Table(nn.Module):
+    """Every supported variant on one input: the x2 results concatenated, the x3 results concatenated."""
+
+    def forward(self, x):
+        x2 = [
+            F.interpolate(x, scale_factor=2, mode="nearest"),
+            F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
+            F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
+        ]
+        x3 = [
+            F.interpolate(x, scale_factor=3, mode="nearest"),
+            F.interpolate(x, scale_factor=3, mode="bilinear", align_corners=True),
+        ]
+        return torch.cat(x2, 1), torch.cat(x3, 1)
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 5, 7), (1, 4, 5, 7), (1, 8, 6, 6)], ids=["odd-3ch", "odd-4ch", "even-8ch"])
+def test_rewritten_table_matches_pytorch_on_onnxruntime_and_tflite_reference(tmp_path, shape):
+    x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+    original = Table().eval()
+    rewritten, decisions, _ = rewrite_graph(original, torch.from_numpy(x), OLD, legacy_resize=False)
+    assert [d.rule.name for d in decisions if d.rewritten] == ["bilinear_half_pixel_x2"]
+    with torch.no_grad():
+        ref = [o.numpy() for o in original(torch.from_numpy(x))]
+
+    onnx_path = tmp_path / "model.onnx"
+    _export_rect(rewritten, shape, onnx_path)
+    for r, o in zip(ref, run_onnxruntime(onnx_path, x)):
+        np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-5 * np.abs(r).max())
+
+    calib = np.random.default_rng(1).random((4, *shape[1:]), dtype=np.float32)
+    files, _ = run_onnx2tf(onnx_path, calib, tmp_path / "w", int8=False, input_name="images", timeout_s=600)
+    summary = read_tflite(files["float32"])
+    assert check_model(summary, OLD) == [], "the rewritten model must run on TFLite 1.13"
+    assert {o.name for o in summary.ops} >= {"RESIZE_NEAREST_NEIGHBOR", "STRIDED_SLICE", "CONCATENATION", "DEPTHWISE_CONV_2D", "RESIZE_BILINEAR"}
+    assert not any("half_pixel_centers" in o.notes for o in summary.ops)
+    assert all(o.version == 1 for o in summary.ops)
+    runner = TFLiteRunner(files["float32"], [tuple(r.shape) for r in ref], kernels="reference")
+    for r, t in zip(ref, runner.run(x).outputs):
+        np.testing.assert_allclose(t, r, rtol=1e-5, atol=1e-5 * np.abs(r).max())
+
+
+def _export_rect(module, shape, path):
+    # as the pipeline does: export, then simplify (folds the computed Pad amounts into constants)
+    torch.onnx.export(module, (torch.zeros(*shape),), str(path), input_names=["images"], output_names=["x2", "x3"],
+                      opset_version=17, dynamo=False)
+    simplify(path)
+
+
+def test_board_upsample_runs_as_native_v1_resize_with_the_board_values(tmp_path):
+    from edgeport.ops.board_upsample import BoardUpsample
+
+    shape = (1, 4, 5, 6)
+    model = nn.Sequential(BoardUpsample(2)).eval()
+    x = np.random.default_rng(2).normal(size=shape).astype(np.float32)
+    with torch.no_grad():
+        ref = model(torch.from_numpy(x)).numpy()
+    path = tmp_path / "model.onnx"
+    torch.onnx.export(model, (torch.zeros(*shape),), str(path), input_names=["images"], output_names=["y"], opset_version=17, dynamo=False)
+    files, _ = run_onnx2tf(path, np.random.default_rng(3).random((2, *shape[1:]), dtype=np.float32), tmp_path / "w",
+                           int8=False, input_name="images", timeout_s=600)
+    summary = read_tflite(files["float32"])
+    assert [(o.name, o.version, o.notes) for o in summary.ops] == [("RESIZE_BILINEAR", 1, ())]
+    assert check_model(summary, OLD) == []
+    (got,) = TFLiteRunner(files["float32"], [ref.shape], kernels="reference").run(x).outputs
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,80 @@
+"""Board profiles end to end: convert for a board, the naive model refused, `edgeport boards`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from edgeport.models.registry import build_model
+from edgeport.validate.boards import version_le
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def bilinear_ckpt(tmp_path_factory):
+    torch.manual_seed(1)
+    model, _ = build_model("pdet-n-bilinear")
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.3, 0.3)
+                m.running_var.uniform_(0.5, 2.0)
+    path = tmp_path_factory.mktemp("ckpt") / "bilinear.pt"
+    torch.save({"arch": "pdet-n-bilinear", "config": None, "model": model.state_dict()}, path)
+    return path
+
+
+def test_bilinear_detector_for_tflite_113_is_runnable_and_exact(bilinear_ckpt, tmp_path, cli):
+    out = tmp_path / "old"
+    proc = cli("convert", str(bilinear_ckpt), "--imgsz", "160", "--board", "tflite-1.13", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not (out / "model_int8.tflite").exists(), "tflite-1.13 runs float32 only"
+    report = json.loads((out / "report.json").read_text())
+    check = report["board"]["checks"]["float32"]
+    assert check["runnable"] and check["reasons"] == []
+    assert all(op["version"] == 1 for op in check["ops"]) and version_le(check["min_runtime_version"], "1.13.1")
+    assert [s["rule"] for s in report["upsample"]["sites"]] == ["bilinear_half_pixel_x2"] * 2
+    (f32,) = [r for r in report["results"] if r["variant"] == "float32"]
+    for o in f32["outputs"]:
+        assert o["max_abs"] <= 1e-4 * o["ref_max_abs"] and o["cosine"] >= 0.99999, o
+    # the same model converted naively (default board) is refused by the old board, with the reason
+    naive = tmp_path / "naive"
+    assert cli("convert", str(bilinear_ckpt), "--imgsz", "160", "--no-int8", "--out", str(naive)).returncode == 0
+    chk = cli("boards", "check", str(naive / "model_float32.tflite"), "--board", "tflite-1.13")
+    assert chk.returncode == 1
+    assert "RESIZE_BILINEAR v3 (half_pixel_centers) needs runtime 2.2.0; tflite-1.13 runs 1.13.1" in chk.stdout
+    assert cli("boards", "check", str(out / "model_float32.tflite"), "--board", "tflite-1.13").returncode == 0
+
+
+def test_legacy_resize_runs_on_the_old_board_but_fails_parity(bilinear_ckpt, tmp_path, cli):
+    out = tmp_path / "legacy"
+    proc = cli("convert", str(bilinear_ckpt), "--imgsz", "160", "--board", "tflite-1.13", "--legacy-resize", "--out", str(out))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["board"]["runnable"] is True and report["passed"] is False
+    assert [s["rule"] for s in report["upsample"]["sites"]] == ["legacy_resize"] * 2
+    (f32,) = [r for r in report["results"] if r["variant"] == "float32"]
+    assert not f32["passed"]
+
+
+def test_mcu_board_gets_int8_only(bilinear_ckpt, tmp_path, cli):
+    out = tmp_path / "mcu"
+    proc = cli("convert", str(bilinear_ckpt), "--imgsz", "96", "--board", "tflm-m4-256k", "--out", str(out))
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    assert not (out / "model_float32.tflite").exists() and (out / "model_int8.tflite").exists()
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["board"]["checks"]) == {"int8"} and report["board"]["checks"]["int8"]["runnable"]
+    bad = cli("convert", str(bilinear_ckpt), "--imgsz", "96", "--board", "tflm-m4-256k", "--no-int8", "--out", str(tmp_path / "x"))
+    assert bad.returncode == 2 and "runs only int8" in bad.stderr
+
+
+def test_boards_listing_and_bad_input(tmp_path, cli):
+    listing = cli("boards")
+    assert listing.returncode == 0 and "tflite-1.13" in listing.stdout and "tflm-m4-256k" in listing.stdout
+    (tmp_path / "x.tflite").write_bytes(b"junk")
+    bad = cli("boards", "check", str(tmp_path / "x.tflite"), "--board", "tflite-1.13")
+    assert bad.returncode == 2 and "not a TFLite model" in bad.stderr
+    assert cli("boards", "check", str(tmp_path / "x.tflite"), "--board", "nope").returncode == 2

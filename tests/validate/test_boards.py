@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import pytest
+
+from edgeport.errors import BadInputError
+from edgeport.validate.boards import board_names, check_model, load_board, op_min_runtime, version_le
+from edgeport.validate.tflite_model import OpUse, TFLiteSummary, read_tflite
+
+
+def summary(*ops, dtypes=("float32",), min_rt="1.13.1", size=1000):
+    return TFLiteSummary("m.tflite", size, tuple(ops), tuple(dtypes), tuple(dtypes), min_rt)
+
+
+def test_versions_compare_component_by_component():
+    assert version_le("1.13.1", "1.14.0") and version_le("1.9.0", "1.13.1") and not version_le("1.14.0", "1.13.1")
+    assert version_le("2.2", "2.2.0") and version_le("2.2.0", "2.2") and not version_le("2.10.0", "2.9.9")
+
+
+def test_shipped_profiles():
+    assert {"default", "tflite-1.13", "tflm-m4-256k"} <= set(board_names())
+    old = load_board("tflite-1.13")
+    assert (old.runtime, old.version, old.dtypes) == ("tflite", "1.13.1", ("float32",))
+    assert old.max_op_version("RESIZE_BILINEAR") == 1 and old.max_op_version("CONV_2D") == 1
+    assert old.max_op_version("RESIZE_NEAREST_NEIGHBOR") == 1 and old.max_op_version("LOGISTIC") == 0
+    assert load_board("default").max_op_version("RESIZE_BILINEAR") == 4
+    mcu = load_board("tflm-m4-256k")
+    assert (mcu.runtime, mcu.dtypes, mcu.ram_bytes, mcu.flash_bytes) == ("tflm", ("int8",), 262144, 1048576)
+    assert op_min_runtime()["RESIZE_BILINEAR"][3] == "2.2.0"
+
+
+def test_the_write_up_bug_is_named():
+    s = summary(OpUse("RESIZE_BILINEAR", 3, 2, ("half_pixel_centers",)), OpUse("CONV_2D", 1, 9), min_rt="2.2.0")
+    reasons = check_model(s, load_board("tflite-1.13"))
+    assert reasons == [
+        "RESIZE_BILINEAR v3 (half_pixel_centers) needs runtime 2.2.0; tflite-1.13 runs 1.13.1",
+        "the model's min_runtime_version metadata is 2.2.0; tflite-1.13 runs 1.13.1",
+    ]
+    assert check_model(s, load_board("default")) == []
+
+
+def test_dtype_size_unknown_and_custom_ops():
+    s = TFLiteSummary("m", 2_000_000, (OpUse("CONV_2D", 99, 1), OpUse("CUSTOM:Foo", 1, 1)), ("float32", "int32"), ("float32",), None, ("CUSTOM:Foo",))
+    reasons = check_model(s, load_board("tflm-m4-256k"))
+    assert "CUSTOM:Foo is a custom op; tflm-m4-256k has only builtin kernels" in reasons
+    assert "float32 tensors; tflm-m4-256k runs int8" in reasons
+    assert "model is 2,000,000 bytes; tflm-m4-256k has 1,048,576 bytes of flash" in reasons
+    assert not any("int32" in r for r in reasons)  # index tensors are fine everywhere
+    assert any("CONV_2D v99 is not in TFLite's op-version table" in r for r in check_model(s, load_board("tflite-1.13")))
+
+
+def test_profile_overrides_and_errors(tmp_path):
+    path = tmp_path / "soc.toml"
+    path.write_text('name = "soc"\nruntime = "tflite"\nversion = "2.4.0"\ndtypes = ["float32"]\nram_bytes = 1\nflash_bytes = 100000\n'
+                    '[overrides.RESIZE_BILINEAR]\nmax_version = 1\nreason = "vendor kernel ignores half_pixel_centers"\n')
+    board = load_board(str(path))
+    assert board.max_op_version("RESIZE_BILINEAR") == 1
+    reasons = check_model(summary(OpUse("RESIZE_BILINEAR", 3, 1, ("half_pixel_centers",))), board)
+    assert reasons == ["RESIZE_BILINEAR v3 (half_pixel_centers): vendor kernel ignores half_pixel_centers"]
+    with pytest.raises(BadInputError, match="unknown board 'nope'; valid: default"):
+        load_board("nope")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('runtime = "vxworks"\nversion = "1"\n')
+    with pytest.raises(BadInputError, match="is invalid"):
+        load_board(str(bad))
+
+
+def test_read_tflite_rejects_other_files(tmp_path):
+    (tmp_path / "x.tflite").write_bytes(b"not a model")
+    with pytest.raises(BadInputError, match="no TFL3 identifier"):
+        read_tflite(tmp_path / "x.tflite")
+    (tmp_path / "y.tflite").write_bytes(b"\x00\x00\x00\x00TFL3" + b"\xff" * 8)
+    with pytest.raises(BadInputError, match="damaged TFLite flatbuffer"):
+        read_tflite(tmp_path / "y.tflite")
