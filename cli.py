@@ -55,6 +55,22 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train a detector: DDP (gloo/NCCL), SyncBN, accumulation with no_sync",
                            add_help=False)
     train.add_argument("train_args", nargs=argparse.REMAINDER)
+    val = sub.add_parser("validate", help="validate a TFLite model made by any converter against the PyTorch checkpoint")
+    val.add_argument("checkpoint", type=Path)
+    val.add_argument("--tflite", type=Path, required=True, help="the .tflite model to judge")
+    val.add_argument("--arch", help="as for convert; not needed for edgeport trainer checkpoints")
+    val.add_argument("--imgsz", type=int, help="must match the TFLite input (default: read from it)")
+    val.add_argument("--board", default="default", help="board profile for the emulator and the gate (default: default)")
+    val.add_argument("--data", type=Path, help="a dataset folder (val split with labels: mAP against ground truth) or a folder of images")
+    val.add_argument("--out", type=Path, help="report folder (default: a new numbered folder under runs/validate/)")
+    val.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    val.add_argument("--trust-checkpoint", action="store_true", help="allow full unpickling of the checkpoint")
+    chk = sub.add_parser("check", help="compare a parity report with a baseline: the CI regression gate")
+    chk.add_argument("report", type=Path)
+    chk.add_argument("--baseline", type=Path, required=True)
+    chk.add_argument("--tolerance", action="append", default=[], metavar="KEY=VALUE",
+                     help="cosine (1e-4), max_abs_factor (2), max_abs_floor (1e-6), recall (0.02), map (0.01)")
+    chk.add_argument("--update-baseline", action="store_true", help="accept this report as the new baseline")
     boards = sub.add_parser("boards", help="list board profiles, or check a .tflite against one")
     boards_sub = boards.add_subparsers(dest="boards_command", metavar="BOARDS_COMMAND", parser_class=_Parser)
     bcheck = boards_sub.add_parser("check", help="list every reason a board cannot run a .tflite model (exit 0 runnable, 1 not)")
@@ -157,7 +173,53 @@ def run_boards(args: argparse.Namespace) -> int:
     return 1
 
 
-COMMANDS = {"convert": run_convert, "data": run_data, "boards": run_boards}
+def run_validate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from edgeport.convert.command import gate
+    from edgeport.validate.boards import load_board
+    from edgeport.validate.command import validate
+    from edgeport.validate.render import print_table
+
+    board = load_board(args.board)
+    out, report = validate(args.checkpoint, args.tflite, out=args.out, force=args.force, arch=args.arch, imgsz=args.imgsz,
+                           board=board, data=args.data, trust_checkpoint=args.trust_checkpoint, console=_console())
+    stdout = Console(width=None if sys.stdout.isatty() else 140)
+    print_table(report, stdout)
+    from edgeport.validate.render import divergence_lines
+
+    for line in divergence_lines(report):
+        stdout.print(line, highlight=False)
+    gate(out, report)
+    stdout.print(f"report in {out}/", highlight=False)
+    return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    import shutil
+
+    from edgeport.validate.check import CheckTolerance, compare_reports, load_report
+
+    tol = CheckTolerance.parse(args.tolerance)
+    report = load_report(args.report, "report")
+    if args.update_baseline:
+        args.baseline.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(args.report, args.baseline)
+        print(f"baseline {args.baseline} updated from {args.report}")
+        return 0
+    baseline = load_report(args.baseline, "baseline")
+    regressions = compare_reports(report, baseline, tol)
+    rows = len(baseline["results"])
+    if not regressions:
+        print(f"no regression against {args.baseline}: {rows} rows checked")
+        return 0
+    print(f"{len(regressions)} regression(s) against {args.baseline} (metric, runtime: baseline -> now):")
+    for r in regressions:
+        print(f"  - {r}")
+    return 1
+
+
+COMMANDS = {"convert": run_convert, "data": run_data, "boards": run_boards, "validate": run_validate, "check": run_check}
 
 
 def _dispatch(args: argparse.Namespace, prog: str) -> int:

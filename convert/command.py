@@ -73,7 +73,7 @@ def convert(
                 os.replace(work / name, result / name)
         report = dict(state.report)
         report["stages"] = [r.to_dict() for r in records]
-        write_reports(report, result)
+        write_reports(report, result, sample_image=state.val_inputs[0])
         if out.exists():
             shutil.rmtree(out)
         os.replace(result, out)

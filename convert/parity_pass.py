@@ -23,6 +23,9 @@ class ParityPass(Pass):
             strides=state.strides,
             inputs=state.val_inputs,
             inputs_source=state.val_source,
+            board=cfg.board,
+            workdir=cfg.work_dir,
+            seed=cfg.seed,
             model_info={
                 "checkpoint": str(cfg.checkpoint),
                 "layout": state.layout,
@@ -48,7 +51,8 @@ class ParityPass(Pass):
 
     def check(self, before: State, after: State) -> None:
         report = after.report
-        expected = 3 + len(after.tflite)  # reference, folded, onnx, then one per TFLite variant
+        # reference, folded, onnx, then per TFLite variant: optimised, reference kernels, board emulator
+        expected = 3 + 3 * len(after.tflite)
         if len(report["results"]) != expected:
             raise PassCheckError(f"parity report has {len(report['results'])} results, expected {expected}")
         for r in report["results"]:

@@ -56,6 +56,7 @@ class BoardProfile:
     flash_bytes: int
     ops: tuple[str, ...] | None = None  # tflm: kernels available
     overrides: dict[str, OpOverride] = field(default_factory=dict)
+    differences: tuple[str, ...] = ()  # named ways it computes differently (validate/differences.py)
 
     def runs_dtype(self, dtype: str) -> bool:
         return dtype in self.dtypes
@@ -96,10 +97,16 @@ def load_board(name_or_path: str) -> BoardProfile:
             raise ValueError(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}")
         parse_version(raw["version"])
         overrides = {op: OpOverride(int(o["max_version"]), str(o["reason"])) for op, o in raw.get("overrides", {}).items()}
+        from edgeport.validate.differences import DIFFERENCES
+
+        unknown = [d for d in raw.get("differences", ()) if d not in DIFFERENCES]
+        if unknown:
+            raise ValueError(f"unknown differences {unknown}; valid: {', '.join(DIFFERENCES)}")
         return BoardProfile(
             name=raw.get("name", path.stem), description=raw.get("description", ""), runtime=runtime,
             version=str(raw["version"]), dtypes=tuple(raw["dtypes"]), ram_bytes=int(raw["ram_bytes"]),
             flash_bytes=int(raw["flash_bytes"]), ops=tuple(raw["ops"]) if "ops" in raw else None, overrides=overrides,
+            differences=tuple(raw.get("differences", ())),
         )
     except (KeyError, ValueError, TypeError, tomllib.TOMLDecodeError) as exc:
         raise BadInputError(f"board profile {str(path)!r} is invalid ({type(exc).__name__}: {exc}); see validate/boards/*.toml") from exc

@@ -107,3 +107,16 @@ def compare_tensors(name: str, ref: np.ndarray, got: np.ndarray, tol: Tolerance)
         min_cosine=m.cosine if tol.min_cosine is not None else None,
     )
     return TensorComparison(name, m, tol, passed=not reasons, needed=needed, reasons=tuple(reasons))
+
+
+# log10 |error| bin edges for the report's histograms: 1e-9 .. 1e2, half a decade per bin
+HIST_EDGES = tuple(float(e) for e in np.arange(-9.0, 2.01, 0.5))
+
+
+def error_histogram(refs: list[np.ndarray], gots: list[np.ndarray]) -> dict:
+    """Counts of |error| per half-decade over all outputs (exact zeros counted apart)."""
+    diff = np.concatenate([np.abs(r.astype(np.float64) - g.astype(np.float64)).ravel() for r, g in zip(refs, gots)])
+    zeros = int((diff == 0).sum())
+    logs = np.log10(diff[diff > 0]) if diff.size > zeros else np.zeros(0)
+    counts, _ = np.histogram(np.clip(logs, HIST_EDGES[0], HIST_EDGES[-1]), bins=np.asarray(HIST_EDGES))
+    return {"log10_edges": list(HIST_EDGES), "counts": counts.astype(int).tolist(), "exact_zeros": zeros}

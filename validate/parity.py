@@ -1,8 +1,11 @@
 """Run every runtime on the same inputs and compare each against PyTorch as loaded.
 
-The reference is the model exactly as loaded (before SyncBN revert and BN fold), so an
-error introduced by folding shows up in the ``folded`` row and nowhere else first.
-Builds the ``edgeport.parity/1`` report dictionary; rendering lives in ``render.py``.
+Rows: the reference (PyTorch, the checkpoint's model as loaded), ``folded`` (PyTorch after
+SyncBN revert, BN fold and upsample rewrites: a folding error shows up here first),
+``onnx`` (ONNX Runtime), and for each TFLite variant: TFLite's optimised kernels (XNNPACK),
+its reference kernels (BUILTIN_REF), and the board emulator. Inputs are real images plus
+seeded random ones. Each failing row gets its divergence point. Builds the
+``edgeport.parity/1`` report dictionary; rendering lives in ``render.py``.
 """
 
 from __future__ import annotations
@@ -14,18 +17,20 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeport.models.decode import decode
-from edgeport.validate.compare import TOLERANCES, compare_tensors
+from edgeport.models.decode import Detections, decode
+from edgeport.validate.compare import TOLERANCES, compare_tensors, error_histogram
 from edgeport.validate.detections import compare_detections
 from edgeport.validate.runners import OnnxRuntimeRunner, Runner, TorchRunner
 
 SCHEMA = "edgeport.parity/1"
-VERSION_PACKAGES = ("edgeport", "torch", "onnx", "onnxruntime", "onnxslim", "onnx2tf", "tensorflow", "ai-edge-litert", "numpy")
+VERSION_PACKAGES = ("edgeport", "torch", "onnx", "onnxruntime", "onnxslim", "onnx2tf", "tensorflow", "ai-edge-litert",
+                    "tflite-micro", "numpy")
+RANDOM_INPUTS = 2
 
 
 @dataclass(frozen=True)
 class ParitySubject:
-    """What is being validated."""
+    """What is being validated, and on what."""
 
     reference_module: object
     folded_module: object | None
@@ -33,9 +38,14 @@ class ParitySubject:
     tflite: dict[str, Path]
     output_names: tuple[str, ...]
     strides: tuple[int, ...]
-    inputs: np.ndarray
+    inputs: np.ndarray  # real images, preprocessed as in training
     inputs_source: str
     model_info: dict = field(default_factory=dict)
+    board: object = None  # BoardProfile; None: no emulator rows
+    workdir: Path | None = None
+    ground_truth: list | None = None  # train.data.Sample per real image, for mAP
+    letterboxes: list | None = None  # models.preprocess.Letterbox per real image
+    seed: int = 0
 
 
 def package_versions() -> dict[str, str]:
@@ -48,58 +58,87 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def _runners(subject: ParitySubject, expected_shapes) -> list[tuple[str, Runner]]:
-    from edgeport.validate.tflite_runner import TFLiteRunner
-
-    runners: list[tuple[str, Runner]] = []
-    if subject.folded_module is not None:
-        runners.append(("folded", TorchRunner(subject.folded_module)))
-    if subject.onnx_path is not None:
-        runners.append(("onnx", OnnxRuntimeRunner(subject.onnx_path)))
-    for variant, path in subject.tflite.items():
-        runners.append((variant, TFLiteRunner(path, expected_shapes)))
-    return runners
-
-
-def _detections(outputs: list[np.ndarray], strides: tuple[int, ...]):
+def _detections(outputs: list[np.ndarray], strides: tuple[int, ...]) -> list[Detections] | None:
     if not strides or len(strides) != len(outputs) or any(o.ndim != 4 or o.shape[1] < 6 for o in outputs):
         return None  # not a PDet-style detector head: tensor parity only
     return decode(outputs, strides)
 
 
-def run_parity(subject: ParitySubject) -> dict:
-    ref_run = TorchRunner(subject.reference_module).run(subject.inputs)
+def _map_vs_truth(subject: ParitySubject, dets: list[Detections] | None) -> dict | None:
+    if dets is None or not subject.ground_truth or not subject.letterboxes:
+        return None
+    from edgeport.train.evaluate import coco_map
+
+    mapped = []
+    for d, lb in zip(dets, subject.letterboxes):
+        pad = np.array([lb.pad_x, lb.pad_y, lb.pad_x, lb.pad_y], np.float32)
+        mapped.append(Detections((d.boxes - pad) / lb.scale, d.scores, d.classes))
+    return coco_map(subject.ground_truth, mapped)
+
+
+def _row_runners(subject: ParitySubject, expected_shapes) -> list[tuple[str, object, Path | None, dict | None]]:
+    """(variant, runner or None, file the divergence analysis should read, emulator verdict)."""
+    from edgeport.validate.emulator import build_emulator
+    from edgeport.validate.tflite_runner import TFLiteRunner
+
+    rows: list[tuple[str, object, Path | None, dict | None]] = []
+    if subject.folded_module is not None:
+        rows.append(("folded", TorchRunner(subject.folded_module), subject.onnx_path, None))
+    if subject.onnx_path is not None:
+        rows.append(("onnx", OnnxRuntimeRunner(subject.onnx_path), subject.onnx_path, None))
+    for variant, path in subject.tflite.items():
+        rows.append((variant, TFLiteRunner(path, expected_shapes), path, None))
+        rows.append((variant, TFLiteRunner(path, expected_shapes, kernels="reference"), path, None))
+        if subject.board is not None:
+            runner, verdict, emulated = build_emulator(path, subject.board, expected_shapes, subject.workdir)
+            rows.append((variant, runner, emulated, verdict.to_dict()))
+    return rows
+
+
+def run_parity(subject: ParitySubject, *, divergence: bool = True) -> dict:
+    rng = np.random.default_rng(subject.seed + 7)
+    noise = rng.random((RANDOM_INPUTS, *subject.inputs.shape[1:]), dtype=np.float32)
+    all_inputs = np.concatenate([subject.inputs, noise])
+    n_real = subject.inputs.shape[0]
+    ref_run = TorchRunner(subject.reference_module).run(all_inputs)
     ref_out = ref_run.outputs
-    ref_dets = _detections(ref_out, subject.strides)
+    ref_dets = _detections([o[:n_real] for o in ref_out], subject.strides)
     expected_shapes = [(1, *o.shape[1:]) for o in ref_out]
-    results = [
-        {
-            "variant": "reference",
-            "runtime": "pytorch",
-            "passed": True,
-            "ms_per_image": ref_run.ms_per_image,
-            "outputs": [],
-            "detections": None,
-        }
-    ]
-    for variant, runner in _runners(subject, expected_shapes):
-        run = runner.run(subject.inputs)
+    results = [{
+        "variant": "reference", "runtime": "pytorch", "passed": True, "ms_per_image": ref_run.ms_per_image,
+        "outputs": [], "detections": None, "map": _map_vs_truth(subject, ref_dets), "emulator": None, "divergence": None,
+        "error_histogram": None,
+    }]
+    reference_tensors = None
+    for variant, runner, analysis_file, verdict in _row_runners(subject, expected_shapes):
         tol = TOLERANCES[variant]
-        comparisons = [
-            compare_tensors(name, r, g, tol) for name, r, g in zip(subject.output_names, ref_out, run.outputs, strict=True)
-        ]
-        dets = _detections(run.outputs, subject.strides)
-        agreement = compare_detections(ref_dets, dets).to_dict() if ref_dets is not None and dets is not None else None
-        results.append(
-            {
-                "variant": variant,
-                "runtime": runner.runtime,
-                "passed": all(c.passed for c in comparisons),
-                "ms_per_image": run.ms_per_image,
-                "outputs": [c.to_dict() for c in comparisons],
-                "detections": agreement,
-            }
-        )
+        if runner is None:  # the board cannot run it: a failed row with the reasons
+            results.append({"variant": variant, "runtime": f"board:{subject.board.name}", "passed": False,
+                            "ms_per_image": None, "outputs": [], "detections": None, "map": None, "emulator": verdict,
+                            "divergence": None, "error_histogram": None})
+            continue
+        run = runner.run(all_inputs)
+        comparisons = [compare_tensors(name, r, g, tol) for name, r, g in zip(subject.output_names, ref_out, run.outputs, strict=True)]
+        dets = _detections([o[:n_real] for o in run.outputs], subject.strides)
+        row = {
+            "variant": variant,
+            "runtime": runner.runtime,
+            "passed": all(c.passed for c in comparisons),
+            "ms_per_image": run.ms_per_image,
+            "outputs": [c.to_dict() for c in comparisons],
+            "detections": compare_detections(ref_dets, dets).to_dict() if ref_dets is not None and dets is not None else None,
+            "map": _map_vs_truth(subject, dets),
+            "emulator": verdict,
+            "divergence": None,
+            "error_histogram": error_histogram(ref_out, run.outputs),
+        }
+        if divergence and analysis_file is not None and (not row["passed"] or runner.runtime.startswith("board:")):
+            if reference_tensors is None:
+                reference_tensors = _reference_tensors(subject, all_inputs[:1])
+            row["divergence"] = _divergence(reference_tensors, analysis_file, all_inputs[:1], tol)
+        results.append(row)
+        if dets is not None and ref_dets is not None and (runner.runtime.startswith("board:") or "sample" not in locals()):
+            sample = {"row": f"{variant} / {runner.runtime}", "image": 0, "reference": _boxes(ref_dets[0]), "candidate": _boxes(dets[0])}
     artifacts = {}
     for label, path in [("model.onnx", subject.onnx_path), *[(f"model_{v}.tflite", p) for v, p in subject.tflite.items()]]:
         if path is not None:
@@ -109,10 +148,35 @@ def run_parity(subject: ParitySubject) -> dict:
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "passed": all(r["passed"] for r in results),
         "model": dict(subject.model_info, outputs=list(subject.output_names), strides=list(subject.strides)),
-        "inputs": {"source": subject.inputs_source, "count": int(subject.inputs.shape[0]), "shape": list(subject.inputs.shape[1:])},
+        "inputs": {"source": subject.inputs_source, "count": int(n_real), "random": RANDOM_INPUTS,
+                   "random_seed": subject.seed + 7, "shape": list(subject.inputs.shape[1:]),
+                   "labelled": bool(subject.ground_truth)},
         "reference": {"runtime": "pytorch", "what": "the checkpoint's model as loaded, before SyncBN revert and BN fold"},
         "tolerances": {v: {"max_abs_rel": t.max_abs_rel, "min_cosine": t.min_cosine} for v, t in TOLERANCES.items()},
         "versions": package_versions(),
         "artifacts": artifacts,
         "results": results,
+        "sample": locals().get("sample"),
     }
+
+
+def _boxes(d: Detections) -> list[dict]:
+    return [{"box": [round(float(v), 2) for v in b], "score": round(float(s), 4), "class": int(c)}
+            for b, s, c in zip(d.boxes, d.scores, d.classes)]
+
+
+def _reference_tensors(subject: ParitySubject, x: np.ndarray):
+    from edgeport.convert.export_onnx_pass import export_onnx
+    from edgeport.validate.divergence import onnx_intermediates
+
+    path = Path(subject.workdir) / "reference.onnx"
+    if not path.exists():
+        export_onnx(subject.reference_module, x.shape[-1], path, output_names=list(subject.output_names), opset=17)
+    return onnx_intermediates(path, x)
+
+
+def _divergence(reference_tensors, path: Path, x: np.ndarray, tol) -> dict:
+    from edgeport.validate.divergence import locate, onnx_intermediates, tflite_intermediates
+
+    candidates = onnx_intermediates(path, x) if Path(path).suffix == ".onnx" else tflite_intermediates(path, x)
+    return locate(reference_tensors, candidates, max_abs_rel=tol.max_abs_rel, min_cosine=tol.min_cosine).to_dict()

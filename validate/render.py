@@ -49,6 +49,7 @@ def rows(report: dict) -> list[dict]:
                 "cosine": min((o["cosine"] for o in outputs), default=None),
                 "snr_db": min((o["snr_db"] for o in outputs), default=None),
                 "boxes": f"{det['matched']}/{det['reference_boxes']} (+{det['extra']})" if det else "-",
+                "map50": (r.get("map") or {}).get("map50"),
                 "ms": r.get("ms_per_image"),
                 "bytes": _artifact_bytes(report, r["variant"]),
             }
@@ -62,7 +63,7 @@ def _artifact_bytes(report: dict, variant: str):
     return entry["bytes"] if entry else None
 
 
-HEADER = ["variant", "runtime", "status", "size KiB", "max_abs", "max_abs rel", "cosine", "SNR dB", "boxes matched", "ms/img"]
+HEADER = ["variant", "runtime", "status", "size KiB", "max_abs", "max_abs rel", "cosine", "SNR dB", "boxes matched", "mAP@.5", "ms/img"]
 
 
 def _cells(row: dict) -> list[str]:
@@ -76,6 +77,7 @@ def _cells(row: dict) -> list[str]:
         _fmt(row["cosine"], ".6f"),
         _fmt(row["snr_db"], ".1f"),
         row["boxes"],
+        _fmt(row["map50"], ".3f"),
         _fmt(row["ms"], ".2f"),
     ]
 
@@ -99,6 +101,7 @@ def render_markdown(report: dict) -> str:
     if failures:
         lines += ["", "## Failures", ""]
         lines += [f"- `{r['variant']}` on {r['runtime']}, output `{o['name']}`: {'; '.join(o['reasons'])}" for r, o in failures]
+    lines += _board_md(report) + _divergence_md(report) + _upsample_md(report)
     if report.get("stages"):
         lines += ["", "## Stages", "", "| stage | seconds | changed | summary |", "|---|---|---|---|"]
         lines += [f"| {s['name']} | {s['seconds']:.2f} | {s['changed']} | {s['summary']} |" for s in report["stages"]]
@@ -106,7 +109,53 @@ def render_markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-def render_html(report: dict) -> str:
+def divergence_lines(report: dict) -> list[str]:
+    out = []
+    for r in report["results"]:
+        d = r.get("divergence")
+        if d and d.get("found"):
+            f = d["first"]
+            cand = f"{f['candidate_type']} `{f['candidate']}`" if f["candidate"] else "nothing"
+            out.append(f"`{r['variant']}` on {r['runtime']}: first divergence at reference node `{f['reference']}` "
+                       f"({f['reference_type']}); closest {cand}: max_abs {f['max_abs_rel']:.3g} x max|ref|, "
+                       f"cosine {f['cosine']:.6f} (needs {d['criterion']})")
+    return out
+
+
+def _divergence_md(report: dict) -> list[str]:
+    lines = divergence_lines(report)
+    return ["", "## Where it diverges", ""] + [f"- {line}" for line in lines] if lines else []
+
+
+def _board_md(report: dict) -> list[str]:
+    board = report.get("board")
+    if not board:
+        return []
+    lines = ["", f"## Board `{board['name']}` ({board['runtime']} {board['version']}, {', '.join(board['dtypes'])})", ""]
+    for variant, check in (board.get("checks") or {}).items():
+        status = "runnable" if check["runnable"] else "NOT runnable: " + "; ".join(check["reasons"])
+        lines.append(f"- `{variant}`: {status} (min_runtime_version {check.get('min_runtime_version')}, {check['size_bytes']:,} bytes)")
+    for r in report["results"]:
+        em = r.get("emulator")
+        if em:
+            arena = f", arena {em['arena_bytes']:,} of {board['ram_bytes']:,} bytes" if em.get("arena_bytes") else ""
+            diffs = f", differences {em['differences']}" if em.get("differences") else ""
+            why = "" if em["runnable"] else ": " + "; ".join(em["reasons"])
+            lines.append(f"- emulator, `{r['variant']}`: {'ran' if em['runnable'] else 'cannot run'}{arena}{diffs}{why}")
+    return lines
+
+
+def _upsample_md(report: dict) -> list[str]:
+    up = report.get("upsample")
+    if not up or not up.get("sites"):
+        return []
+    lines = ["", "## Upsampling" + (" (--legacy-resize)" if up.get("legacy_resize") else ""), ""]
+    lines += [f"- `{s['where']}`: {s['mode']} x{s['scale'][0]:g}, align_corners={s['align_corners']} -> {s['rule']}"
+              f"{' (rewritten)' if s['rewritten'] else ' (native)'}" for s in up["sites"]]
+    return lines
+
+
+def render_html(report: dict, figures: dict[str, bytes] | None = None) -> str:
     esc = html.escape
     head = "".join(f"<th>{esc(h)}</th>" for h in HEADER)
     body = ""
@@ -127,6 +176,17 @@ def render_html(report: dict) -> str:
         for s in report.get("stages", [])
     )
     verdict = "PASSED" if report["passed"] else "FAILED"
+    import base64
+
+    figs = "".join(
+        f'<figure><img alt="{esc(name)}" src="data:image/png;base64,{base64.b64encode(png).decode()}"><figcaption>{esc(name)}</figcaption></figure>'
+        for name, png in (figures or {}).items() if png
+    )
+    sections = "".join(
+        f"<h2>{esc(title)}</h2><ul>" + "".join(f"<li>{esc(line.lstrip('- '))}</li>" for line in body if line.startswith("- ")) + "</ul>"
+        for title, body in (("Where it diverges", _divergence_md(report)), ("Board", _board_md(report)), ("Upsampling", _upsample_md(report)))
+        if body
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>edgeport parity report</title>
 <style>
@@ -135,6 +195,7 @@ table {{ border-collapse: collapse; margin: 1rem 0; }}
 th, td {{ border: 1px solid #ccc; padding: .3rem .6rem; text-align: right; }}
 th {{ background: #f3f3f3; }} td:first-child, td:nth-child(2) {{ text-align: left; }}
 tr.fail td {{ background: #fde8e8; }} tr.pass td:nth-child(3) {{ color: #1a7f37; font-weight: 600; }}
+figure {{ display: inline-block; margin: .5rem; }} figcaption {{ font-size: .8rem; color: #555; }}
 .verdict {{ font-size: 1.4rem; font-weight: 700; color: {'#1a7f37' if report['passed'] else '#b42318'}; }}
 </style></head><body>
 <h1>edgeport parity report</h1>
@@ -145,6 +206,9 @@ Reference: {esc(report['reference']['what'])}.</p>
 <h2>Summary</h2>
 <table id="summary"><tr>{head}</tr>
 {body}</table>
+{sections}
+<h2>Figures</h2>
+<div class="figs">{figs}</div>
 <h2>Per output</h2>
 <table><tr><th>variant</th><th>runtime</th><th>output</th><th>max_abs</th><th>mean_abs</th><th>rmse</th><th>cosine</th><th>SNR dB</th><th>p99 abs</th><th>status</th></tr>
 {per_output}</table>
@@ -155,10 +219,29 @@ Reference: {esc(report['reference']['what'])}.</p>
 """
 
 
-def write_reports(report: dict, folder: Path) -> None:
+def write_reports(report: dict, folder: Path, sample_image=None) -> None:
     (folder / "report.json").write_text(render_json(report))
     (folder / "report.md").write_text(render_markdown(report))
-    (folder / "report.html").write_text(render_html(report))
+    (folder / "report.html").write_text(render_html(report, make_figures(report, sample_image)))
+
+
+def make_figures(report: dict, sample_image=None) -> dict[str, bytes]:
+    from edgeport.models.decode import Detections
+    from edgeport.validate import figures
+
+    out = {"error distribution per runtime": figures.error_histograms(report),
+           "per-layer error curve": figures.layer_curves(report)}
+    sample = report.get("sample")
+    if sample is not None and sample_image is not None:
+        def dets(boxes):
+            import numpy as np
+
+            return Detections(np.asarray([b["box"] for b in boxes], np.float32).reshape(-1, 4),
+                              np.asarray([b["score"] for b in boxes], np.float32), np.asarray([b["class"] for b in boxes]))
+
+        out[f"sample image: PyTorch (green) vs {sample['row']} (red)"] = figures.boxes_overlay(
+            sample_image, dets(sample["reference"]), dets(sample["candidate"]), ("PyTorch", sample["row"]))
+    return out
 
 
 def print_table(report: dict, console) -> None:

@@ -30,6 +30,7 @@ class TFLiteSummary:
     io_dtypes: tuple[str, ...]
     min_runtime_version: str | None
     custom_ops: tuple[str, ...] = field(default=())
+    num_outputs: int = 0
 
     def op(self, name: str) -> list[OpUse]:
         return [o for o in self.ops if o.name == name]
@@ -91,6 +92,7 @@ def _summarise(schema, model, path: str, size: int) -> TFLiteSummary:
     return TFLiteSummary(
         path=path, size_bytes=size, ops=ops, activation_dtypes=tuple(sorted(activation)), io_dtypes=tuple(sorted(io)),
         min_runtime_version=min_rt, custom_ops=tuple(sorted({n for n, _ in codes if n.startswith("CUSTOM:")})),
+        num_outputs=model.Subgraphs(0).OutputsLength(),
     )
 
 

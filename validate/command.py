@@ -1,0 +1,131 @@
+"""``edgeport validate``: judge a TFLite model made by any converter against the checkpoint.
+
+The checkpoint is loaded, unwrapped and built exactly as ``convert`` does; the TFLite file
+is run by TFLite's optimised and reference kernels and by the board emulator, on real
+images (with their labels when the folder is a dataset: mAP against ground truth) plus
+seeded random inputs. Same report, same gate, same exit codes as ``convert``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from edgeport.convert.base import ConvertConfig
+from edgeport.errors import BadInputError
+
+DEFAULT_RUNS = Path("runs/validate")
+MAX_IMAGES = 32
+
+
+def _dataset_inputs(data: Path, imgsz: int, num_classes: int, limit: int):
+    """Images (+ labels and letterboxes) from a dataset's val split or a plain image folder."""
+    from edgeport.models.preprocess import letterbox, list_images, load_image, to_input
+    from edgeport.train.data import Sample, load_split
+
+    if (data / "images" / "val").is_dir():
+        samples = load_split(data, "val", num_classes)[:limit]
+        labelled = True
+        source = f"{len(samples)} labelled images from {data}/images/val"
+    elif data.is_dir():
+        files = list_images(data)[:limit]
+        if not files:
+            raise BadInputError(f"--data {str(data)!r} holds no images; pass a dataset folder or a folder of images")
+        samples = [Sample(f, np.zeros((0, 4), np.float32), np.zeros(0, np.int64), 0, 0) for f in files]
+        labelled = False
+        source = f"{len(samples)} images from {data}"
+    else:
+        raise BadInputError(f"--data {str(data)!r} is not a folder")
+    inputs, boxes = [], []
+    for s in samples:
+        try:
+            img, lb = letterbox(load_image(s.image), imgsz)
+        except (OSError, ValueError) as exc:
+            raise BadInputError(f"image {str(s.image)!r} is unreadable ({exc})") from exc
+        inputs.append(to_input(img))
+        boxes.append(lb)
+    return np.stack(inputs), source, (samples if labelled else None), boxes
+
+
+def _tflite_input_size(path: Path) -> tuple[int, str]:
+    from edgeport.validate.tflite_runner import load_interpreter
+
+    try:
+        interp = load_interpreter(path)
+    except (ValueError, RuntimeError) as exc:
+        raise BadInputError(f"--tflite {str(path)!r} cannot be loaded by TFLite ({exc})") from exc
+    (inp,) = interp.get_input_details()
+    shape = tuple(int(v) for v in inp["shape"])
+    if len(shape) != 4 or shape[-1] != 3 or shape[1] != shape[2]:
+        raise BadInputError(f"--tflite input shape {shape} is not a square NHWC RGB image (1, S, S, 3)")
+    return shape[1], "int8" if np.dtype(inp["dtype"]) == np.int8 else "float32"
+
+
+def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, arch: str | None, imgsz: int | None,
+             board, data: Path | None, trust_checkpoint: bool, console=None) -> tuple[Path, dict]:
+    from edgeport.convert.build_model_pass import BuildModelPass
+    from edgeport.convert.command import _make_parents, _Progress, check_out_dir, next_run_dir
+    from edgeport.convert.load_checkpoint_pass import LoadCheckpointPass
+    from edgeport.convert.pipeline import run_pipeline
+    from edgeport.convert.prepare_inputs_pass import PrepareInputsPass
+    from edgeport.convert.unwrap_prefixes_pass import UnwrapPrefixesPass
+    from edgeport.validate.parity import ParitySubject, run_parity
+    from edgeport.validate.render import write_reports
+
+    if not Path(tflite).is_file():
+        raise BadInputError(f"--tflite {str(tflite)!r} does not exist; pass a .tflite file")
+    size, variant = _tflite_input_size(Path(tflite))
+    if imgsz is not None and imgsz != size:
+        raise BadInputError(f"--imgsz {imgsz} but the TFLite model takes {size}x{size}; drop --imgsz or pass {size}")
+    out = Path(out) if out is not None else next_run_dir(DEFAULT_RUNS)
+    check_out_dir(out, force)
+    created = _make_parents(out)
+    tmp = Path(tempfile.mkdtemp(prefix=".edgeport-", dir=out.parent)).resolve()
+    try:
+        config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=tmp, arch=arch, imgsz=size,
+                               trust_checkpoint=trust_checkpoint, board=board)
+        progress = _Progress(console)
+        try:
+            state, records = run_pipeline(config, (LoadCheckpointPass(), UnwrapPrefixesPass(), BuildModelPass(), PrepareInputsPass()),
+                                          on_start=progress.start, on_stage=progress.done)
+        finally:
+            progress.close()
+        inputs, source, truth, letterboxes = state.val_inputs, state.val_source, None, None
+        if data is not None:
+            num_classes = (state.arch_config or {}).get("num_classes", 1)
+            inputs, source, truth, letterboxes = _dataset_inputs(Path(data), size, num_classes, MAX_IMAGES)
+        subject = ParitySubject(
+            reference_module=state.reference_module, folded_module=None, onnx_path=None,
+            tflite={variant: Path(tflite)}, output_names=state.output_names, strides=state.strides,
+            inputs=inputs, inputs_source=source, board=board, workdir=tmp, ground_truth=truth, letterboxes=letterboxes,
+            model_info={"checkpoint": str(checkpoint), "layout": state.layout, "arch": state.arch, "config": state.arch_config,
+                        "imgsz": size, "tflite": str(tflite)},
+        )
+        report = run_parity(subject)
+        from edgeport.convert.board_gate_pass import board_check
+
+        check = board_check(tflite, board)
+        report["board"] = {"name": board.name, "runtime": board.runtime, "version": board.version, "dtypes": list(board.dtypes),
+                           "ram_bytes": board.ram_bytes, "flash_bytes": board.flash_bytes, "checks": {variant: check},
+                           "runnable": check["runnable"]}
+        report["passed"] = bool(report["passed"] and check["runnable"])
+        report["artifacts"] = {f"model_{variant}.tflite": {"bytes": Path(tflite).stat().st_size, "path": str(tflite)}}
+        report["stages"] = [r.to_dict() for r in records]
+        result = tmp / "result"
+        result.mkdir()
+        write_reports(report, result, sample_image=inputs[0])
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(result, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for folder in reversed(created):
+            if folder.exists() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
+    return out, report

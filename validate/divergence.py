@@ -1,0 +1,148 @@
+"""Where a converted model stops computing what the trained model computes.
+
+The reference is the trained model as loaded, exported to ONNX and run by ONNX Runtime
+with every intermediate tensor kept. The candidate is the shipped model: ONNX Runtime on
+``model.onnx``, or TFLite's reference kernels with all tensors preserved (int8 tensors
+dequantised, NHWC mapped to NCHW). Names do not survive conversion, so tensors are paired
+by value: walking the reference graph in order, each activation is compared with every
+candidate tensor of the same shape and the closest one is kept. The first reference
+tensor that no candidate reproduces within tolerance is the divergence point; the report
+names that reference node, the candidate op that came closest, and the error.
+
+Reference tensors that conversion legitimately fuses away (a Conv's output feeding only a
+ReLU, Clip or BatchNormalization) are skipped: no runtime materialises them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgeport._lazy import require
+from edgeport.validate.tensors import dequantize, nhwc_to_nchw
+
+FUSED_CONSUMERS = {"Relu", "Clip", "BatchNormalization", "LeakyRelu"}
+
+
+@dataclass(frozen=True)
+class Tensor:
+    producer: str  # node / op name
+    op_type: str
+    value: np.ndarray  # NCHW float32
+
+
+@dataclass(frozen=True)
+class LayerError:
+    index: int
+    reference: str  # reference node name
+    reference_type: str
+    candidate: str | None  # closest candidate producer
+    candidate_type: str | None
+    max_abs_rel: float
+    cosine: float
+    ok: bool
+
+
+@dataclass(frozen=True)
+class Divergence:
+    found: bool
+    first: LayerError | None
+    curve: tuple[LayerError, ...]
+    criterion: str
+
+    def to_dict(self) -> dict:
+        return {"found": self.found, "first": asdict(self.first) if self.first else None,
+                "criterion": self.criterion, "curve": [asdict(e) for e in self.curve]}
+
+
+def onnx_intermediates(path: Path, x: np.ndarray) -> list[Tensor]:
+    """Every 4-D float activation of an ONNX model, in graph order (fused-away ones dropped)."""
+    onnx = require("onnx")
+    ort = require("onnxruntime")
+    model = onnx.load(str(path))
+    consumers: dict[str, list[str]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node.op_type)
+    keep = []
+    existing = {o.name for o in model.graph.output}
+    for node in model.graph.node:
+        for out in node.output:
+            users = consumers.get(out, [])
+            if len(users) == 1 and users[0] in FUSED_CONSUMERS and out not in existing:
+                continue
+            keep.append((out, node.name or out, node.op_type))
+            if out not in existing:
+                model.graph.output.append(onnx.helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, None))
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    wanted = [k[0] for k in keep]
+    values = dict(zip(wanted, sess.run(wanted, {sess.get_inputs()[0].name: x.astype(np.float32)})))
+    return [Tensor(name, op_type, np.asarray(values[out], np.float32)) for out, name, op_type in keep
+            if np.asarray(values[out]).ndim == 4 and np.asarray(values[out]).dtype.kind == "f"]
+
+
+def tflite_intermediates(path: Path, x: np.ndarray) -> list[Tensor]:
+    """Every 4-D op output of a TFLite model run by the reference kernels, in execution order."""
+    from edgeport.validate.tflite_runner import load_interpreter
+    from edgeport.validate.tensors import nchw_to_nhwc, quantize
+
+    interp = load_interpreter(path, kernels="reference", preserve_all_tensors=True)
+    (inp,) = interp.get_input_details()
+    data = nchw_to_nhwc(x) if tuple(inp["shape"]) == (x.shape[0], x.shape[2], x.shape[3], x.shape[1]) else x
+    if np.dtype(inp["dtype"]) != np.float32:
+        scale, zp = inp["quantization"]
+        data = quantize(data, scale, zp, np.dtype(inp["dtype"]))
+    interp.set_tensor(inp["index"], data)
+    interp.invoke()
+    details = {d["index"]: d for d in interp.get_tensor_details()}
+    out = []
+    for op in interp._get_ops_details():  # execution order
+        for t in op["outputs"]:
+            d = details.get(int(t))
+            if d is None or len(d["shape"]) != 4:
+                continue
+            value = interp.get_tensor(int(t))
+            if np.dtype(d["dtype"]) != np.float32:
+                scale, zp = d["quantization"]
+                if not scale:
+                    continue
+                value = dequantize(value, scale, zp)
+            out.append(Tensor(d["name"], op["op_name"], nhwc_to_nchw(np.asarray(value, np.float32))))
+    return out
+
+
+def _errors(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
+    scale = max(float(np.abs(ref).max()), 1e-12)
+    rel = float(np.abs(ref - got).max()) / scale
+    r, g = ref.ravel().astype(np.float64), got.ravel().astype(np.float64)
+    nr, ng = np.linalg.norm(r), np.linalg.norm(g)
+    cos = 1.0 if nr == 0 and ng == 0 else (float(r @ g / (nr * ng)) if nr and ng else 0.0)
+    return rel, cos
+
+
+def locate(reference: list[Tensor], candidates: list[Tensor], *, max_abs_rel: float | None, min_cosine: float | None) -> Divergence:
+    """Pair reference tensors with their closest candidates and find the first unmatched one."""
+    by_shape: dict[tuple, list[Tensor]] = {}
+    for c in candidates:
+        by_shape.setdefault(c.value.shape, []).append(c)
+    curve = []
+    for i, ref in enumerate(reference):
+        pool = by_shape.get(ref.value.shape)
+        if not pool:
+            continue  # nothing of that shape was materialised: cannot judge here
+        scored = [(_errors(ref.value, c.value), c) for c in pool]
+        (rel, cos), best = min(scored, key=lambda s: (s[0][0], -s[0][1]))
+        if max_abs_rel is None:
+            (rel, cos), best = max(scored, key=lambda s: s[0][1])
+        ok = (max_abs_rel is None or rel <= max_abs_rel) and (min_cosine is None or cos >= min_cosine)
+        curve.append(LayerError(i, ref.producer, ref.op_type, best.producer, best.op_type, rel, cos, ok))
+    first = next((e for e in curve if not e.ok), None)
+    criterion = " and ".join(
+        ([f"max_abs <= {max_abs_rel:g} x max|ref|"] if max_abs_rel is not None else [])
+        + ([f"cosine >= {min_cosine}"] if min_cosine is not None else [])
+    )
+    return Divergence(first is not None, first, tuple(curve), criterion)

@@ -1,0 +1,78 @@
+"""Figures for the HTML report, as PNG bytes: drawn from the report's own numbers, plus one
+sample image with PyTorch's and the board's boxes. Only drawing happens here."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+
+def _png(fig) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def error_histograms(report: dict) -> bytes | None:
+    rows = [r for r in report["results"] if r.get("error_histogram")]
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    for r in rows:
+        h = r["error_histogram"]
+        edges = np.asarray(h["log10_edges"])
+        centers = (edges[:-1] + edges[1:]) / 2
+        ax.plot(centers, h["counts"], marker=".", label=f"{r['variant']} / {r['runtime']}")
+    ax.set(xlabel="log10 |output error| vs PyTorch", ylabel="elements", title="error distribution per runtime", yscale="symlog")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def layer_curves(report: dict) -> bytes | None:
+    rows = [r for r in report["results"] if r.get("divergence") and r["divergence"]["curve"]]
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    for r in rows:
+        curve = r["divergence"]["curve"]
+        y = [max(c["max_abs_rel"], 1e-9) if r["variant"] != "int8" else max(1 - c["cosine"], 1e-9) for c in curve]
+        ax.plot([c["index"] for c in curve], y, marker=".", label=f"{r['variant']} / {r['runtime']}")
+        first = r["divergence"]["first"]
+        if first:
+            ax.annotate(first["reference"], (first["index"], y[[c["index"] for c in curve].index(first["index"])]), fontsize=7, color="red")
+    ax.set(xlabel="reference layer (graph order)", ylabel="max|err|/max|ref|  (int8: 1 - cosine)", yscale="log",
+           title="per-layer error against the trained model")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def boxes_overlay(image_chw: np.ndarray, reference, board, labels: tuple[str, str]) -> bytes:
+    """The first validation image with the reference's boxes (green) and the board's (red, dashed)."""
+    plt = _plt()
+    from matplotlib.patches import Rectangle
+
+    fig, ax = plt.subplots(figsize=(4, 4))
+    ax.imshow(np.clip(image_chw.transpose(1, 2, 0), 0, 1))
+    for dets, colour, style, label in ((reference, "lime", "-", labels[0]), (board, "red", "--", labels[1])):
+        for i, (x1, y1, x2, y2) in enumerate(dets.boxes):
+            ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, color=colour, linestyle=style, linewidth=1.5,
+                                   label=label if i == 0 else None))
+    ax.set_axis_off()
+    if len(reference) or len(board):
+        ax.legend(fontsize=7, loc="lower right")
+    return _png(fig)
