@@ -183,7 +183,7 @@ def render_html(report: dict, figures: dict[str, bytes] | None = None) -> str:
         for name, png in (figures or {}).items() if png
     )
     sections = "".join(
-        f"<h2>{esc(title)}</h2><ul>" + "".join(f"<li>{esc(line.lstrip('- '))}</li>" for line in body if line.startswith("- ")) + "</ul>"
+        f"<h2>{esc(title)}</h2><ul>" + "".join(f"<li>{esc(line[2:].replace(chr(96), ''))}</li>" for line in body if line.startswith("- ")) + "</ul>"
         for title, body in (("Where it diverges", _divergence_md(report)), ("Board", _board_md(report)), ("Upsampling", _upsample_md(report)))
         if body
     )

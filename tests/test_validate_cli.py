@@ -1,0 +1,127 @@
+"""`edgeport validate` and the board emulator end to end; the HTML report in a real browser."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from edgeport.models.registry import build_model
+from edgeport.train.data import write_dataset
+from edgeport.train.synth import make_scene
+from edgeport.validate.boards import load_board
+from edgeport.validate.differences import IgnoreHalfPixelCenters
+from edgeport.validate.emulator import build_emulator
+from edgeport.validate.tflite_model import read_tflite
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def bilinear(tmp_path_factory, cli_session):
+    """A bilinear detector, converted correctly (default board) and the old way (--legacy-resize)."""
+    root = tmp_path_factory.mktemp("val")
+    torch.manual_seed(5)
+    model, config = build_model("pdet-n-bilinear")
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.3, 0.3)
+                m.running_var.uniform_(0.5, 2.0)
+    ckpt = root / "bil.pt"
+    torch.save({"arch": "pdet-n-bilinear", "config": config, "model": model.state_dict()}, ckpt)
+    for name, extra in (("naive", []), ("legacy", ["--board", "tflite-1.13", "--legacy-resize"])):
+        cli_session("convert", str(ckpt), "--imgsz", "96", "--no-int8", "--out", str(root / name), *extra)
+    return ckpt, root
+
+
+def test_legacy_resize_fails_on_the_old_board_emulator_at_the_resize(bilinear, tmp_path, cli):
+    ckpt, root = bilinear
+    out = tmp_path / "v"
+    proc = cli("validate", str(ckpt), "--tflite", str(root / "legacy" / "model_float32.tflite"), "--board", "tflite-1.13", "--out", str(out))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "first divergence at reference node" in proc.stdout and "(Resize)" in proc.stdout
+    report = json.loads((out / "report.json").read_text())
+    (board_row,) = [r for r in report["results"] if r["runtime"] == "board:tflite-1.13"]
+    assert board_row["emulator"]["runnable"] and not board_row["passed"]
+    assert board_row["divergence"]["first"]["reference_type"] == "Resize"
+    assert "Where it diverges" in (out / "report.md").read_text()
+
+
+def test_naive_model_cannot_run_on_the_old_board(bilinear, tmp_path, cli):
+    ckpt, root = bilinear
+    proc = cli("validate", str(ckpt), "--tflite", str(root / "naive" / "model_float32.tflite"), "--board", "tflite-1.13", "--out", str(tmp_path / "v"))
+    assert proc.returncode == 1
+    assert "RESIZE_BILINEAR v3 (half_pixel_centers) needs runtime 2.2.0" in proc.stderr
+
+
+def test_a_board_that_ignores_half_pixel_centres_is_emulated(bilinear, tmp_path):
+    ckpt, root = bilinear
+    naive = root / "naive" / "model_float32.tflite"
+    patched, n = IgnoreHalfPixelCenters().apply(naive.read_bytes())
+    assert n == 2 and patched != naive.read_bytes()
+    (tmp_path / "p.tflite").write_bytes(patched)
+    assert not any("half_pixel_centers" in o.notes for o in read_tflite(tmp_path / "p.tflite").ops)
+    profile = tmp_path / "vendor.toml"
+    profile.write_text('name = "vendor"\nruntime = "tflite"\nversion = "2.4.0"\ndtypes = ["float32"]\nram_bytes = 100000000\n'
+                       'flash_bytes = 100000000\ndifferences = ["ignore_half_pixel_centers"]\n')
+    runner, verdict, _ = build_emulator(naive, load_board(str(profile)), [(1, 6, 12, 12), (1, 6, 6, 6), (1, 6, 3, 3)], tmp_path)
+    assert verdict.runnable and verdict.differences == {"ignore_half_pixel_centers": 2}
+
+
+def test_tflm_arena_against_the_board_ram(demo_ckpt, tmp_path, cli):
+    out = tmp_path / "mcu"
+    proc = cli("convert", str(demo_ckpt), "--imgsz", "160", "--board", "tflm-m4-256k", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    (row,) = [r for r in report["results"] if r["runtime"] == "board:tflm-m4-256k"]
+    assert row["passed"] and 100_000 < row["emulator"]["arena_bytes"] <= 262_144
+    small = tmp_path / "tiny.toml"
+    small.write_text('name = "m0-64k"\nruntime = "tflm"\nversion = "2026.10"\ndtypes = ["int8"]\nram_bytes = 65536\n'
+                     'flash_bytes = 1048576\nops = ["CONV_2D", "PAD", "ADD", "RESIZE_NEAREST_NEIGHBOR"]\n')
+    _, verdict, _ = build_emulator(out / "model_int8.tflite", load_board(str(small)), [(1, 6, 20, 20), (1, 6, 10, 10), (1, 6, 5, 5)], tmp_path)
+    assert not verdict.runnable
+    assert any(r.startswith("tensor arena needs") and "m0-64k has 65,536 bytes of RAM" in r for r in verdict.reasons)
+
+
+def test_shipped_detector_passes_on_the_old_board_with_labels(demo_ckpt, tmp_path, cli):
+    data = tmp_path / "data"
+    rng = np.random.default_rng(11)
+    write_dataset(data, {"val": [make_scene(rng, 160) for _ in range(8)]}, size=160)
+    conv = cli("convert", str(demo_ckpt), "--imgsz", "160", "--board", "tflite-1.13", "--out", str(tmp_path / "old"))
+    assert conv.returncode == 0, conv.stderr[-2000:]
+    proc = cli("validate", str(demo_ckpt), "--tflite", str(tmp_path / "old" / "model_float32.tflite"), "--board", "tflite-1.13",
+               "--data", str(data), "--out", str(tmp_path / "v"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((tmp_path / "v" / "report.json").read_text())
+    assert report["inputs"]["labelled"] and report["inputs"]["random"] == 2
+    rows = {r["runtime"]: r for r in report["results"]}
+    assert set(rows) == {"pytorch", "tflite", "tflite-ref", "board:tflite-1.13"}
+    assert rows["board:tflite-1.13"]["map"]["map50"] == pytest.approx(rows["pytorch"]["map"]["map50"], abs=0.01)
+    html = (tmp_path / "v" / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 3
+    _render_in_browser(tmp_path / "v" / "report.html", tmp_path)
+
+
+def _render_in_browser(page, tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing in CI: .ci/run installs it")
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'chr'}"]
+    dom = subprocess.run([chromium, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert 'id="verdict">PASSED<' in dom.stdout and 'id="summary"' in dom.stdout
+    shot = tmp_path / "shot.png"
+    subprocess.run([chromium, *flags, "--window-size=1200,2000", f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
+    from PIL import Image
+
+    with Image.open(shot) as im:
+        pixels = np.asarray(im.convert("L"))
+    assert pixels.shape[0] > 1000 and pixels.std() > 10, "the page rendered blank"

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import numpy as np
+
+from edgeport.validate.divergence import Tensor, locate
+
+
+def _t(name, value, op="Conv"):
+    return Tensor(name, op, np.asarray(value, np.float32))
+
+
+def test_first_unmatched_reference_tensor_is_the_divergence():
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.normal(size=(1, 2, 3, 3)) for _ in range(3))
+    reference = [_t("conv1", a), _t("up", b, "Resize"), _t("conv2", c)]
+    # candidates in another order, names lost; the resize computed differently, conv2 broken downstream
+    candidates = [_t("x/conv2", c + 1.0), _t("x/resize", b + 0.05, "RESIZE_BILINEAR"), _t("x/conv1", a)]
+    d = locate(reference, candidates, max_abs_rel=1e-4, min_cosine=None)
+    assert d.found and d.first.reference == "up" and d.first.candidate == "x/resize"
+    assert [e.ok for e in d.curve] == [True, False, False]
+
+
+def test_no_divergence_when_every_tensor_is_reproduced_and_unmatched_shapes_are_skipped():
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(1, 2, 4, 4))
+    reference = [_t("a", a), _t("only_in_reference", rng.normal(size=(1, 5, 5, 5)))]
+    d = locate(reference, [_t("pad", rng.normal(size=(1, 2, 6, 6))), _t("a2", a + 1e-9)], max_abs_rel=1e-4, min_cosine=None)
+    assert not d.found and len(d.curve) == 1
+
+
+def test_int8_criterion_uses_cosine():
+    rng = np.random.default_rng(2)
+    a = rng.normal(size=(1, 4, 4, 4))
+    noisy = a + rng.normal(scale=0.02, size=a.shape)
+    assert not locate([_t("a", a)], [_t("q", noisy)], max_abs_rel=None, min_cosine=0.99).found
+    assert locate([_t("a", a)], [_t("q", rng.normal(size=a.shape))], max_abs_rel=None, min_cosine=0.99).found
