@@ -30,6 +30,7 @@ bench: setup
 	$(PY) benchmarks/convert_bench.py
 	$(PY) benchmarks/upsample_bench.py
 	$(PY) benchmarks/train_bench.py
+	$(PY) benchmarks/validate_bench.py
 
 demo-weights: setup
 	$(PY) scripts/train_demo.py

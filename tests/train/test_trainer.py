@@ -162,3 +162,22 @@ def test_bad_training_input_is_one_line_exit_2(tmp_path):
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "edgeport data synth" in p.stderr
     p = train("--data", str(tmp_path), "--imgsz", "100")
     assert p.returncode == 2 and "multiple of the model's stride" in p.stderr
+
+
+def test_weights_freeze_and_uneven_data(tmp_path):
+    # 17 images over 2 ranks: the sampler pads, both ranks run the same micro-steps, no hang
+    data = _dataset(tmp_path / "data", 17, 4, 64)
+    first = tmp_path / "first"
+    p = train("--data", str(data), "--out", str(first), "--epochs", "1", "--world-size", "2", "--batch-size", "4", "--imgsz", "64",
+              "--eval-every", "1000", timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    # --weights from it into a 3-class model: the class head does not fit and is listed as skipped
+    second = tmp_path / "second"
+    p = train("--data", str(data), "--out", str(second), "--epochs", "1", "--batch-size", "4", "--imgsz", "64", "--num-classes", "3",
+              "--weights", str(first / "last.pt"), "--freeze-layers", "--eval-every", "1000")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "--weights: loaded" in p.stderr and "skipped" in p.stderr and "head.preds.0.weight" in p.stderr
+    before, after = _weights(first / "last.pt"), _weights(second / "last.pt")
+    frozen = [k for k in before if k.startswith("module.backbone.") and before[k].is_floating_point()]
+    assert frozen and all(torch.equal(before[k], after[k]) for k in frozen), "a frozen backbone must not change"
+    assert not torch.equal(before["module.neck.td3.0.weight"], after["module.neck.td3.0.weight"])
