@@ -37,7 +37,7 @@ def test_bilinear_detector_for_tflite_113_is_runnable_and_exact(bilinear_ckpt, t
     assert check["runnable"] and check["reasons"] == []
     assert all(op["version"] == 1 for op in check["ops"]) and version_le(check["min_runtime_version"], "1.13.1")
     assert [s["rule"] for s in report["upsample"]["sites"]] == ["bilinear_half_pixel_x2"] * 2
-    (f32,) = [r for r in report["results"] if r["variant"] == "float32"]
+    (f32,) = [r for r in report["results"] if r["variant"] == "float32" and r["runtime"] == "tflite"]
     for o in f32["outputs"]:
         assert o["max_abs"] <= 1e-4 * o["ref_max_abs"] and o["cosine"] >= 0.99999, o
     # the same model converted naively (default board) is refused by the old board, with the reason
@@ -56,7 +56,7 @@ def test_legacy_resize_runs_on_the_old_board_but_fails_parity(bilinear_ckpt, tmp
     report = json.loads((out / "report.json").read_text())
     assert report["board"]["runnable"] is True and report["passed"] is False
     assert [s["rule"] for s in report["upsample"]["sites"]] == ["legacy_resize"] * 2
-    (f32,) = [r for r in report["results"] if r["variant"] == "float32"]
+    (f32,) = [r for r in report["results"] if r["variant"] == "float32" and r["runtime"] == "tflite"]
     assert not f32["passed"]
 
 

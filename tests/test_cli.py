@@ -91,6 +91,7 @@ def test_demo_converts_end_to_end_within_targets(demo):
     assert report["schema"] == "edgeport.parity/1" and report["passed"] is True
     rows = {r["variant"]: r for r in report["results"]}
     assert set(rows) == {"reference", "folded", "onnx", "float32", "int8"}
+    rows = {r["variant"]: r for r in report["results"] if r["runtime"] in ("pytorch", "onnxruntime", "tflite")}
     for o in rows["float32"]["outputs"]:
         assert o["max_abs"] <= 1e-4 * o["ref_max_abs"], o
         assert o["cosine"] >= 0.99999, o
@@ -129,7 +130,9 @@ def test_trusted_pickled_syncbn_module_converts_without_arch(tmp_path, cli, pdet
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "23 SyncBatchNorm reverted" in proc.stderr
     report = json.loads((out / "report.json").read_text())
-    assert [r["variant"] for r in report["results"]] == ["reference", "folded", "onnx", "float32"]
+    assert [(r["variant"], r["runtime"]) for r in report["results"]] == [
+        ("reference", "pytorch"), ("folded", "pytorch"), ("onnx", "onnxruntime"),
+        ("float32", "tflite"), ("float32", "tflite-ref"), ("float32", "board:default")]
     assert not (out / "model_int8.tflite").exists()
 
 
@@ -147,8 +150,8 @@ def test_failed_parity_gate_exits_1_and_keeps_artifacts(tmp_path, monkeypatch, p
     assert {p.name for p in out.iterdir()} == OUTPUTS
     report = json.loads((out / "report.json").read_text())
     assert report["passed"] is False
-    failed = [r["variant"] for r in report["results"] if not r["passed"]]
-    assert failed == ["int8"]
+    failed = [(r["variant"], r["runtime"]) for r in report["results"] if not r["passed"]]
+    assert failed == [("int8", "tflite"), ("int8", "tflite-ref"), ("int8", "board:default")]
     err = capsys.readouterr().err
     assert "gate failed: int8/tflite" in err
     _no_leftovers(tmp_path)
