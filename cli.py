@@ -95,12 +95,25 @@ def _console():
     return Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 
 
-def run_convert(args: argparse.Namespace) -> int:
+def _finish(out: Path, report: dict, what: str) -> int:
+    """Print the parity table and where it diverges on stdout, then apply the gate (exit 1)."""
     from rich.console import Console
 
-    from edgeport.convert.command import convert, gate
+    from edgeport.convert.command import gate
+    from edgeport.validate.render import divergence_lines, print_table
+
+    stdout = Console(width=None if sys.stdout.isatty() else 140)
+    print_table(report, stdout)
+    for line in divergence_lines(report):
+        stdout.print(line, highlight=False)
+    gate(out, report)
+    stdout.print(f"{what} in {out}/", highlight=False)
+    return 0
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    from edgeport.convert.command import convert
     from edgeport.validate.boards import load_board
-    from edgeport.validate.render import print_table
 
     board = load_board(args.board)
     out, report = convert(
@@ -117,11 +130,7 @@ def run_convert(args: argparse.Namespace) -> int:
         board=board,
         legacy_resize=args.legacy_resize,
     )
-    stdout = Console(width=None if sys.stdout.isatty() else 140)
-    print_table(report, stdout)
-    gate(out, report)
-    stdout.print(f"artifacts and report in {out}/", highlight=False)
-    return 0
+    return _finish(out, report, "artifacts and report")
 
 
 def run_data(args: argparse.Namespace) -> int:
@@ -174,25 +183,13 @@ def run_boards(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from edgeport.convert.command import gate
     from edgeport.validate.boards import load_board
     from edgeport.validate.command import validate
-    from edgeport.validate.render import print_table
 
     board = load_board(args.board)
     out, report = validate(args.checkpoint, args.tflite, out=args.out, force=args.force, arch=args.arch, imgsz=args.imgsz,
                            board=board, data=args.data, trust_checkpoint=args.trust_checkpoint, console=_console())
-    stdout = Console(width=None if sys.stdout.isatty() else 140)
-    print_table(report, stdout)
-    from edgeport.validate.render import divergence_lines
-
-    for line in divergence_lines(report):
-        stdout.print(line, highlight=False)
-    gate(out, report)
-    stdout.print(f"report in {out}/", highlight=False)
-    return 0
+    return _finish(out, report, "report")
 
 
 def run_check(args: argparse.Namespace) -> int:

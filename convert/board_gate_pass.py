@@ -27,6 +27,15 @@ def board_check(path, board) -> dict:
     }
 
 
+def board_section(board, checks: dict[str, dict]) -> dict:
+    """The report's ``board`` entry: the profile and each file's verdict."""
+    return {
+        "name": board.name, "runtime": board.runtime, "version": board.version, "dtypes": list(board.dtypes),
+        "ram_bytes": board.ram_bytes, "flash_bytes": board.flash_bytes,
+        "checks": checks, "runnable": all(c["runnable"] for c in checks.values()),
+    }
+
+
 class BoardGatePass(Pass):
     name = "board_gate"
 

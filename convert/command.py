@@ -7,9 +7,11 @@ parity gate fails still delivers its artifacts and report (exit 1).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgeport.convert.base import ConvertConfig
@@ -41,6 +43,41 @@ def _make_parents(path: Path) -> list[Path]:
     return created
 
 
+@dataclass(frozen=True)
+class Staging:
+    out: Path  # where the results land at the end
+    work: Path  # scratch space, removed at the end
+    result: Path  # what will become ``out``
+
+
+@contextlib.contextmanager
+def staged_output(out: Path | None, force: bool, default_root: Path = DEFAULT_RUNS):
+    """Write into a hidden folder next to ``out``; rename it into place only on success.
+
+    On any failure everything created is removed again, parent folders included.
+    """
+    out = Path(out) if out is not None else next_run_dir(default_root)
+    check_out_dir(out, force)
+    created = _make_parents(out)
+    tmp = Path(tempfile.mkdtemp(prefix=".edgeport-", dir=out.parent)).resolve()
+    stage = Staging(out=out, work=tmp / "work", result=tmp / "result")
+    stage.work.mkdir()
+    stage.result.mkdir()
+    try:
+        yield stage
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(stage.result, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for folder in reversed(created):
+            if folder.exists() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def convert(
     checkpoint: Path,
     *,
@@ -53,38 +90,20 @@ def convert(
     from edgeport.convert.pipeline import run_pipeline
     from edgeport.validate.render import write_reports
 
-    out = Path(out) if out is not None else next_run_dir()
-    check_out_dir(out, force)
-    created = _make_parents(out)
-    tmp = Path(tempfile.mkdtemp(prefix=".edgeport-", dir=out.parent)).resolve()
-    work = tmp / "work"
-    work.mkdir()
-    try:
-        config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=work, **options)
+    with staged_output(out, force) as stage:
+        config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=stage.work, **options)
         progress = _Progress(console)
         try:
             state, records = run_pipeline(config, on_start=progress.start, on_stage=progress.done)
         finally:
             progress.close()
-        result = tmp / "result"
-        result.mkdir()
         for name in ARTIFACTS:
-            if (work / name).is_file():
-                os.replace(work / name, result / name)
+            if (stage.work / name).is_file():
+                os.replace(stage.work / name, stage.result / name)
         report = dict(state.report)
         report["stages"] = [r.to_dict() for r in records]
-        write_reports(report, result, sample_image=state.val_inputs[0])
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(result, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        for folder in reversed(created):
-            if folder.exists() and not any(folder.iterdir()):
-                folder.rmdir()
-        raise
-    shutil.rmtree(tmp, ignore_errors=True)
-    return out, report
+        write_reports(report, stage.result, sample_image=state.val_inputs[0])
+    return stage.out, report
 
 
 def gate(out: Path, report: dict) -> None:

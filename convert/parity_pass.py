@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from edgeport.convert.base import Pass, PassResult, State
+from edgeport.convert.board_gate_pass import board_section
 from edgeport.errors import PassCheckError
 from edgeport.validate.parity import ParitySubject, run_parity
 
@@ -37,11 +38,7 @@ class ParityPass(Pass):
         )
         report = run_parity(subject)
         board = cfg.board
-        report["board"] = {
-            "name": board.name, "runtime": board.runtime, "version": board.version, "dtypes": list(board.dtypes),
-            "ram_bytes": board.ram_bytes, "flash_bytes": board.flash_bytes,
-            "checks": state.board_checks, "runnable": all(c["runnable"] for c in state.board_checks.values()),
-        }
+        report["board"] = board_section(board, state.board_checks)
         report["upsample"] = {"legacy_resize": cfg.legacy_resize, "sites": list(state.upsample_decisions)}
         report["passed"] = bool(report["passed"] and report["board"]["runnable"])
         failed = [f"{r['variant']}/{r['runtime']}" for r in report["results"] if not r["passed"]]

@@ -8,9 +8,6 @@ seeded random inputs. Same report, same gate, same exit codes as ``convert``.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +65,8 @@ def _tflite_input_size(path: Path) -> tuple[int, str]:
 def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, arch: str | None, imgsz: int | None,
              board, data: Path | None, trust_checkpoint: bool, console=None) -> tuple[Path, dict]:
     from edgeport.convert.build_model_pass import BuildModelPass
-    from edgeport.convert.command import _make_parents, _Progress, check_out_dir, next_run_dir
+    from edgeport.convert.board_gate_pass import board_check, board_section
+    from edgeport.convert.command import _Progress, staged_output
     from edgeport.convert.load_checkpoint_pass import LoadCheckpointPass
     from edgeport.convert.pipeline import run_pipeline
     from edgeport.convert.prepare_inputs_pass import PrepareInputsPass
@@ -81,12 +79,8 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
     size, variant = _tflite_input_size(Path(tflite))
     if imgsz is not None and imgsz != size:
         raise BadInputError(f"--imgsz {imgsz} but the TFLite model takes {size}x{size}; drop --imgsz or pass {size}")
-    out = Path(out) if out is not None else next_run_dir(DEFAULT_RUNS)
-    check_out_dir(out, force)
-    created = _make_parents(out)
-    tmp = Path(tempfile.mkdtemp(prefix=".edgeport-", dir=out.parent)).resolve()
-    try:
-        config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=tmp, arch=arch, imgsz=size,
+    with staged_output(out, force, DEFAULT_RUNS) as stage:
+        config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=stage.work, arch=arch, imgsz=size,
                                trust_checkpoint=trust_checkpoint, board=board)
         progress = _Progress(console)
         try:
@@ -101,31 +95,14 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
         subject = ParitySubject(
             reference_module=state.reference_module, folded_module=None, onnx_path=None,
             tflite={variant: Path(tflite)}, output_names=state.output_names, strides=state.strides,
-            inputs=inputs, inputs_source=source, board=board, workdir=tmp, ground_truth=truth, letterboxes=letterboxes,
+            inputs=inputs, inputs_source=source, board=board, workdir=stage.work, ground_truth=truth, letterboxes=letterboxes,
             model_info={"checkpoint": str(checkpoint), "layout": state.layout, "arch": state.arch, "config": state.arch_config,
                         "imgsz": size, "tflite": str(tflite)},
         )
         report = run_parity(subject)
-        from edgeport.convert.board_gate_pass import board_check
-
-        check = board_check(tflite, board)
-        report["board"] = {"name": board.name, "runtime": board.runtime, "version": board.version, "dtypes": list(board.dtypes),
-                           "ram_bytes": board.ram_bytes, "flash_bytes": board.flash_bytes, "checks": {variant: check},
-                           "runnable": check["runnable"]}
-        report["passed"] = bool(report["passed"] and check["runnable"])
+        report["board"] = board_section(board, {variant: board_check(tflite, board)})
+        report["passed"] = bool(report["passed"] and report["board"]["runnable"])
         report["artifacts"] = {f"model_{variant}.tflite": {"bytes": Path(tflite).stat().st_size, "path": str(tflite)}}
         report["stages"] = [r.to_dict() for r in records]
-        result = tmp / "result"
-        result.mkdir()
-        write_reports(report, result, sample_image=inputs[0])
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(result, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        for folder in reversed(created):
-            if folder.exists() and not any(folder.iterdir()):
-                folder.rmdir()
-        raise
-    shutil.rmtree(tmp, ignore_errors=True)
-    return out, report
+        write_reports(report, stage.result, sample_image=inputs[0])
+    return stage.out, report

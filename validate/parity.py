@@ -20,7 +20,7 @@ import numpy as np
 from edgeport.models.decode import Detections, decode
 from edgeport.validate.compare import TOLERANCES, compare_tensors, error_histogram
 from edgeport.validate.detections import compare_detections
-from edgeport.validate.runners import OnnxRuntimeRunner, Runner, TorchRunner
+from edgeport.validate.runners import OnnxRuntimeRunner, TorchRunner
 
 SCHEMA = "edgeport.parity/1"
 VERSION_PACKAGES = ("edgeport", "torch", "onnx", "onnxruntime", "onnxslim", "onnx2tf", "tensorflow", "ai-edge-litert",
