@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # Make the CPU wheel of torch that lies on this machine's disk the one that is taken.
 TORCH  := torch==2.13.0
 
-.PHONY: setup demo test test-fast bench demo-weights clean
+.PHONY: setup demo demo-legacy test test-fast bench demo-weights clean
 
 setup: $(STAMP)
 
@@ -19,6 +19,13 @@ $(STAMP): pyproject.toml constraints.txt
 
 demo: setup
 	$(VENV)/bin/edgeport convert models/weights/pdet_n_person.pt --imgsz 160 --out runs/demo --force
+
+# The write-up's bug and its fix, on the bilinear detector for a TFLite 1.13 board:
+# --legacy-resize runs there but computes something else (exit 1, divergence at the resize);
+# the exact rewrite passes.
+demo-legacy: setup
+	-$(VENV)/bin/edgeport convert models/weights/pdet_n_bilinear_person.pt --imgsz 160 --board tflite-1.13 --legacy-resize --out runs/demo-legacy --force
+	$(VENV)/bin/edgeport convert models/weights/pdet_n_bilinear_person.pt --imgsz 160 --board tflite-1.13 --out runs/demo-board --force
 
 test: setup
 	$(PY) -m pytest -q
@@ -33,7 +40,8 @@ bench: setup
 	$(PY) benchmarks/validate_bench.py
 
 demo-weights: setup
-	$(PY) scripts/train_demo.py
+	$(PY) scripts/train_demo.py --arch pdet-n
+	$(PY) scripts/train_demo.py --arch pdet-n-bilinear
 
 clean:
 	rm -rf runs .pytest_cache
