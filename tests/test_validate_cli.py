@@ -125,3 +125,16 @@ def _render_in_browser(page, tmp_path):
     with Image.open(shot) as im:
         pixels = np.asarray(im.convert("L"))
     assert pixels.shape[0] > 1000 and pixels.std() > 10, "the page rendered blank"
+
+
+@pytest.mark.parametrize("board, variants", [("default", {"float32", "int8"}), ("tflite-1.13", {"float32"}), ("tflm-m4-256k", {"int8"})])
+def test_shipped_bilinear_detector_passes_on_every_shipped_board(board, variants, tmp_path, cli, demo_ckpt):
+    ckpt = demo_ckpt.parent / "pdet_n_bilinear_person.pt"
+    out = tmp_path / board
+    proc = cli("convert", str(ckpt), "--imgsz", "160", "--board", board, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["passed"] and set(report["board"]["checks"]) == variants
+    rows = [r for r in report["results"] if r["variant"] in variants]
+    assert len(rows) == 3 * len(variants) and all(r["passed"] for r in rows)
+    assert all(r["detections"]["recall"] >= 0.9 for r in rows), [r["detections"] for r in rows]
