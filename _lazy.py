@@ -8,6 +8,19 @@ from types import ModuleType
 from edgeport.errors import MissingDependencyError
 
 
+def installed_versions(names) -> dict[str, str]:
+    """Installed version of each distribution, without importing it."""
+    import importlib.metadata as md
+
+    out = {}
+    for name in names:
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
 def require(module: str, *, package: str | None = None, purpose: str = "") -> ModuleType:
     """Import ``module`` or raise a one-line error naming the pip package to install."""
     try:

@@ -24,7 +24,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", type=Path, help="the .pt/.pth checkpoint (state_dict, training dict or, trusted, a pickled module)")
-    p.add_argument("--arch", help="registry name (see --help of `edgeport convert`) or package.module:callable; "
+    p.add_argument("--arch", help="registry name (pdet-n, pdet-s, ...; an unknown name lists them all) or package.module:callable; "
                    "not needed for edgeport trainer checkpoints")
     p.add_argument("--imgsz", type=int, help="square input size, a multiple of the model's stride (default 320)")
     p.add_argument("--calib", type=Path, help="folder of images for int8 calibration and parity (default: synthetic scenes)")
@@ -40,15 +40,12 @@ def _add_convert_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
-    from edgeport.models.registry import arch_names
-
     parser = _Parser(prog=prog, description="Ship a DDP + SyncBN trained PyTorch detector to a TFLite board, with proof.")
     parser.add_argument("--version", action="version", version=f"edgeport {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     conv = sub.add_parser(
         "convert",
         help="checkpoint -> ONNX -> TFLite float32/int8, with a parity report",
-        description=f"Architectures: {', '.join(arch_names())}.",
     )
     _add_convert_args(conv)
 
@@ -176,9 +173,14 @@ def run_boards(args: argparse.Namespace) -> int:
     if not reasons:
         print(f"runnable on {board.name}")
         return 0
-    print(f"NOT runnable on {board.name}:")
-    for reason in reasons:
-        print(f"  - {reason}")
+    return _fail_with_list(f"NOT runnable on {board.name}:", reasons)
+
+
+def _fail_with_list(header: str, items) -> int:
+    """A gate's verdict on stdout: what failed, one item a line; exit 1."""
+    print(header)
+    for item in items:
+        print(f"  - {item}")
     return 1
 
 
@@ -210,10 +212,7 @@ def run_check(args: argparse.Namespace) -> int:
     if not regressions:
         print(f"no regression against {args.baseline}: {rows} rows checked")
         return 0
-    print(f"{len(regressions)} regression(s) against {args.baseline} (metric, runtime: baseline -> now):")
-    for r in regressions:
-        print(f"  - {r}")
-    return 1
+    return _fail_with_list(f"{len(regressions)} regression(s) against {args.baseline} (metric, runtime: baseline -> now):", regressions)
 
 
 COMMANDS = {"convert": run_convert, "data": run_data, "boards": run_boards, "validate": run_validate, "check": run_check}

@@ -56,8 +56,7 @@ class State:
     """What the pipeline knows so far. Each pass returns a new one (``dataclasses.replace``)."""
 
     config: ConvertConfig
-    # load_checkpoint: the object torch.load returned, and what was found in it
-    loaded: Any = None
+    # load_checkpoint: how the weights were found in the file, and the weights
     layout: str = ""
     state_dict: dict | None = None
     module: Any = None  # an nn.Module (pickled module, or built from the registry)

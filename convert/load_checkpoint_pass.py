@@ -159,7 +159,7 @@ class LoadCheckpointPass(Pass):
         obj = torch_load(cfg.checkpoint, trust=cfg.trust_checkpoint)
         layout, sd, module, arch, arch_config = find_weights(obj)
         new = state.evolve(
-            loaded=obj, layout=layout, state_dict=sd, module=module, arch=arch, arch_config=arch_config
+            layout=layout, state_dict=sd, module=module, arch=arch, arch_config=arch_config
         )
         n = len(sd) if sd is not None else sum(1 for _ in module.state_dict())
         return PassResult(new, changed=True, summary=f"{layout}, {n} tensors")

@@ -24,6 +24,10 @@ class Letterbox:
     pad_x: int
     pad_y: int
 
+    def to_original(self, boxes: np.ndarray) -> np.ndarray:
+        """xyxy boxes in model-input pixels -> the original image's pixels."""
+        return (boxes - np.array([self.pad_x, self.pad_y, self.pad_x, self.pad_y], np.float32)) / self.scale
+
 
 def letterbox(image: np.ndarray, imgsz: int) -> tuple[np.ndarray, Letterbox]:
     """Resize an HWC uint8 RGB image into an ``imgsz`` square, keeping its aspect ratio."""

@@ -59,6 +59,22 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subpro
     )
 
 
+def save_random_checkpoint(path: Path, arch: str, seed: int) -> Path:
+    """An untrained ``arch`` with non-trivial BatchNorm, saved as the trainer saves (names its arch)."""
+    torch.manual_seed(seed)
+    model, config = build_model(arch)
+    perturb_bn(model, seed)
+    torch.save({"arch": arch, "config": config, "model": model.state_dict()}, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def random_checkpoint(tmp_path_factory):
+    """``random_checkpoint(arch, seed)`` -> path of a saved untrained detector."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    return lambda arch, seed=0: save_random_checkpoint(root / f"{arch}-{seed}.pt", arch, seed)
+
+
 @pytest.fixture
 def cli():
     return run_cli

@@ -5,26 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
-from edgeport.models.registry import build_model
 from edgeport.validate.boards import version_le
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def bilinear_ckpt(tmp_path_factory):
-    torch.manual_seed(1)
-    model, _ = build_model("pdet-n-bilinear")
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
-                m.running_mean.uniform_(-0.3, 0.3)
-                m.running_var.uniform_(0.5, 2.0)
-    path = tmp_path_factory.mktemp("ckpt") / "bilinear.pt"
-    torch.save({"arch": "pdet-n-bilinear", "config": None, "model": model.state_dict()}, path)
-    return path
+def bilinear_ckpt(random_checkpoint):
+    return random_checkpoint("pdet-n-bilinear", 1)
 
 
 def test_bilinear_detector_for_tflite_113_is_runnable_and_exact(bilinear_ckpt, tmp_path, cli):

@@ -9,9 +9,7 @@ import subprocess
 
 import numpy as np
 import pytest
-import torch
 
-from edgeport.models.registry import build_model
 from edgeport.train.data import write_dataset
 from edgeport.train.synth import make_scene
 from edgeport.validate.boards import load_board
@@ -23,18 +21,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def bilinear(tmp_path_factory, cli_session):
+def bilinear(tmp_path_factory, cli_session, random_checkpoint):
     """A bilinear detector, converted correctly (default board) and the old way (--legacy-resize)."""
     root = tmp_path_factory.mktemp("val")
-    torch.manual_seed(5)
-    model, config = build_model("pdet-n-bilinear")
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
-                m.running_mean.uniform_(-0.3, 0.3)
-                m.running_var.uniform_(0.5, 2.0)
-    ckpt = root / "bil.pt"
-    torch.save({"arch": "pdet-n-bilinear", "config": config, "model": model.state_dict()}, ckpt)
+    ckpt = random_checkpoint("pdet-n-bilinear", 5)
     for name, extra in (("naive", []), ("legacy", ["--board", "tflite-1.13", "--legacy-resize"])):
         cli_session("convert", str(ckpt), "--imgsz", "96", "--no-int8", "--out", str(root / name), *extra)
     return ckpt, root

@@ -8,13 +8,14 @@ architecture and its config, so ``convert`` needs no ``--arch``, and both load w
 
 from __future__ import annotations
 
-import importlib.metadata as md
 import os
 from pathlib import Path
 
 import torch
 
 from edgeport.errors import CheckpointError
+
+VERSION_PACKAGES = ("edgeport", "torch", "numpy")
 
 FORMAT = "edgeport.ckpt/1"
 
@@ -27,16 +28,6 @@ def atomic_save(obj: dict, path: Path) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def versions() -> dict[str, str]:
-    out = {}
-    for name in ("edgeport", "torch", "numpy"):
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            out[name] = "unknown"
-    return out
 
 
 def load_resume(path: Path) -> dict:

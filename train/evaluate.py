@@ -65,8 +65,7 @@ def predict(model: torch.nn.Module, samples: list[Sample], imgsz: int, strides, 
         with torch.no_grad():
             outs = [o.numpy() for o in model(x)]
         for dets, (_, lb) in zip(decode(outs, strides, conf_thres=EVAL_CONF, iou_thres=EVAL_IOU, max_det=EVAL_MAX_DET), boxed):
-            pad = np.array([lb.pad_x, lb.pad_y, lb.pad_x, lb.pad_y], np.float32)
-            results.append(Detections((dets.boxes - pad) / lb.scale, dets.scores, dets.classes))
+            results.append(Detections(lb.to_original(dets.boxes), dets.scores, dets.classes))
     return results
 
 

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from edgeport.convert.command import next_run_dir
 from edgeport.errors import BadInputError, EdgeportError
 from edgeport.train.config import TrainConfig, add_train_args, config_from_args
 
@@ -34,11 +35,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def next_run_dir(root: Path = DEFAULT_RUNS) -> Path:
-    existing = [int(p.name) for p in root.glob("*") if p.name.isdigit()] if root.is_dir() else []
-    return root / str(max(existing, default=0) + 1)
 
 
 def under_torchrun() -> bool:
@@ -86,7 +82,7 @@ def worker_main(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> int
     try:
         if cfg.out is None:
             # every rank must write to the same folder: rank 0 decides
-            box = [str(next_run_dir()) if rank == 0 else None]
+            box = [str(next_run_dir(DEFAULT_RUNS)) if rank == 0 else None]
             dist.broadcast_object_list(box, src=0)
             cfg = TrainConfig.from_dict({**cfg.to_dict(), "out": box[0]})
         run_worker(cfg, rank, world, local_rank)
@@ -148,7 +144,7 @@ def build_parser(prog: str = "edgeport train") -> argparse.ArgumentParser:
 
 
 def resolve_out(cfg: TrainConfig) -> TrainConfig:
-    out = cfg.out or (cfg.resume.parent if cfg.resume else next_run_dir())
+    out = cfg.out or (cfg.resume.parent if cfg.resume else next_run_dir(DEFAULT_RUNS))
     return TrainConfig.from_dict({**cfg.to_dict(), "out": str(out)})
 
 

@@ -29,7 +29,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from edgeport.errors import EdgeportError
 from edgeport.models.registry import build_model
-from edgeport.train.checkpoint import FORMAT, atomic_save, load_initial_weights, load_resume, versions
+from edgeport._lazy import installed_versions
+from edgeport.train.checkpoint import FORMAT, VERSION_PACKAGES, atomic_save, load_initial_weights, load_resume
 from edgeport.train.config import DEFAULT_EPOCHS, TrainConfig
 from edgeport.train.data import load_split
 from edgeport.train.dataset import AugmentConfig, DetectionDataset, collate
@@ -203,7 +204,9 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
         t0 = time.perf_counter()
         rounds0, buckets0, steps0 = counter.rounds, counter.buckets, step
         totals = torch.zeros(5, dtype=torch.float64)  # loss, obj, cls, box, images
-        progress = _progress(rank, epoch, cfg.epochs, len(sizes))
+        bar = _progress(rank, epoch, cfg.epochs)
+        bar_task = bar.add_task("train", total=len(sizes))
+        bar.start()
         for m, (images, targets, _) in enumerate(loader):
             last_in_window = (m + 1) % cfg.accumulate == 0 or m + 1 == len(sizes)
             sync_now = last_in_window or cfg.sync_micro_steps
@@ -225,10 +228,8 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
                 optimizer.zero_grad(set_to_none=True)
                 scheduler.step()
                 step += 1
-            if progress is not None:
-                progress.advance()
-        if progress is not None:
-            progress.close()
+            bar.advance(bar_task)
+        bar.stop()
         elapsed = time.perf_counter() - t0
         dist.all_reduce(totals)
         n_img = max(totals[4].item(), 1.0)
@@ -251,7 +252,7 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
                 "format": FORMAT, "arch": cfg.arch, "config": arch_config, "imgsz": cfg.imgsz,
                 "model": ddp.state_dict(),  # keys prefixed `module.`, as DDP scripts save them
                 "epoch": epoch + 1, "step": step, "best_map50": best, "metrics": row, "history": rows,
-                "args": cfg.to_dict(), "world_size": world, "versions": versions(),
+                "args": cfg.to_dict(), "world_size": world, "versions": installed_versions(VERSION_PACKAGES),
                 "saved": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             }
             if improved:
@@ -277,23 +278,9 @@ def _write_metrics(rows: list[dict], out: Path) -> None:
     _plot(rows, out / "metrics.png")
 
 
-class _progress:
-    """A rich progress bar on rank 0 when stderr is a terminal; nothing otherwise."""
+def _progress(rank: int, epoch: int, epochs: int):
+    """A progress bar on rank 0 when stderr is a terminal (rich disables itself otherwise)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    def __new__(cls, rank: int, epoch: int, epochs: int, total: int):
-        if rank != 0 or not sys.stderr.isatty():
-            return None
-        return super().__new__(cls)
-
-    def __init__(self, rank: int, epoch: int, epochs: int, total: int):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.bar = Progress(TextColumn(f"epoch {epoch + 1}/{epochs}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True)
-        self.task = self.bar.add_task("train", total=total)
-        self.bar.start()
-
-    def advance(self) -> None:
-        self.bar.advance(self.task)
-
-    def close(self) -> None:
-        self.bar.stop()
+    return Progress(TextColumn(f"epoch {epoch + 1}/{epochs}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    transient=True, disable=rank != 0 or not sys.stderr.isatty())

@@ -36,12 +36,12 @@ class IgnoreHalfPixelCenters(Difference):
     _FIELD = 10  # vtable offset of ResizeBilinearOptions.half_pixel_centers in TFLite's schema
 
     def apply(self, model: bytes) -> tuple[bytes, int]:
+        from edgeport.validate.tflite_model import operator_codes
+
         schema = require("ai_edge_litert.schema_py_generated", package="ai-edge-litert")
-        names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
         buf = bytearray(model)
         root = schema.Model.GetRootAs(bytes(model), 0)
-        codes = [names.get(max(root.OperatorCodes(i).BuiltinCode(), root.OperatorCodes(i).DeprecatedBuiltinCode()))
-                 for i in range(root.OperatorCodesLength())]
+        codes = [name for name, _ in operator_codes(schema, root)]
         changed = 0
         for g in range(root.SubgraphsLength()):
             sg = root.Subgraphs(g)

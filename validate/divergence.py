@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeport._lazy import require
-from edgeport.validate.tensors import dequantize, nhwc_to_nchw
+from edgeport.validate.tensors import from_model_output, to_model_input
 
 FUSED_CONSUMERS = {"Relu", "Clip", "BatchNormalization", "LeakyRelu"}
 
@@ -88,15 +88,10 @@ def onnx_intermediates(path: Path, x: np.ndarray) -> list[Tensor]:
 def tflite_intermediates(path: Path, x: np.ndarray) -> list[Tensor]:
     """Every 4-D op output of a TFLite model run by the reference kernels, in execution order."""
     from edgeport.validate.tflite_runner import load_interpreter
-    from edgeport.validate.tensors import nchw_to_nhwc, quantize
 
     interp = load_interpreter(path, kernels="reference", preserve_all_tensors=True)
     (inp,) = interp.get_input_details()
-    data = nchw_to_nhwc(x) if tuple(inp["shape"]) == (x.shape[0], x.shape[2], x.shape[3], x.shape[1]) else x
-    if np.dtype(inp["dtype"]) != np.float32:
-        scale, zp = inp["quantization"]
-        data = quantize(data, scale, zp, np.dtype(inp["dtype"]))
-    interp.set_tensor(inp["index"], data)
+    interp.set_tensor(inp["index"], to_model_input(x, inp["shape"], inp["dtype"], inp["quantization"]))
     interp.invoke()
     details = {d["index"]: d for d in interp.get_tensor_details()}
     out = []
@@ -105,13 +100,10 @@ def tflite_intermediates(path: Path, x: np.ndarray) -> list[Tensor]:
             d = details.get(int(t))
             if d is None or len(d["shape"]) != 4:
                 continue
-            value = interp.get_tensor(int(t))
-            if np.dtype(d["dtype"]) != np.float32:
-                scale, zp = d["quantization"]
-                if not scale:
-                    continue
-                value = dequantize(value, scale, zp)
-            out.append(Tensor(d["name"], op["op_name"], nhwc_to_nchw(np.asarray(value, np.float32))))
+            if np.dtype(d["dtype"]) != np.float32 and not d["quantization"][0]:
+                continue  # an integer tensor that is not a quantised activation
+            value = from_model_output(interp.get_tensor(int(t)), d["dtype"], d["quantization"], nhwc=True)
+            out.append(Tensor(d["name"], op["op_name"], np.asarray(value, np.float32)))
     return out
 
 
@@ -135,9 +127,9 @@ def locate(reference: list[Tensor], candidates: list[Tensor], *, max_abs_rel: fl
         if not pool:
             continue  # nothing of that shape was materialised: cannot judge here
         scored = [(_errors(ref.value, c.value), c) for c in pool]
-        (rel, cos), best = min(scored, key=lambda s: (s[0][0], -s[0][1]))
-        if max_abs_rel is None:
-            (rel, cos), best = max(scored, key=lambda s: s[0][1])
+        # closest by the criterion in force: max_abs when gated on it, else cosine
+        by_rel = max_abs_rel is not None
+        (rel, cos), best = min(scored, key=lambda s: (s[0][0], -s[0][1]) if by_rel else -s[0][1])
         ok = (max_abs_rel is None or rel <= max_abs_rel) and (min_cosine is None or cos >= min_cosine)
         curve.append(LayerError(i, ref.producer, ref.op_type, best.producer, best.op_type, rel, cos, ok))
     first = next((e for e in curve if not e.ok), None)

@@ -11,12 +11,12 @@ seeded random ones. Each failing row gets its divergence point. Builds the
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.metadata as md
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from edgeport._lazy import installed_versions
 from edgeport.models.decode import Detections, decode
 from edgeport.validate.compare import TOLERANCES, compare_tensors, error_histogram
 from edgeport.validate.detections import compare_detections
@@ -48,16 +48,6 @@ class ParitySubject:
     seed: int = 0
 
 
-def package_versions() -> dict[str, str]:
-    out = {}
-    for name in VERSION_PACKAGES:
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
-
-
 def _detections(outputs: list[np.ndarray], strides: tuple[int, ...]) -> list[Detections] | None:
     if not strides or len(strides) != len(outputs) or any(o.ndim != 4 or o.shape[1] < 6 for o in outputs):
         return None  # not a PDet-style detector head: tensor parity only
@@ -69,10 +59,7 @@ def _map_vs_truth(subject: ParitySubject, dets: list[Detections] | None) -> dict
         return None
     from edgeport.train.evaluate import coco_map
 
-    mapped = []
-    for d, lb in zip(dets, subject.letterboxes):
-        pad = np.array([lb.pad_x, lb.pad_y, lb.pad_x, lb.pad_y], np.float32)
-        mapped.append(Detections((d.boxes - pad) / lb.scale, d.scores, d.classes))
+    mapped = [Detections(lb.to_original(d.boxes), d.scores, d.classes) for d, lb in zip(dets, subject.letterboxes)]
     return coco_map(subject.ground_truth, mapped)
 
 
@@ -110,6 +97,7 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True) -> dict:
         "error_histogram": None,
     }]
     reference_tensors = None
+    sample = None
     for variant, runner, analysis_file, verdict in _row_runners(subject, expected_shapes):
         tol = TOLERANCES[variant]
         if runner is None:  # the board cannot run it: a failed row with the reasons
@@ -137,7 +125,8 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True) -> dict:
                 reference_tensors = _reference_tensors(subject, all_inputs[:1])
             row["divergence"] = _divergence(reference_tensors, analysis_file, all_inputs[:1], tol)
         results.append(row)
-        if dets is not None and ref_dets is not None and (runner.runtime.startswith("board:") or "sample" not in locals()):
+        if dets is not None and ref_dets is not None and (runner.runtime.startswith("board:") or sample is None):
+            # the first image's boxes, preferably as the board computes them
             sample = {"row": f"{variant} / {runner.runtime}", "image": 0, "reference": _boxes(ref_dets[0]), "candidate": _boxes(dets[0])}
     artifacts = {}
     for label, path in [("model.onnx", subject.onnx_path), *[(f"model_{v}.tflite", p) for v, p in subject.tflite.items()]]:
@@ -153,10 +142,10 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True) -> dict:
                    "labelled": bool(subject.ground_truth)},
         "reference": {"runtime": "pytorch", "what": "the checkpoint's model as loaded, before SyncBN revert and BN fold"},
         "tolerances": {v: {"max_abs_rel": t.max_abs_rel, "min_cosine": t.min_cosine} for v, t in TOLERANCES.items()},
-        "versions": package_versions(),
+        "versions": installed_versions(VERSION_PACKAGES),
         "artifacts": artifacts,
         "results": results,
-        "sample": locals().get("sample"),
+        "sample": sample,
     }
 
 

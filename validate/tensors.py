@@ -28,6 +28,24 @@ def dequantize(q: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
     return ((q.astype(np.float32) - zero_point) * np.float32(scale)).astype(np.float32)
 
 
+def to_model_input(x: np.ndarray, shape, dtype, quant: tuple[float, int]) -> np.ndarray:
+    """NCHW float input -> what a converted model takes: NHWC when its input is laid out that
+    way (onnx2tf's 4-D inputs), quantised when its input is integer."""
+    shape = tuple(int(v) for v in shape)
+    data = nchw_to_nhwc(x) if x.ndim == 4 and shape == (x.shape[0], x.shape[2], x.shape[3], x.shape[1]) else x
+    dtype = np.dtype(dtype)
+    if dtype != np.float32:
+        data = quantize(data, quant[0], quant[1], dtype)
+    return np.ascontiguousarray(data)
+
+
+def from_model_output(y: np.ndarray, dtype, quant: tuple[float, int], nhwc: bool) -> np.ndarray:
+    """A converted model's output -> float32 (dequantised), NCHW."""
+    if np.dtype(dtype) != np.float32:
+        y = dequantize(y, quant[0], quant[1])
+    return nhwc_to_nchw(y) if nhwc else y
+
+
 def match_outputs(expected_nchw: list[tuple[int, ...]], got_shapes: list[tuple[int, ...]]) -> list[tuple[int, bool]]:
     """For each expected NCHW output, the index among ``got_shapes`` and whether it is NHWC.
 

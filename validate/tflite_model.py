@@ -27,7 +27,6 @@ class TFLiteSummary:
     size_bytes: int
     ops: tuple[OpUse, ...]
     activation_dtypes: tuple[str, ...]  # dtypes of non-constant tensors
-    io_dtypes: tuple[str, ...]
     min_runtime_version: str | None
     custom_ops: tuple[str, ...] = field(default=())
     num_outputs: int = 0
@@ -57,17 +56,24 @@ def read_tflite(path: Path) -> TFLiteSummary:
         raise BadInputError(f"{str(path)!r} is a damaged TFLite flatbuffer ({type(exc).__name__}: {exc})") from exc
 
 
-def _summarise(schema, model, path: str, size: int) -> TFLiteSummary:
+def operator_codes(schema, model) -> list[tuple[str, int]]:
+    """(op name, version) per operator code: a builtin name, or ``CUSTOM:name``."""
     op_names = _names(schema.BuiltinOperator)
-    dtype_names = _names(schema.TensorType)
     codes = []
     for i in range(model.OperatorCodesLength()):
         oc = model.OperatorCodes(i)
+        # builtin codes past 127 live in the newer field; the deprecated one saturates
         code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
         custom = oc.CustomCode().decode() if oc.CustomCode() else None
-        codes.append((op_names.get(code, f"OP_{code}") if not custom else f"CUSTOM:{custom}", oc.Version()))
+        codes.append((f"CUSTOM:{custom}" if custom else op_names.get(code, f"OP_{code}"), oc.Version()))
+    return codes
+
+
+def _summarise(schema, model, path: str, size: int) -> TFLiteSummary:
+    dtype_names = _names(schema.TensorType)
+    codes = operator_codes(schema, model)
     counts: dict[tuple[str, int, tuple[str, ...]], int] = {}
-    activation, io = set(), set()
+    activation = set()
     for g in range(model.SubgraphsLength()):
         sg = model.Subgraphs(g)
         for t in range(sg.TensorsLength()):
@@ -75,8 +81,6 @@ def _summarise(schema, model, path: str, size: int) -> TFLiteSummary:
             buf = model.Buffers(tensor.Buffer()) if tensor.Buffer() < model.BuffersLength() else None
             if buf is None or buf.DataLength() == 0:
                 activation.add(dtype_names.get(tensor.Type(), str(tensor.Type())).lower())
-        for idx in list(sg.InputsAsNumpy()) + list(sg.OutputsAsNumpy()):
-            io.add(dtype_names.get(sg.Tensors(int(idx)).Type(), "?").lower())
         for o in range(sg.OperatorsLength()):
             op = sg.Operators(o)
             name, version = codes[op.OpcodeIndex()]
@@ -90,7 +94,7 @@ def _summarise(schema, model, path: str, size: int) -> TFLiteSummary:
             min_rt = raw.split(b"\x00")[0].decode() or None
     ops = tuple(OpUse(n, v, c, notes) for (n, v, notes), c in sorted(counts.items()))
     return TFLiteSummary(
-        path=path, size_bytes=size, ops=ops, activation_dtypes=tuple(sorted(activation)), io_dtypes=tuple(sorted(io)),
+        path=path, size_bytes=size, ops=ops, activation_dtypes=tuple(sorted(activation)),
         min_runtime_version=min_rt, custom_ops=tuple(sorted({n for n, _ in codes if n.startswith("CUSTOM:")})),
         num_outputs=model.Subgraphs(0).OutputsLength(),
     )

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 
 from edgeport._lazy import require
 from edgeport.validate.runners import Runner
-from edgeport.validate.tensors import dequantize, match_outputs, nchw_to_nhwc, nhwc_to_nchw, quantize
+from edgeport.validate.tensors import from_model_output, match_outputs, to_model_input
 
 KERNELS = ("optimized", "reference")
 
@@ -43,20 +42,9 @@ class TFLiteRunner(Runner):
 
     def _run_one(self, x):
         inp = self.inp
-        # onnx2tf takes 4-D inputs as NHWC: transpose when that is the shape the model wants
-        nhwc = x.ndim == 4 and tuple(inp["shape"]) == (x.shape[0], x.shape[2], x.shape[3], x.shape[1])
-        data = nchw_to_nhwc(x) if nhwc else x
-        dtype = np.dtype(inp["dtype"])
-        if dtype != np.float32:
-            scale, zp = inp["quantization"]
-            data = quantize(data, scale, zp, dtype)
-        self.interp.set_tensor(inp["index"], data)
+        self.interp.set_tensor(inp["index"], to_model_input(x, inp["shape"], inp["dtype"], inp["quantization"]))
         self.interp.invoke()
-        results = []
-        for detail, is_nhwc in self.mapping:
-            y = self.interp.get_tensor(detail["index"])
-            if np.dtype(detail["dtype"]) != np.float32:
-                scale, zp = detail["quantization"]
-                y = dequantize(y, scale, zp)
-            results.append(nhwc_to_nchw(y) if is_nhwc else y)
-        return results
+        return [
+            from_model_output(self.interp.get_tensor(d["index"]), d["dtype"], d["quantization"], is_nhwc)
+            for d, is_nhwc in self.mapping
+        ]

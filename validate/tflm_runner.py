@@ -17,7 +17,7 @@ import numpy as np
 
 from edgeport._lazy import require
 from edgeport.validate.runners import Runner
-from edgeport.validate.tensors import dequantize, match_outputs, nchw_to_nhwc, nhwc_to_nchw, quantize
+from edgeport.validate.tensors import from_model_output, match_outputs, to_model_input
 
 # large enough for any model this product targets: used only to measure what is needed
 MEASURE_ARENA = 64 * 1024 * 1024
@@ -87,20 +87,10 @@ class TFLMRunner(Runner):
         return float(scales[0]), int(zps[0])
 
     def _run_one(self, x):
-        shape = tuple(self.inp["shape"])
-        data = nchw_to_nhwc(x) if x.ndim == 4 and shape == (x.shape[0], x.shape[2], x.shape[3], x.shape[1]) else x
-        dtype = np.dtype(self.inp["dtype"])
-        if dtype != np.float32:
-            scale, zp = self._qparams(self.inp)
-            data = quantize(data, scale, zp, dtype)
-        self.interp.set_input(np.ascontiguousarray(data), 0)
+        inp = self.inp
+        self.interp.set_input(to_model_input(x, inp["shape"], inp["dtype"], self._qparams(inp)), 0)
         self.interp.invoke()
-        results = []
-        for index, is_nhwc in self.mapping:
-            y = self.interp.get_output(index)
-            details = self.outs[index]
-            if np.dtype(details["dtype"]) != np.float32:
-                scale, zp = self._qparams(details)
-                y = dequantize(y, scale, zp)
-            results.append(nhwc_to_nchw(y) if is_nhwc else y)
-        return results
+        return [
+            from_model_output(self.interp.get_output(i), self.outs[i]["dtype"], self._qparams(self.outs[i]), is_nhwc)
+            for i, is_nhwc in self.mapping
+        ]

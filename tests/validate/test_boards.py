@@ -8,7 +8,7 @@ from edgeport.validate.tflite_model import OpUse, TFLiteSummary, read_tflite
 
 
 def summary(*ops, dtypes=("float32",), min_rt="1.13.1", size=1000):
-    return TFLiteSummary("m.tflite", size, tuple(ops), tuple(dtypes), tuple(dtypes), min_rt)
+    return TFLiteSummary("m.tflite", size, tuple(ops), tuple(dtypes), min_rt)
 
 
 def test_versions_compare_component_by_component():
@@ -39,7 +39,7 @@ def test_the_write_up_bug_is_named():
 
 
 def test_dtype_size_unknown_and_custom_ops():
-    s = TFLiteSummary("m", 2_000_000, (OpUse("CONV_2D", 99, 1), OpUse("CUSTOM:Foo", 1, 1)), ("float32", "int32"), ("float32",), None, ("CUSTOM:Foo",))
+    s = TFLiteSummary("m", 2_000_000, (OpUse("CONV_2D", 99, 1), OpUse("CUSTOM:Foo", 1, 1)), ("float32", "int32"), None, ("CUSTOM:Foo",))
     reasons = check_model(s, load_board("tflm-m4-256k"))
     assert "CUSTOM:Foo is a custom op; tflm-m4-256k has only builtin kernels" in reasons
     assert "float32 tensors; tflm-m4-256k runs int8" in reasons

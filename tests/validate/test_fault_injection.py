@@ -8,7 +8,6 @@ import torch
 
 from edgeport.convert.base import ConvertConfig, Pass, PassResult, State
 from edgeport.convert.pipeline import PIPELINE, run_pipeline
-from edgeport.models.registry import build_model
 from edgeport.validate.boards import load_board
 
 pytestmark = pytest.mark.slow
@@ -44,21 +43,8 @@ def _module_edit(edit):
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    root = tmp_path_factory.mktemp("faults")
-    out = {}
-    for arch in ("pdet-n", "pdet-n-bilinear"):
-        torch.manual_seed(3)
-        model, config = build_model(arch)
-        with torch.no_grad():
-            for m in model.modules():
-                if isinstance(m, torch.nn.BatchNorm2d):
-                    m.running_mean.uniform_(-0.2, 0.2)
-                    m.running_var.uniform_(0.5, 1.5)
-        path = root / f"{arch}.pt"
-        torch.save({"arch": arch, "config": config, "model": model.state_dict()}, path)
-        out[arch] = path
-    return out
+def checkpoints(random_checkpoint):
+    return {arch: random_checkpoint(arch, 3) for arch in ("pdet-n", "pdet-n-bilinear")}
 
 
 def _convert(ckpt, tmp_path, passes, **cfg):
