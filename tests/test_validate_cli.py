@@ -128,3 +128,22 @@ def test_shipped_bilinear_detector_passes_on_every_shipped_board(board, variants
     rows = [r for r in report["results"] if r["variant"] in variants]
     assert len(rows) == 3 * len(variants) and all(r["passed"] for r in rows)
     assert all(r["detections"]["recall"] >= 0.9 for r in rows), [r["detections"] for r in rows]
+
+
+def test_validate_bad_input_is_one_line_and_leaves_nothing(bilinear, tmp_path, cli):
+    ckpt, root = bilinear
+    tfl = root / "naive" / "model_float32.tflite"
+    (tmp_path / "junk.tflite").write_bytes(b"junk")
+    cases = [
+        (["--tflite", str(tmp_path / "missing.tflite")], "does not exist"),
+        (["--tflite", str(tmp_path / "junk.tflite")], "not a TFLite model"),
+        (["--tflite", str(tfl), "--imgsz", "160"], "the TFLite model takes 96x96"),
+        (["--tflite", str(tfl), "--data", str(tmp_path / "nodata")], "is not a folder"),
+        (["--tflite", str(tfl), "--board", "nope"], "unknown board 'nope'"),
+    ]
+    for args, needle in cases:
+        out = tmp_path / "runs" / "v"
+        proc = cli("validate", str(ckpt), *args, "--out", str(out))
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], proc.stderr
+        assert not (tmp_path / "runs").exists()

@@ -28,15 +28,13 @@ def _dataset_inputs(data: Path, imgsz: int, num_classes: int, limit: int):
         samples = load_split(data, "val", num_classes)[:limit]
         labelled = True
         source = f"{len(samples)} labelled images from {data}/images/val"
-    elif data.is_dir():
+    else:  # a plain folder of images (validate() checked that it is a folder)
         files = list_images(data)[:limit]
         if not files:
             raise BadInputError(f"--data {str(data)!r} holds no images; pass a dataset folder or a folder of images")
         samples = [Sample(f, np.zeros((0, 4), np.float32), np.zeros(0, np.int64), 0, 0) for f in files]
         labelled = False
         source = f"{len(samples)} images from {data}"
-    else:
-        raise BadInputError(f"--data {str(data)!r} is not a folder")
     inputs, boxes = [], []
     for s in samples:
         try:
@@ -49,17 +47,14 @@ def _dataset_inputs(data: Path, imgsz: int, num_classes: int, limit: int):
 
 
 def _tflite_input_size(path: Path) -> tuple[int, str]:
-    from edgeport.validate.tflite_runner import load_interpreter
+    """(input size, variant) read from the flatbuffer, without loading an interpreter."""
+    from edgeport.validate.tflite_model import read_tflite
 
-    try:
-        interp = load_interpreter(path)
-    except (ValueError, RuntimeError) as exc:
-        raise BadInputError(f"--tflite {str(path)!r} cannot be loaded by TFLite ({exc})") from exc
-    (inp,) = interp.get_input_details()
-    shape = tuple(int(v) for v in inp["shape"])
+    summary = read_tflite(path)
+    shape = summary.input_shape
     if len(shape) != 4 or shape[-1] != 3 or shape[1] != shape[2]:
         raise BadInputError(f"--tflite input shape {shape} is not a square NHWC RGB image (1, S, S, 3)")
-    return shape[1], "int8" if np.dtype(inp["dtype"]) == np.int8 else "float32"
+    return shape[1], "int8" if summary.input_dtype == "int8" else "float32"
 
 
 def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, arch: str | None, imgsz: int | None,
@@ -76,6 +71,8 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
 
     if not Path(tflite).is_file():
         raise BadInputError(f"--tflite {str(tflite)!r} does not exist; pass a .tflite file")
+    if data is not None and not Path(data).is_dir():
+        raise BadInputError(f"--data {str(data)!r} is not a folder; pass a dataset folder or a folder of images")
     size, variant = _tflite_input_size(Path(tflite))
     if imgsz is not None and imgsz != size:
         raise BadInputError(f"--imgsz {imgsz} but the TFLite model takes {size}x{size}; drop --imgsz or pass {size}")

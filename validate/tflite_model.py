@@ -30,6 +30,8 @@ class TFLiteSummary:
     min_runtime_version: str | None
     custom_ops: tuple[str, ...] = field(default=())
     num_outputs: int = 0
+    input_shape: tuple[int, ...] = ()  # the first input's
+    input_dtype: str = ""
 
     def op(self, name: str) -> list[OpUse]:
         return [o for o in self.ops if o.name == name]
@@ -86,6 +88,8 @@ def _summarise(schema, model, path: str, size: int) -> TFLiteSummary:
             name, version = codes[op.OpcodeIndex()]
             notes = _resize_notes(schema, op, name)
             counts[(name, version, notes)] = counts.get((name, version, notes), 0) + 1
+    main = model.Subgraphs(0)
+    first_input = main.Tensors(int(main.Inputs(0))) if main.InputsLength() else None
     min_rt = None
     for i in range(model.MetadataLength()):
         md = model.Metadata(i)
@@ -97,6 +101,8 @@ def _summarise(schema, model, path: str, size: int) -> TFLiteSummary:
         path=path, size_bytes=size, ops=ops, activation_dtypes=tuple(sorted(activation)),
         min_runtime_version=min_rt, custom_ops=tuple(sorted({n for n, _ in codes if n.startswith("CUSTOM:")})),
         num_outputs=model.Subgraphs(0).OutputsLength(),
+        input_shape=tuple(int(v) for v in first_input.ShapeAsNumpy()) if first_input is not None else (),
+        input_dtype=dtype_names.get(first_input.Type(), "?").lower() if first_input is not None else "",
     )
 
 
