@@ -3,17 +3,19 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# Make the CPU wheel of torch that lies on this machine's disk the one that is taken.
-TORCH  := torch==2.13.0
+# torch 2.14.1 with torchvision 0.29.1: pip takes both from this machine's wheel cache. It
+# is a CUDA build that runs on the CPU: the trainer's device tests need its fake CUDA device,
+# and torchvision pairs with it (PyPI's does not import beside the 2.13.0 CPU build).
+TORCH  := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup demo demo-legacy test test-fast bench demo-weights clean
+.PHONY: setup demo demo-legacy test test-fast bench demo-weights gpu-check clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q $(TORCH)
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
@@ -38,6 +40,10 @@ bench: setup
 	$(PY) benchmarks/upsample_bench.py
 	$(PY) benchmarks/train_bench.py
 	$(PY) benchmarks/validate_bench.py
+
+# on a machine with CUDA GPUs: the NCCL trainer, resume, CPU convert, 2-rank = 1-rank (JSON summary)
+gpu-check: setup
+	scripts/gpu_check.sh runs/gpu_check
 
 demo-weights: setup
 	$(PY) scripts/train_demo.py --arch pdet-n

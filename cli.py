@@ -1,7 +1,9 @@
 """Command line: ``edgeport convert|...`` and the ``convert`` shortcut.
 
 Exit codes: 0 success; 1 the parity or board gate failed (artifacts kept); 2 bad input or
-usage -- one line on stderr, no traceback, nothing left behind.
+usage -- one line on stderr, no traceback, nothing left behind; 3 an internal error (one
+line, the full traceback in a log file it names); 130/143 interrupted by SIGINT/SIGTERM,
+with nothing left behind.
 """
 
 from __future__ import annotations
@@ -12,37 +14,35 @@ import sys
 from pathlib import Path
 
 from edgeport import __version__
-from edgeport.errors import BadInputError, EdgeportError
+from edgeport.cliargs import Parser, int_range, positive_int
+from edgeport.errors import BadInputError, report
+from edgeport.runs import Terminated, handle_sigterm
 
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (what was wrong, where to look), exit 2."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
+# the TorchScript ONNX exporter's range, from the lowest opset onnx2tf converts well
+OPSETS = (11, 20)
 
 
 def _add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", type=Path, help="the .pt/.pth checkpoint (state_dict, training dict or, trusted, a pickled module)")
     p.add_argument("--arch", help="registry name (pdet-n, pdet-s, ...; an unknown name lists them all) or package.module:callable; "
                    "not needed for edgeport trainer checkpoints")
-    p.add_argument("--imgsz", type=int, help="square input size, a multiple of the model's stride (default 320)")
+    p.add_argument("--imgsz", type=positive_int, help="square input size, a multiple of the model's stride (default 320)")
     p.add_argument("--calib", type=Path, help="folder of images for int8 calibration and parity (default: synthetic scenes)")
     p.add_argument("--out", type=Path, help="output folder (default: a new numbered folder under runs/convert/)")
-    p.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    p.add_argument("--force", action="store_true", help="replace an earlier convert result in --out (never other files)")
     p.add_argument("--trust-checkpoint", action="store_true",
                    help="allow full unpickling (runs code from the file): only for checkpoints you trust")
     p.add_argument("--board", default="default", help="target board profile: a name from `edgeport boards` or a .toml path (default: default)")
     p.add_argument("--legacy-resize", action="store_true",
                    help="emit bilinear resizes the way older converters did (half_pixel_centers off): reproduces the board bug")
-    p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    p.add_argument("--opset", type=int_range(*OPSETS), default=17, help=f"ONNX opset, {OPSETS[0]}-{OPSETS[1]} (default 17)")
     p.add_argument("--no-int8", action="store_true", help="skip the full-integer int8 model")
 
 
 def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
-    parser = _Parser(prog=prog, description="Ship a DDP + SyncBN trained PyTorch detector to a TFLite board, with proof.")
+    parser = Parser(prog=prog, description="Ship a DDP + SyncBN trained PyTorch detector to a TFLite board, with proof.")
     parser.add_argument("--version", action="version", version=f"edgeport {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     conv = sub.add_parser(
         "convert",
         help="checkpoint -> ONNX -> TFLite float32/int8, with a parity report",
@@ -56,11 +56,11 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
     val.add_argument("checkpoint", type=Path)
     val.add_argument("--tflite", type=Path, required=True, help="the .tflite model to judge")
     val.add_argument("--arch", help="as for convert; not needed for edgeport trainer checkpoints")
-    val.add_argument("--imgsz", type=int, help="must match the TFLite input (default: read from it)")
+    val.add_argument("--imgsz", type=positive_int, help="must match the TFLite input (default: read from it)")
     val.add_argument("--board", default="default", help="board profile for the emulator and the gate (default: default)")
     val.add_argument("--data", type=Path, help="a dataset folder (val split with labels: mAP against ground truth) or a folder of images")
     val.add_argument("--out", type=Path, help="report folder (default: a new numbered folder under runs/validate/)")
-    val.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    val.add_argument("--force", action="store_true", help="replace an earlier validate result in --out (never other files)")
     val.add_argument("--trust-checkpoint", action="store_true", help="allow full unpickling of the checkpoint")
     chk = sub.add_parser("check", help="compare a parity report with a baseline: the CI regression gate")
     chk.add_argument("report", type=Path)
@@ -69,19 +69,19 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
                      help="cosine (1e-4), max_abs_factor (2), max_abs_floor (1e-6), recall (0.02), map (0.01)")
     chk.add_argument("--update-baseline", action="store_true", help="accept this report as the new baseline")
     boards = sub.add_parser("boards", help="list board profiles, or check a .tflite against one")
-    boards_sub = boards.add_subparsers(dest="boards_command", metavar="BOARDS_COMMAND", parser_class=_Parser)
+    boards_sub = boards.add_subparsers(dest="boards_command", metavar="BOARDS_COMMAND", parser_class=Parser)
     bcheck = boards_sub.add_parser("check", help="list every reason a board cannot run a .tflite model (exit 0 runnable, 1 not)")
     bcheck.add_argument("model", type=Path)
     bcheck.add_argument("--board", required=True, help="board profile name or .toml path")
     data = sub.add_parser("data", help="datasets: `edgeport data synth` writes a synthetic person dataset")
-    data_sub = data.add_subparsers(dest="data_command", metavar="DATA_COMMAND", parser_class=_Parser, required=True)
+    data_sub = data.add_subparsers(dest="data_command", metavar="DATA_COMMAND", parser_class=Parser, required=True)
     synth = data_sub.add_parser("synth", help="write a synthetic person dataset (YOLO layout + COCO JSON)")
     synth.add_argument("--out", type=Path, required=True)
-    synth.add_argument("--n", type=int, default=500, help="training images (validation gets a fifth as many, at least 10)")
-    synth.add_argument("--n-val", type=int, help="validation images (default: n/5)")
-    synth.add_argument("--imgsz", type=int, default=160, help="image size in pixels")
+    synth.add_argument("--n", type=positive_int, default=500, help="training images (validation gets a fifth as many, at least 10)")
+    synth.add_argument("--n-val", type=positive_int, help="validation images (default: n/5)")
+    synth.add_argument("--imgsz", type=int_range(32, 4096), default=160, help="image size in pixels (32-4096)")
     synth.add_argument("--seed", type=int, default=0)
-    synth.add_argument("--force", action="store_true", help="write into a non-empty --out")
+    synth.add_argument("--force", action="store_true", help="replace an earlier `data synth` dataset in --out (never other files)")
     return parser
 
 
@@ -96,7 +96,7 @@ def _finish(out: Path, report: dict, what: str) -> int:
     """Print the parity table and where it diverges on stdout, then apply the gate (exit 1)."""
     from rich.console import Console
 
-    from edgeport.convert.command import gate
+    from edgeport.runs import gate
     from edgeport.validate.render import divergence_lines, print_table
 
     stdout = Console(width=None if sys.stdout.isatty() else 140)
@@ -131,25 +131,23 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_data(args: argparse.Namespace) -> int:
+    from edgeport.runs import staged_output
     from edgeport.train.data import write_dataset
     from edgeport.train.synth import make_scene
 
     import numpy as np
 
-    if args.n < 1 or args.imgsz < 32:
-        raise BadInputError(f"--n {args.n} / --imgsz {args.imgsz}: need at least 1 image of at least 32 px")
-    if args.out.exists() and any(args.out.iterdir()) and not args.force:
-        raise BadInputError(f"--out {str(args.out)!r} is not empty; pass --force or choose another folder")
     n_val = args.n_val if args.n_val is not None else max(10, args.n // 5)
-    rng_train = np.random.default_rng([args.seed, 0])
-    rng_val = np.random.default_rng([args.seed, 1])
-    splits = {
-        "train": [make_scene(rng_train, args.imgsz) for _ in range(args.n)],
-        "val": [make_scene(rng_val, args.imgsz) for _ in range(n_val)],
-    }
-    write_dataset(args.out, splits, size=args.imgsz)
+    with staged_output(args.out, command="data", force=args.force, default_root=Path("data")) as stage:
+        rng_train = np.random.default_rng([args.seed, 0])
+        rng_val = np.random.default_rng([args.seed, 1])
+        splits = {
+            "train": [make_scene(rng_train, args.imgsz) for _ in range(args.n)],
+            "val": [make_scene(rng_val, args.imgsz) for _ in range(n_val)],
+        }
+        write_dataset(stage.result, splits, size=args.imgsz)
     boxes = sum(len(s.boxes) for v in splits.values() for s in v)
-    print(f"wrote {args.n} train + {n_val} val images ({boxes} people) to {args.out}/ (YOLO labels + COCO JSON)")
+    print(f"wrote {args.n} train + {n_val} val images ({boxes} people) to {stage.out}/ (YOLO labels + COCO JSON)")
     return 0
 
 
@@ -195,15 +193,12 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    import shutil
-
-    from edgeport.validate.check import CheckTolerance, compare_reports, load_report
+    from edgeport.validate.check import CheckTolerance, compare_reports, load_report, write_baseline
 
     tol = CheckTolerance.parse(args.tolerance)
     report = load_report(args.report, "report")
     if args.update_baseline:
-        args.baseline.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(args.report, args.baseline)
+        write_baseline(args.report, args.baseline)
         print(f"baseline {args.baseline} updated from {args.report}")
         return 0
     baseline = load_report(args.baseline, "baseline")
@@ -219,16 +214,19 @@ COMMANDS = {"convert": run_convert, "data": run_data, "boards": run_boards, "val
 
 
 def _dispatch(args: argparse.Namespace, prog: str) -> int:
+    handle_sigterm()
     try:
         return COMMANDS[args.command](args)
-    except EdgeportError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        if os.environ.get("EDGEPORT_DEBUG"):
-            raise
-        return exc.exit_code
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; nothing was left behind", file=sys.stderr)
         return 130
+    except Terminated:
+        print(f"{prog}: terminated; nothing was left behind", file=sys.stderr)
+        return 143
+    except Exception as exc:  # one line and an honest exit code, never a traceback
+        if os.environ.get("EDGEPORT_DEBUG"):
+            raise
+        return report(prog, exc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def convert_main(argv: list[str] | None = None) -> int:
     """The ``convert`` console script: the same as ``edgeport convert``."""
-    parser = _Parser(prog="convert", description="The same as `edgeport convert`.")
+    parser = Parser(prog="convert", description="The same as `edgeport convert`.")
     _add_convert_args(parser)
     args = parser.parse_args(argv)
     args.command = "convert"

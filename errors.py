@@ -6,6 +6,8 @@ in one line: the CLI prints ``str(error)`` and nothing else.
 
 from __future__ import annotations
 
+import errno
+
 
 class EdgeportError(Exception):
     """Base class. ``exit_code`` is what the CLI exits with."""
@@ -45,13 +47,61 @@ class MissingDependencyError(EdgeportError):
     exit_code = 2
 
 
-class PassCheckError(EdgeportError):
-    """A pass ran but the check after it failed: a bug in edgeport or an unsupported model."""
+class InternalError(EdgeportError):
+    """Something edgeport should have handled went wrong: a bug, never a failed gate (exit 3)."""
 
-    exit_code = 1
+    exit_code = 3
+
+
+class PassCheckError(InternalError):
+    """A pass ran but the check after it failed: a bug in edgeport or an unsupported model."""
 
 
 class ParityGateError(EdgeportError):
     """Parity or board-compatibility gate failed; artifacts and report are kept."""
 
     exit_code = 1
+
+
+# The user's environment, not edgeport: permissions, a full or read-only disk.
+ENVIRONMENT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EROFS, errno.EDQUOT})
+
+
+def is_environment_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in ENVIRONMENT_ERRNOS
+
+
+def report(prog: str, exc: BaseException) -> int:
+    """Print one line for ``exc`` on stderr and return the exit code it maps to.
+
+    - an ``EdgeportError``: its message, its ``exit_code`` (1 gate, 2 bad input, 3 internal);
+    - a permission or disk error: the file named, exit 2;
+    - anything else is a bug: one line, exit 3, the traceback in a log file named there.
+    """
+    import sys
+
+    if isinstance(exc, EdgeportError) and exc.exit_code != 3:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if is_environment_error(exc):
+        where = f" {str(exc.filename)!r}" if getattr(exc, "filename", None) else ""
+        hint = {errno.ENOSPC: "free some disk space", errno.EROFS: "choose a writable location",
+                errno.EDQUOT: "free some disk space"}.get(exc.errno, "check its permissions")
+        print(f"{prog}: error: cannot access{where}: {exc.strerror or exc}; {hint}", file=sys.stderr)
+        return 2
+    return _internal(prog, exc)
+
+
+def _internal(prog: str, exc: BaseException) -> int:
+    import os
+    import sys
+    import tempfile
+    import traceback
+
+    fd, log = tempfile.mkstemp(prefix="edgeport-internal-", suffix=".log")
+    with os.fdopen(fd, "w") as f:
+        f.write("".join(traceback.format_exception(exc)))
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    what = first if isinstance(exc, EdgeportError) else f"{type(exc).__name__}: {first}"
+    print(f"{prog}: internal error: {what}; not a failed gate: please report it with the traceback in {log}", file=sys.stderr)
+    return 3

@@ -151,6 +151,23 @@ def find_weights(obj: Any) -> tuple[str, dict | None, Any, str | None, dict | No
     )
 
 
+def check_finite(named_tensors, path: Path) -> None:
+    """Refuse weights holding NaN or Inf, naming the tensor: they convert to garbage."""
+    bad = []
+    for name, t in named_tensors:
+        if getattr(t, "is_floating_point", lambda: False)():
+            n = int((~t.isfinite()).sum())
+            if n:
+                bad.append((name, n, t.numel()))
+    if bad:
+        name, n, total = bad[0]
+        more = f" (and {len(bad) - 1} more tensors)" if len(bad) > 1 else ""
+        raise CheckpointError(
+            f"checkpoint {str(path)!r}: tensor {name!r} holds {n} NaN/Inf values of {total}{more}; the training run "
+            f"diverged before it was saved: use an earlier checkpoint (such as best.pt) or retrain with a lower learning rate"
+        )
+
+
 class LoadCheckpointPass(Pass):
     name = "load_checkpoint"
 
@@ -158,6 +175,7 @@ class LoadCheckpointPass(Pass):
         cfg = state.config
         obj = torch_load(cfg.checkpoint, trust=cfg.trust_checkpoint)
         layout, sd, module, arch, arch_config = find_weights(obj)
+        check_finite(sd.items() if sd is not None else module.state_dict().items(), cfg.checkpoint)
         new = state.evolve(
             layout=layout, state_dict=sd, module=module, arch=arch, arch_config=arch_config
         )

@@ -21,7 +21,7 @@ from edgeport.convert.revert_syncbn_pass import RevertSyncBNPass
 from edgeport.convert.rewrite_upsample_pass import RewriteUpsamplePass
 from edgeport.convert.to_tflite_pass import ToTFLitePass
 from edgeport.convert.unwrap_prefixes_pass import UnwrapPrefixesPass
-from edgeport.errors import BadInputError, EdgeportError, PassCheckError
+from edgeport.errors import BadInputError, EdgeportError, PassCheckError, is_environment_error
 
 PIPELINE: tuple[Pass, ...] = (
     LoadCheckpointPass(),
@@ -67,6 +67,10 @@ def run_pipeline(
             p.check(state, result.state)
         except BadInputError:
             raise  # the user's input: its message already says what to do
+        except OSError as exc:
+            if is_environment_error(exc):
+                raise  # permissions, a full disk: the CLI names the file (exit 2)
+            raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
         except EdgeportError as exc:
             raise type(exc)(f"{p.name}: {exc}{_after(records)}") from exc
         except Exception as exc:  # a bug or an unsupported model: keep the pass context

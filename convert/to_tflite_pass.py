@@ -44,6 +44,7 @@ def offline_env() -> dict[str, str]:
         NO_PROXY="",
         no_proxy="",
         CUDA_VISIBLE_DEVICES="",
+        ORT_DISABLE_TELEMETRY="1",  # see edgeport/__init__.py
         TF_CPP_MIN_LOG_LEVEL="2",
         PYTHONUNBUFFERED="1",
     )

@@ -49,10 +49,34 @@ def to_input(image_hwc_uint8: np.ndarray) -> np.ndarray:
 
 
 def load_image(path: Path) -> np.ndarray:
-    """Read an image file as HWC uint8 RGB. Raises OSError/ValueError on unreadable files."""
+    """Read an image file as HWC uint8 RGB, whatever its bit depth.
+
+    Raises OSError/ValueError (the caller names the file): unreadable or truncated files,
+    images over Pillow's decompression-bomb limit, floating-point images. 16-bit images are
+    scaled to 8 bits (Pillow's ``convert("RGB")`` would clip them: 99% of pixels become 255).
+    """
+    import warnings
+
     from PIL import Image
 
-    with Image.open(path) as im:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        try:
+            im = Image.open(path)
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+            raise ValueError(f"too large to load safely ({exc}); downscale it") from None
+    with im:
+        if im.mode.startswith("I;16"):
+            grey = (np.asarray(im).astype(np.uint32) >> 8).astype(np.uint8)
+            return np.repeat(grey[:, :, None], 3, axis=2)
+        if im.mode == "I":  # 32-bit integer: 16-bit data in older Pillow releases
+            arr = np.asarray(im)
+            if arr.min(initial=0) < 0 or arr.max(initial=0) > 65535:
+                raise ValueError(f"32-bit integer pixels outside 0..65535 ({arr.min()}..{arr.max()}); save it as 8- or 16-bit")
+            grey = (arr.astype(np.uint32) >> 8).astype(np.uint8) if arr.max(initial=0) > 255 else arr.astype(np.uint8)
+            return np.repeat(grey[:, :, None], 3, axis=2)
+        if im.mode == "F":
+            raise ValueError("floating-point pixels have no fixed scale; save it as an 8- or 16-bit image")
         return np.asarray(im.convert("RGB"))
 
 

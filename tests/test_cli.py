@@ -11,12 +11,14 @@ import pytest
 import torch
 
 from edgeport.models.registry import build_model
+from edgeport.runs import MARKER
 
-OUTPUTS = {"model.onnx", "model_float32.tflite", "model_int8.tflite", "report.json", "report.md", "report.html"}
+# what convert writes, and the marker that makes the folder provably edgeport's
+OUTPUTS = {"model.onnx", "model_float32.tflite", "model_int8.tflite", "report.json", "report.md", "report.html", MARKER}
 
 
 def _no_leftovers(root: Path) -> None:
-    assert not [p for p in root.rglob(".edgeport-*")], "a temporary folder was left behind"
+    assert not [p for p in root.rglob(".edgeport-staging-*")], "a staging folder was left behind"
 
 
 def _bad(tmp_path, cli, *args):
@@ -55,7 +57,7 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, cli, pdet_n):
     empty = tmp_path / "calib"
     empty.mkdir()
     assert "holds no images" in _bad(tmp_path, cli, str(ckpt), "--arch", "pdet-n", "--calib", str(empty))
-    assert "invalid int value" in _bad(tmp_path, cli, str(ckpt), "--imgsz", "big")
+    assert "not a whole number" in _bad(tmp_path, cli, str(ckpt), "--imgsz", "big")
 
 
 def test_onnx_file_is_not_a_checkpoint(tmp_path, cli, pdet_n):

@@ -23,11 +23,15 @@ FORMAT = "edgeport.ckpt/1"
 def atomic_save(obj: dict, path: Path) -> None:
     """Write to a temporary file in the same folder, flush to disk, then rename over ``path``."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # interrupted or disk full: the previous file stays intact
+        raise
 
 
 def load_resume(path: Path) -> dict:

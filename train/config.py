@@ -8,12 +8,19 @@ The option names are those of the DDP training scripts this product comes from
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from edgeport.models.registry import DEFAULT_ARCH, arch_names
+from edgeport.cliargs import non_negative_float, positive_float, positive_int
+from edgeport.errors import BadInputError
+from edgeport.models.registry import DEFAULT_ARCH
 
 DEFAULT_EPOCHS = 30
+AMP_DTYPES = ("bf16", "fp16")
+# where the run happens, not what the run is: on --resume these come from the command line
+ENVIRONMENT = ("device", "world_size", "dist_url", "backend", "data", "out", "resume")
+# what shapes the model and its optimizer state: a resumed run cannot change them
+FIXED_ON_RESUME = ("arch", "num_classes", "optimizer", "freeze_layers")
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,9 @@ class TrainConfig:
     resume: Path | None = None
     sync_micro_steps: bool = False
     eval_every: int = 1
+    amp: str | None = None  # None, "bf16" or "fp16"
+    # options given on the command line (what --resume takes over the saved run's)
+    explicit: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def resolved_backend(self) -> str:
@@ -56,44 +66,72 @@ class TrainConfig:
         for key in ("data", "out", "weights", "resume"):
             if known.get(key) is not None:
                 known[key] = Path(known[key])
+        known["explicit"] = tuple(known.get("explicit", ()))
         return cls(**known)
 
+    def resumed(self, saved: dict, start_epoch: int) -> "TrainConfig":
+        """The configuration of a resumed run: the saved run's, with where it runs now taken
+        from this command line, and every option given explicitly on it as an override."""
+        saved_cfg = TrainConfig.from_dict(saved)
+        mine = self.to_dict()
+        for key in FIXED_ON_RESUME:
+            if key in self.explicit and mine[key] != saved_cfg.to_dict()[key]:
+                raise BadInputError(f"--resume: the run was trained with {key}={saved_cfg.to_dict()[key]!r}; a resumed run "
+                                    f"keeps it (got {mine[key]!r}): drop the option, or start a new run with --weights")
+        merged = saved_cfg.to_dict()
+        merged.update({k: mine[k] for k in ENVIRONMENT})
+        merged.update({k: mine[k] for k in self.explicit if k in mine})
+        merged["explicit"] = list(self.explicit)
+        cfg = TrainConfig.from_dict(merged)
+        if cfg.epochs is not None and cfg.epochs <= start_epoch:
+            raise BadInputError(f"--resume: the run has already trained {start_epoch} of {cfg.epochs} epochs; "
+                                f"pass --epochs N with N > {start_epoch} to train further")
+        return cfg
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """Options given on the command line that change the saved run (for args.json)."""
+        return tuple(k for k in self.explicit if k not in ENVIRONMENT)
+
+
+_positive_int = positive_int
 
 
 def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="dataset folder (YOLO layout or COCO JSON); see `edgeport data synth`")
     p.add_argument("--out", type=Path, help="run folder (default: a new numbered folder under runs/train/)")
-    p.add_argument("--arch", default=DEFAULT_ARCH, help=f"architecture: {', '.join(arch_names())}")
+    p.add_argument("--arch", default=DEFAULT_ARCH, help="architecture: a name from edgeport's registry (default pdet-n)")
     p.add_argument("--num-classes", type=_positive_int, default=1)
     p.add_argument("--epochs", type=_positive_int, help=f"total epochs (default {DEFAULT_EPOCHS}; on --resume, the run's own unless raised)")
     p.add_argument("--batch-size", type=_positive_int, default=16, help="images per process per micro-step")
     p.add_argument("--accumulate", type=_positive_int, default=1, metavar="K", help="micro-steps per optimizer step (DDP no_sync for the first K-1)")
-    p.add_argument("--lr", type=float, default=0.01, help="initial learning rate")
-    p.add_argument("--lrf", type=float, default=0.01, help="final learning rate as a fraction of --lr (cosine schedule)")
+    p.add_argument("--lr", type=positive_float, default=0.01, help="initial learning rate (> 0)")
+    p.add_argument("--lrf", type=non_negative_float, default=0.01, help="final learning rate as a fraction of --lr (cosine schedule)")
     p.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
-    p.add_argument("--weight-decay", type=float, default=5e-4)
+    p.add_argument("--weight-decay", type=non_negative_float, default=5e-4)
     p.add_argument("--syncBN", dest="sync_bn", action=argparse.BooleanOptionalAction, default=True,
                    help="synchronise BatchNorm statistics across processes (torch's on CUDA, edgeport's on CPU)")
     p.add_argument("--weights", type=Path, help="initialise from a checkpoint (shape-filtered; skipped keys are listed)")
     p.add_argument("--freeze-layers", action="store_true", help="freeze the backbone (weights and BatchNorm statistics)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--world-size", type=_positive_int, default=1, help="processes to start on this machine (ignored under torchrun)")
-    p.add_argument("--dist-url", default="env://", help="process-group init method: env:// (MASTER_ADDR/PORT), tcp://host:port or file://path")
+    p.add_argument("--world-size", type=_positive_int, default=1,
+                   help="processes to start on this machine, one per GPU with --device cuda (ignored under torchrun and mpirun)")
+    p.add_argument("--dist-url", default="env://",
+                   help="process-group rendezvous for the ranks of this machine: env:// (MASTER_ADDR/PORT), tcp://127.0.0.1:PORT or "
+                        "file://path. Several machines: launch with torchrun --nnodes (README, 'Several machines')")
     p.add_argument("--backend", choices=("gloo", "nccl", "mpi"), help="default: nccl on cuda, gloo on cpu")
     p.add_argument("--imgsz", type=_positive_int, default=160)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--deterministic", action="store_true", help="no shuffling, no augmentation, fixed seeds")
-    p.add_argument("--resume", type=Path, help="continue from a last.pt exactly where it stopped")
+    p.add_argument("--resume", type=Path, help="continue from a last.pt where it stopped; options given with it (--lr, --epochs, "
+                   "--device, --world-size ...) override the saved run's and are recorded in args.json")
     p.add_argument("--sync-micro-steps", action="store_true", help="all-reduce on every micro-step instead of using no_sync (for comparison)")
     p.add_argument("--eval-every", type=_positive_int, default=1, help="evaluate mAP every N epochs (and always after the last)")
+    p.add_argument("--amp", choices=AMP_DTYPES, help="mixed precision: bf16 (cpu or cuda) or fp16 with a gradient scaler (cuda)")
+    p.add_argument("--force", action="store_true", help="replace an earlier edgeport training run in --out (never other files)")
 
 
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
+def config_from_args(args: argparse.Namespace, explicit: set[str] = frozenset()) -> TrainConfig:
     fields = TrainConfig.__dataclass_fields__
-    return TrainConfig(**{k: v for k, v in vars(args).items() if k in fields})
+    values = {k: v for k, v in vars(args).items() if k in fields}
+    return TrainConfig(**values, explicit=tuple(sorted(k for k in explicit if k in fields)))

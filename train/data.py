@@ -37,13 +37,22 @@ def _image_size(path: Path) -> tuple[int, int]:
     try:
         with Image.open(path) as im:
             return im.size
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise DataError(f"image {str(path)!r} is unreadable ({exc}); remove or replace it") from None
+
+
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not a text {what} (byte {exc.start} is not UTF-8); replace it") from None
     except OSError as exc:
-        raise DataError(f"image {str(path)!r} is unreadable ({exc}); remove or replace it") from exc
+        raise DataError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
 
 
 def parse_yolo_label(path: Path, width: int, height: int, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     boxes, classes = [], []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    for lineno, line in enumerate(_read_text(path, "label file").splitlines(), start=1):
         if not line.strip():
             continue
         fields = line.split()
@@ -88,26 +97,47 @@ def load_yolo_split(root: Path, split: str, num_classes: int) -> list[Sample]:
     return samples
 
 
+def _coco_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
+
+
 def load_coco_split(root: Path, split: str, num_classes: int) -> list[Sample]:
     ann = root / "annotations" / f"{split}.json"
     try:
-        data = json.loads(ann.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"{ann}: unreadable COCO JSON ({exc})") from exc
-    cat_ids = sorted(c["id"] for c in data.get("categories", []))
+        data = json.loads(_read_text(ann, "COCO JSON file"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{ann}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+        raise DataError(f"{ann}: expected a COCO object with an 'images' list")
+    categories = data.get("categories", [])
+    if not isinstance(categories, list) or not all(isinstance(c, dict) and isinstance(c.get("id"), int) for c in categories):
+        raise DataError(f"{ann}: 'categories' must be a list of objects with an integer 'id'")
+    cat_ids = sorted(c["id"] for c in categories)
     cat_index = {cid: i for i, cid in enumerate(cat_ids)}
     if len(cat_ids) > num_classes:
         raise DataError(f"{ann}: {len(cat_ids)} categories but --num-classes {num_classes}")
-    per_image: dict[int, list] = {img["id"]: [] for img in data.get("images", [])}
+    images = data["images"]
+    if not images:
+        raise DataError(f"{ann}: the {split} split lists no images; add some")
+    per_image: dict = {}
+    for i, img in enumerate(images):
+        if not isinstance(img, dict) or not isinstance(img.get("file_name"), str) or "id" not in img:
+            raise DataError(f"{ann}: images[{i}] needs an 'id' and a 'file_name'")
+        if not all(isinstance(img.get(k), int) and img[k] > 0 for k in ("width", "height")):
+            raise DataError(f"{ann}: images[{i}] ({img['file_name']!r}) needs positive integer 'width' and 'height'")
+        per_image[img["id"]] = []
     for i, a in enumerate(data.get("annotations", [])):
-        x, y, w, h = a["bbox"]
-        if a["image_id"] not in per_image or a["category_id"] not in cat_index or w <= 0 or h <= 0:
-            raise DataError(f"{ann}: annotation #{i} (id {a.get('id')}) has a bad image_id, category_id or bbox")
+        bbox = a.get("bbox") if isinstance(a, dict) else None
+        if not (isinstance(bbox, list) and len(bbox) == 4 and all(_coco_number(v) for v in bbox)):
+            raise DataError(f"{ann}: annotations[{i}] needs 'bbox' as 4 numbers [x, y, width, height], got {bbox!r}")
+        x, y, w, h = bbox
+        if a.get("image_id") not in per_image or a.get("category_id") not in cat_index or w <= 0 or h <= 0:
+            raise DataError(f"{ann}: annotations[{i}] (id {a.get('id')}) has a bad image_id, category_id or bbox")
         per_image[a["image_id"]].append(([x, y, x + w, y + h], cat_index[a["category_id"]]))
     samples = []
-    for img in data.get("images", []):
+    for img in images:
         path = root / "images" / split / img["file_name"]
-        if not path.exists():
+        if not path.is_file():
             raise DataError(f"{ann}: image {img['file_name']!r} (id {img['id']}) is missing from {path.parent}")
         boxes = np.asarray([b for b, _ in per_image[img["id"]]], np.float32).reshape(-1, 4)
         classes = np.asarray([c for _, c in per_image[img["id"]]], np.int64)
@@ -122,6 +152,16 @@ def load_split(root: Path, split: str, num_classes: int) -> list[Sample]:
     if (root / "annotations" / f"{split}.json").exists():
         return load_coco_split(root, split, num_classes)
     return load_yolo_split(root, split, num_classes)
+
+
+def preflight(samples: list[Sample]) -> None:
+    """Decode every image once, before training starts: a truncated or unreadable file is
+    found here, by name, and not in the middle of an epoch."""
+    for sample in samples:
+        try:
+            load_image(sample.image)
+        except (OSError, ValueError) as exc:
+            raise DataError(f"image {str(sample.image)!r} is unreadable ({exc}); remove or replace it") from None
 
 
 def write_dataset(root: Path, splits: dict[str, list], *, size: int) -> None:

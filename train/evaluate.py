@@ -54,16 +54,22 @@ def coco_map(samples: list[Sample], detections: list[Detections]) -> dict[str, f
     return {"map50": float(ev.stats[1]), "map50_95": float(ev.stats[0])}
 
 
+def model_outputs(model: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    """Forward ``x`` on the model's own device; the outputs come back float32 on the CPU."""
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        return [o.detach().float().cpu() for o in model(x.to(device))]
+
+
 def predict(model: torch.nn.Module, samples: list[Sample], imgsz: int, strides, *, batch: int = 16, images: list[np.ndarray] | None = None) -> list[Detections]:
-    """Run ``model`` on the samples' images (letterboxed) and return original-coordinate detections."""
+    """Run ``model`` (on any device) on the samples' images, letterboxed; original-coordinate detections."""
     model.eval()
     results: list[Detections] = []
     for start in range(0, len(samples), batch):
         chunk = samples[start : start + batch]
         boxed = [letterbox(images[start + j] if images else load_rgb(s), imgsz) for j, s in enumerate(chunk)]
         x = torch.from_numpy(np.stack([to_input(b) for b, _ in boxed]))
-        with torch.no_grad():
-            outs = [o.numpy() for o in model(x)]
+        outs = [o.numpy() for o in model_outputs(model, x)]
         for dets, (_, lb) in zip(decode(outs, strides, conf_thres=EVAL_CONF, iou_thres=EVAL_IOU, max_det=EVAL_MAX_DET), boxed):
             results.append(Detections(lb.to_original(dets.boxes), dets.scores, dets.classes))
     return results
@@ -71,3 +77,23 @@ def predict(model: torch.nn.Module, samples: list[Sample], imgsz: int, strides, 
 
 def evaluate(model: torch.nn.Module, samples: list[Sample], imgsz: int, strides, *, images: list[np.ndarray] | None = None) -> dict[str, float]:
     return coco_map(samples, predict(model, samples, imgsz, strides, images=images))
+
+
+def evaluate_sharded(model: torch.nn.Module, samples: list[Sample], imgsz: int, strides, *, rank: int, world: int,
+                     group=None) -> dict[str, float] | None:
+    """Every rank predicts every ``world``-th image; rank 0 gathers them and scores the whole set.
+
+    No rank waits idle while another evaluates alone (a long validation would otherwise trip
+    the process group's timeout). Returns the scores on rank 0, None elsewhere.
+    """
+    import torch.distributed as dist
+
+    mine = predict(model, samples[rank::world], imgsz, strides)
+    if world == 1:
+        return coco_map(samples, mine)
+    gathered: list | None = [None] * world if rank == 0 else None
+    dist.gather_object(mine, gathered, dst=0, group=group)
+    if rank != 0:
+        return None
+    ordered = [gathered[i % world][i // world] for i in range(len(samples))]
+    return coco_map(samples, ordered)

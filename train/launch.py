@@ -1,13 +1,16 @@
-"""Starting the trainer: under torchrun, as N local processes, or as one.
+"""Starting the trainer: under torchrun or mpirun, as N local processes, or as one.
 
-- ``torchrun --nproc-per-node N -m edgeport.train ...``: torchrun sets RANK, WORLD_SIZE,
-  LOCAL_RANK, MASTER_ADDR and MASTER_PORT; each process is a worker. Multi-node works as
-  torchrun always does.
-- ``edgeport train --world-size N``: this process validates the inputs, picks a free port,
-  starts N workers with the same variables, and watches them: when one dies, the others
-  are stopped at once and the job exits non-zero, so a lost rank never leaves a hang.
-- ``--world-size 1``: one worker in this process (still a process group of one, so the
-  DDP code path and its checks are the same).
+- ``torchrun --nproc-per-node N [--nnodes M --node-rank K --rdzv-endpoint HOST:PORT] -m
+  edgeport.train ...``: torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+  MASTER_PORT; each process is a worker. This is the way to train on several machines.
+- ``mpirun -np N ... python -m edgeport.train ...``: ranks come from Open MPI's
+  ``OMPI_COMM_WORLD_*`` or MPICH's ``PMI_*`` variables; ``--backend mpi`` (a torch built
+  with MPI) or gloo/NCCL with MASTER_ADDR/MASTER_PORT exported to every rank.
+- ``edgeport train --world-size N``: this process checks the inputs, claims the run folder,
+  picks a free port, starts N workers on this machine (ranks 0..N-1) and watches them: when
+  one dies, the others are stopped at once and the job exits non-zero.
+- ``--world-size 1``: one worker in this process (a process group of one, so the DDP code
+  path and its checks are the same).
 """
 
 from __future__ import annotations
@@ -21,14 +24,23 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
-from edgeport.convert.command import next_run_dir
-from edgeport.errors import BadInputError, EdgeportError
+from edgeport.cliargs import Parser, explicit_options
+from edgeport.errors import BadInputError, EdgeportError, report
+from edgeport.runs import MARKER, Terminated, check_out, claim_run_dir, clear_owned, handle_sigterm, marker_command, owned, write_marker
 from edgeport.train.config import TrainConfig, add_train_args, config_from_args
 
 DEFAULT_RUNS = Path("runs/train")
 PG_TIMEOUT = _dt.timedelta(seconds=int(os.environ.get("EDGEPORT_PG_TIMEOUT_S", "300")))
 STOP_GRACE_S = 5.0
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", ""}
+# (rank, world size, local rank) variables of the launchers edgeport runs under
+LAUNCHER_ENV = (
+    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+)
 
 
 def free_port() -> int:
@@ -37,25 +49,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def under_torchrun() -> bool:
-    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ)
+def launched_rank(env=None) -> tuple[int, int, int, str] | None:
+    """(rank, world size, local rank, launcher) when started by torchrun or mpirun, else None."""
+    env = os.environ if env is None else env
+    for name, rank, world, local in LAUNCHER_ENV:
+        if rank in env and world in env:
+            try:
+                return int(env[rank]), int(env[world]), int(env.get(local, "0")), name
+            except ValueError:
+                raise BadInputError(f"{name} variables {rank}={env[rank]!r} {world}={env[world]!r} are not integers") from None
+    return None
 
 
-def validate_inputs(cfg: TrainConfig) -> None:
+def validate_inputs(cfg: TrainConfig, *, local_world: int | None = None, preflight: bool = True) -> None:
     """Fail fast, once, before any process starts."""
     from edgeport.models.registry import REGISTRY, arch_names
     from edgeport.train.data import load_split
+    from edgeport.train.data import preflight as scan_images
 
     if cfg.arch not in REGISTRY:
         raise BadInputError(f"unknown architecture {cfg.arch!r}; valid: {', '.join(arch_names())}")
     stride = max(REGISTRY[cfg.arch].config.strides)
     if cfg.imgsz % stride:
         raise BadInputError(f"--imgsz {cfg.imgsz} is not a multiple of the model's stride {stride}")
+    local_world = cfg.world_size if local_world is None else local_world
     if cfg.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise BadInputError("--device cuda but no CUDA device is visible; use --device cpu")
+        if local_world > torch.cuda.device_count():
+            raise BadInputError(f"{local_world} ranks on this machine but {torch.cuda.device_count()} CUDA device(s) visible; "
+                                f"one rank per GPU: pass --world-size {torch.cuda.device_count()} or fewer")
+    if cfg.amp == "fp16" and cfg.device != "cuda":
+        raise BadInputError("--amp fp16 needs --device cuda; use --amp bf16 on the CPU")
     if cfg.resolved_backend == "mpi":
         import torch.distributed as dist
 
@@ -66,28 +93,96 @@ def validate_inputs(cfg: TrainConfig) -> None:
     for path, flag in ((cfg.weights, "--weights"), (cfg.resume, "--resume")):
         if path is not None and not path.is_file():
             raise BadInputError(f"{flag} {str(path)!r} does not exist")
-    load_split(cfg.data, "train", cfg.num_classes)
-    load_split(cfg.data, "val", cfg.num_classes)
+    if cfg.resume is not None:
+        from edgeport.train.checkpoint import load_resume
+
+        saved = load_resume(cfg.resume)
+        cfg.resumed(saved["args"], int(saved["epoch"]))  # refuses what a resumed run cannot change
+    train = load_split(cfg.data, "train", cfg.num_classes)
+    val = load_split(cfg.data, "val", cfg.num_classes)
+    if preflight:
+        scan_images(train + val)
 
 
-def worker_main(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> int:
+def _check_spawn_url(cfg: TrainConfig) -> None:
+    url = urlparse(cfg.dist_url)
+    if cfg.world_size > 1 and url.scheme == "tcp" and (url.hostname or "") not in LOCAL_HOSTS:
+        raise BadInputError(f"--dist-url {cfg.dist_url}: `edgeport train --world-size N` starts ranks 0..N-1 on this machine "
+                            f"only; to train on several machines launch every node with torchrun --nnodes (README, 'Several machines')")
+
+
+def prepare_out(cfg: TrainConfig, *, force: bool) -> tuple[TrainConfig, bool]:
+    """Claim or check the run folder; returns the config with ``out`` set, and whether it was claimed.
+
+    A run folder is never reused without ``--resume`` (its own folder) or ``--force`` (an
+    earlier edgeport run only, whose files are then deleted).
+    """
+    inputs = (cfg.data, cfg.weights)
+    claimed = False
+    if cfg.out is None and cfg.resume is None:
+        target = claim_run_dir(DEFAULT_RUNS, "train")
+        claimed = True
+    elif cfg.resume is not None and (cfg.out is None or Path(cfg.out).resolve() == cfg.resume.resolve().parent):
+        target = cfg.resume.resolve().parent  # continuing the run in its own folder
+        if marker_command(target) is None:
+            write_marker(target, "train")
+    else:
+        target = check_out(cfg.out, command="train", force=force, inputs=inputs)
+        if force and target.is_dir() and owned(target, "train"):
+            clear_owned(target, "train")
+        target.mkdir(parents=True, exist_ok=True)
+        if not (target / MARKER).exists():
+            write_marker(target, "train")
+    return TrainConfig.from_dict({**cfg.to_dict(), "out": str(target)}), claimed
+
+
+def _release(folder: Path) -> None:
+    """Remove a claimed run folder that the failed run left empty (only the marker in it)."""
+    try:
+        if {p.name for p in folder.iterdir()} <= {MARKER}:
+            (folder / MARKER).unlink(missing_ok=True)
+            folder.rmdir()
+    except OSError:
+        pass
+
+
+def worker_main(cfg: TrainConfig, rank: int, world: int, local_rank: int, *, prepare: bool = False, force: bool = False) -> int:
     import torch
     import torch.distributed as dist
 
     from edgeport.train.trainer import run_worker
 
     if cfg.device == "cuda":
+        if cfg.deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS starts
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(cfg.resolved_backend, init_method=cfg.dist_url, timeout=PG_TIMEOUT, rank=rank, world_size=world)
+    if cfg.resolved_backend == "mpi":
+        dist.init_process_group("mpi", timeout=PG_TIMEOUT)  # MPI itself knows rank and size
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        dist.init_process_group(cfg.resolved_backend, init_method=cfg.dist_url, timeout=PG_TIMEOUT, rank=rank, world_size=world)
+    claimed = False
     try:
-        if cfg.out is None:
-            # every rank must write to the same folder: rank 0 decides
-            box = [str(next_run_dir(DEFAULT_RUNS)) if rank == 0 else None]
+        if prepare:
+            # launched by torchrun/mpirun: rank 0 claims or checks the folder, every rank learns the verdict
+            box: list = [None, None]
+            if rank == 0:
+                try:
+                    prepared, claimed = prepare_out(cfg, force=force)
+                    box = [str(prepared.out), None]
+                except BadInputError as exc:
+                    box = [None, str(exc)]
             dist.broadcast_object_list(box, src=0)
+            if box[1] is not None:
+                raise BadInputError(box[1])
             cfg = TrainConfig.from_dict({**cfg.to_dict(), "out": box[0]})
         run_worker(cfg, rank, world, local_rank)
     except EdgeportError as exc:
-        print(f"edgeport train: error (rank {rank}): {exc}", file=sys.stderr, flush=True)
+        if rank == 0 or not isinstance(exc, BadInputError):
+            where = f" (rank {rank} of {world})" if world > 1 else ""
+            print(f"edgeport train: error: {exc}{where}", file=sys.stderr, flush=True)
+        if claimed:
+            _release(Path(cfg.out))
         return exc.exit_code
     finally:
         if dist.is_initialized():
@@ -102,7 +197,7 @@ def spawn(argv: list[str], cfg: TrainConfig) -> int:
     for rank in range(cfg.world_size):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(cfg.world_size),
                    LOCAL_WORLD_SIZE=str(cfg.world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   PYTHONUNBUFFERED="1")
+                   PYTHONUNBUFFERED="1", EDGEPORT_SPAWNED="1")
         procs.append(subprocess.Popen([sys.executable, "-m", "edgeport.train", *argv], env=env))
 
     def stop_all(sig=signal.SIGTERM) -> None:
@@ -130,52 +225,59 @@ def spawn(argv: list[str], cfg: TrainConfig) -> int:
             if all(c == 0 for c in codes):
                 return 0
             time.sleep(0.2)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated):
         stop_all(signal.SIGINT)
-        return 130
+        raise
 
 
 def build_parser(prog: str = "edgeport train") -> argparse.ArgumentParser:
-    from edgeport.cli import _Parser
-
-    p = _Parser(prog=prog, description="Train a detector with DDP (gloo on CPU, NCCL on GPU), SyncBN and gradient accumulation.")
+    p = Parser(prog=prog, description="Train a detector with DDP (gloo on CPU, NCCL on GPU), SyncBN and gradient accumulation.")
     add_train_args(p)
     return p
 
 
-def resolve_out(cfg: TrainConfig) -> TrainConfig:
-    out = cfg.out or (cfg.resume.parent if cfg.resume else next_run_dir(DEFAULT_RUNS))
-    return TrainConfig.from_dict({**cfg.to_dict(), "out": str(out)})
+def _run(argv: list[str], args: argparse.Namespace, cfg: TrainConfig) -> int:
+    launched = launched_rank()
+    if launched is not None:
+        rank, world, local_rank, _ = launched
+        spawned = "EDGEPORT_SPAWNED" in os.environ
+        if not spawned:
+            local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1")))
+            try:
+                validate_inputs(cfg, local_world=local_world, preflight=rank == 0)
+            except BadInputError as exc:
+                if rank == 0:
+                    print(f"edgeport train: error: {exc}", file=sys.stderr)
+                return exc.exit_code
+        return worker_main(cfg, rank, world, local_rank, prepare=not spawned, force=args.force)
+    validate_inputs(cfg)
+    _check_spawn_url(cfg)
+    cfg, claimed = prepare_out(cfg, force=args.force)
+    try:
+        if cfg.world_size > 1:
+            return spawn([*argv, "--out", str(cfg.out)], cfg)
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        return worker_main(cfg, 0, 1, 0)
+    finally:
+        if claimed:
+            _release(Path(cfg.out))
 
 
 def main(argv: list[str] | None = None) -> int:
+    handle_sigterm()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    cfg = config_from_args(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    cfg = config_from_args(args, explicit_options(parser, argv))
     try:
-        if under_torchrun():
-            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-            local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-            if "EDGEPORT_SPAWNED" not in os.environ:
-                try:
-                    validate_inputs(cfg)
-                except BadInputError as exc:
-                    if rank == 0:
-                        print(f"edgeport train: error: {exc}", file=sys.stderr)
-                    return exc.exit_code
-                if cfg.resume and cfg.out is None:
-                    cfg = resolve_out(cfg)
-            return worker_main(cfg, rank, world, local_rank)
-        validate_inputs(cfg)
-        cfg = resolve_out(cfg)
-        if cfg.world_size > 1:
-            child_argv = list(argv)
-            if args.out is None:
-                child_argv += ["--out", str(cfg.out)]
-            os.environ["EDGEPORT_SPAWNED"] = "1"
-            return spawn(child_argv, cfg)
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-        return worker_main(cfg, 0, 1, 0)
-    except EdgeportError as exc:
-        print(f"edgeport train: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _run(argv, args, cfg)
+    except KeyboardInterrupt:
+        print("edgeport train: interrupted", file=sys.stderr)
+        return 130
+    except Terminated:
+        print("edgeport train: terminated", file=sys.stderr)
+        return 143
+    except Exception as exc:  # one line and an honest exit code, never a traceback
+        if os.environ.get("EDGEPORT_DEBUG"):
+            raise
+        return report("edgeport train", exc)

@@ -94,24 +94,30 @@ def _giou(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def detection_loss(outputs: list[torch.Tensor], targets: list[dict[str, torch.Tensor]]) -> tuple[torch.Tensor, dict]:
-    """Per-image losses ``(N,)`` and their parts summed over the batch (for logging)."""
-    n = outputs[0].shape[0]
-    num_pos = sum(t["pos"].flatten(1).sum(1) for t in targets).clamp_min(1).to(outputs[0].dtype)
-    obj_l = torch.zeros(n, dtype=outputs[0].dtype)
-    cls_l = torch.zeros_like(obj_l)
-    box_l = torch.zeros_like(obj_l)
+    """Per-image losses ``(N,)`` and their parts summed over the batch (for logging).
+
+    Computed densely over every cell and masked by the positives, then reduced per image:
+    every tensor lives on the outputs' device, and no ``index_add``/scatter is involved,
+    so the loss is deterministic on CUDA (where ``index_add`` accumulates atomically).
+    The loss is computed in float32 whatever dtype the outputs come in (AMP).
+    """
+    device = outputs[0].device
+    num_pos = sum(t["pos"].flatten(1).sum(1) for t in targets).clamp_min(1).to(device=device, dtype=torch.float32)
+    obj_l = cls_l = box_l = torch.zeros(outputs[0].shape[0], dtype=torch.float32, device=device)
     for out, t in zip(outputs, targets):
-        pos = t["pos"]
-        obj_l = obj_l + F.binary_cross_entropy_with_logits(out[:, 4], pos.to(out.dtype), reduction="none").flatten(1).sum(1)
-        if pos.any():
-            img_idx = pos.nonzero()[:, 0]
-            pred = out.permute(0, 2, 3, 1)[pos]  # (P, 5 + C)
-            cls_target = F.one_hot(t["cls"][pos], out.shape[1] - 5).to(out.dtype)
-            cls_l = cls_l.index_add(0, img_idx, F.binary_cross_entropy_with_logits(pred[:, 5:], cls_target, reduction="none").sum(1))
-            dist = torch.exp(pred[:, :4].clamp(-LOG_CLIP, LOG_CLIP))
-            ltrb = t["ltrb"].permute(0, 2, 3, 1)[pos]
-            box_l = box_l.index_add(0, img_idx, 1.0 - _giou(dist, ltrb))
+        out = out.float()
+        pos = t["pos"].to(device)
+        posf = pos.to(out.dtype)
+        obj_l = obj_l + F.binary_cross_entropy_with_logits(out[:, 4], posf, reduction="none").flatten(1).sum(1)
+        # classes: one-hot of the assigned class (cells with none hold -1 and are masked out)
+        cls_target = F.one_hot(t["cls"].to(device).clamp_min(0), out.shape[1] - 5).permute(0, 3, 1, 2).to(out.dtype)
+        cls_map = F.binary_cross_entropy_with_logits(out[:, 5:], cls_target, reduction="none").sum(1)
+        cls_l = cls_l + torch.where(pos, cls_map, torch.zeros_like(cls_map)).flatten(1).sum(1)
+        dist = torch.exp(out[:, :4].clamp(-LOG_CLIP, LOG_CLIP)).permute(0, 2, 3, 1)  # (N, H, W, 4)
+        ltrb = t["ltrb"].to(device=device, dtype=out.dtype).permute(0, 2, 3, 1)
+        giou_loss = 1.0 - _giou(dist, ltrb)  # finite everywhere: predicted boxes have positive area
+        box_l = box_l + torch.where(pos, giou_loss, torch.zeros_like(giou_loss)).flatten(1).sum(1)
     per_image = (obj_l + cls_l + BOX_WEIGHT * box_l) / num_pos
     with torch.no_grad():
-        parts = {"obj": float((obj_l / num_pos).sum()), "cls": float((cls_l / num_pos).sum()), "box": float((box_l / num_pos).sum())}
+        parts = {"obj": (obj_l / num_pos).sum(), "cls": (cls_l / num_pos).sum(), "box": (box_l / num_pos).sum()}
     return per_image, parts

@@ -34,7 +34,6 @@ from edgeport.train.checkpoint import FORMAT, VERSION_PACKAGES, atomic_save, loa
 from edgeport.train.config import DEFAULT_EPOCHS, TrainConfig
 from edgeport.train.data import load_split
 from edgeport.train.dataset import AugmentConfig, DetectionDataset, collate
-from edgeport.train.evaluate import evaluate
 from edgeport.train.syncbn import convert_sync_batchnorm
 from edgeport.train.targets import detection_loss
 
@@ -133,9 +132,79 @@ def _plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def worker_device(cfg: TrainConfig, local_rank: int) -> torch.device:
+    return torch.device("cuda", local_rank) if cfg.device == "cuda" else torch.device("cpu")
+
+
+def set_determinism() -> None:
+    """``--deterministic``: seeded, unshuffled, unaugmented, and deterministic kernels.
+
+    cuDNN picks deterministic algorithms; torch warns (not fails) where an op has no
+    deterministic CUDA kernel (the nearest-upsample backward among them). The loss itself
+    uses no atomics (``targets.detection_loss``).
+    """
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def reduce_totals(totals: torch.Tensor, group=None) -> torch.Tensor:
+    """Sum the per-rank metric totals over ranks. ``totals`` lives on the group's device
+    (NCCL has no CPU tensors); the result is brought to the CPU for logging."""
+    dist.all_reduce(totals, group=group)
+    return totals.cpu()
+
+
+def to_cpu(obj):
+    """A copy of a (nested) state dict with every tensor on the CPU: a checkpoint written on a
+    GPU must load with ``torch.load(weights_only=True)`` on a machine without one."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return type(obj)((k, to_cpu(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_cpu(v) for v in obj)
+    return obj
+
+
+def first_non_finite(named_tensors) -> str | None:
+    """The name of the first floating tensor holding NaN or Inf, or None."""
+    for name, t in named_tensors:
+        if torch.is_tensor(t) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return name
+    return None
+
+
+def position_schedule(optimizer: torch.optim.Optimizer, scheduler, base_lr: float, lam, position: int) -> None:
+    """Put the schedule at ``position`` optimizer steps of the current configuration.
+
+    On resume the position is ``epochs done x optimizer steps per epoch`` as configured now:
+    with another world size, batch or accumulation the schedule continues at the same
+    fraction of training instead of jumping, and a new ``--lr`` takes effect.
+    """
+    groups = optimizer.param_groups
+    scheduler.base_lrs = [base_lr] * len(groups)
+    scheduler.lr_lambdas = [lam] * len(groups)
+    scheduler.last_epoch = position
+    for g in groups:
+        g["initial_lr"] = base_lr
+        g["lr"] = base_lr * lam(position)
+    scheduler._last_lr = [g["lr"] for g in groups]  # what get_last_lr() reports
+
+
+def _non_finite_hint(cfg: TrainConfig, out: Path) -> str:
+    last = out / "last.pt"
+    if last.is_file():
+        return (f"nothing from this epoch was saved; resume from the last good checkpoint with a lower learning rate: "
+                f"edgeport train --resume {last} --lr {cfg.lr / 10:g}")
+    return f"no checkpoint was written yet: start again with a lower learning rate (--lr {cfg.lr / 10:g}) or check the data"
+
+
 def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict:
     """Train on this process; returns the final summary (rank 0's is written to summary.json)."""
-    device = torch.device("cuda", local_rank) if cfg.device == "cuda" else torch.device("cpu")
+    from edgeport.train.evaluate import evaluate_sharded
+
+    device = worker_device(cfg, local_rank)
     if cfg.device == "cuda":
         torch.cuda.set_device(device)
     else:
@@ -145,13 +214,11 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
 
     resume = load_resume(cfg.resume) if cfg.resume else None
     if resume is not None:
-        # the run goes on as it was configured; --epochs may raise its length, --data move its data
-        saved = TrainConfig.from_dict(resume["args"])
-        cfg = TrainConfig.from_dict({**saved.to_dict(), "epochs": max(cfg.epochs or 0, saved.epochs), "resume": str(cfg.resume),
-                                     "data": str(cfg.data), "out": str(cfg.out), "world_size": cfg.world_size,
-                                     "dist_url": cfg.dist_url})
-    else:
-        cfg = TrainConfig.from_dict({**cfg.to_dict(), "epochs": cfg.epochs or DEFAULT_EPOCHS})
+        cfg = cfg.resumed(resume["args"], int(resume["epoch"]))
+    if cfg.epochs is None:
+        cfg = TrainConfig.from_dict({**cfg.to_dict(), "epochs": DEFAULT_EPOCHS})
+    if cfg.deterministic:
+        set_determinism()
 
     model, arch_config = build_model(cfg.arch, {"num_classes": cfg.num_classes})
     strides = tuple(arch_config["strides"])
@@ -163,7 +230,7 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
     if cfg.sync_bn:
         model = convert_sync_batchnorm(model, device)
     model.to(device)
-    ddp = DDP(model, device_ids=[local_rank] if cfg.device == "cuda" else None)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     counter = CommCounter(process_group=dist.group.WORLD)
     ddp.register_comm_hook(counter, counting_allreduce_hook)
 
@@ -171,31 +238,44 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
     val_samples = load_split(cfg.data, "val", cfg.num_classes)
     dataset = DetectionDataset(train_samples, cfg.imgsz, strides, augment=not cfg.deterministic, seed=cfg.seed, aug=AugmentConfig())
     sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=not cfg.deterministic, seed=cfg.seed)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, collate_fn=collate, num_workers=0)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, collate_fn=collate, num_workers=0,
+                                         pin_memory=device.type == "cuda")
     sizes = micro_batch_sizes(len(sampler), cfg.batch_size)
     windows = window_sizes(sizes, cfg.accumulate)
     steps_per_epoch = math.ceil(len(sizes) / cfg.accumulate)
 
     optimizer = _optimizer(cfg, model)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_lambda(cfg.epochs * steps_per_epoch, cfg.lrf))
+    lam = cosine_lambda(cfg.epochs * steps_per_epoch, cfg.lrf)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lam)
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.amp or "")
+    # fp16 needs loss scaling; with accumulation the scaled gradients add up over the window
+    # and are unscaled once, before clipping, as torchvision's reference scripts do
+    scaler = torch.amp.GradScaler(device.type, enabled=cfg.amp == "fp16")
     start_epoch, step, best, rows = 0, 0, -1.0, []
     if resume is not None:
         ddp.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        scheduler.load_state_dict(resume["scheduler"])
-        scheduler.lr_lambdas = [cosine_lambda(cfg.epochs * steps_per_epoch, cfg.lrf)] * len(optimizer.param_groups)
+        configured = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+        optimizer.load_state_dict(resume["optimizer"])  # moves the state to the parameters' device
+        for group, hyper in zip(optimizer.param_groups, configured):
+            group.update(hyper)  # --lr, --weight-decay given now win over the saved ones
+        if scaler.is_enabled() and resume.get("scaler"):
+            scaler.load_state_dict(resume["scaler"])
         start_epoch, step, best = int(resume["epoch"]), int(resume["step"]), float(resume.get("best_map50", -1.0))
+        position_schedule(optimizer, scheduler, cfg.lr, lam, start_epoch * steps_per_epoch)
         rows = list(resume.get("history", []))
-        log(rank, f"resumed from {cfg.resume} at epoch {start_epoch}, optimizer step {step}")
+        changed = f" with {', '.join(f'--{k.replace(chr(95), chr(45))}' for k in cfg.overrides)} from the command line" if cfg.overrides else ""
+        log(rank, f"resumed from {cfg.resume} at epoch {start_epoch}, optimizer step {step}{changed}")
 
     out = cfg.out
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "args.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
-    log(rank, f"training {cfg.arch} on {len(train_samples)} images, world size {world} ({cfg.resolved_backend}), "
+        record = {**cfg.to_dict(), "resumed_from": str(cfg.resume) if cfg.resume else None, "overrides": list(cfg.overrides)}
+        (out / "args.json").write_text(json.dumps(record, indent=2) + "\n")
+    log(rank, f"training {cfg.arch} on {len(train_samples)} images, world size {world} ({cfg.resolved_backend}, {device.type}), "
               f"batch {cfg.batch_size}/process x accumulate {cfg.accumulate} = {cfg.batch_size * cfg.accumulate * world} images/step, "
-              f"SyncBN {'on' if cfg.sync_bn else 'off'}, {steps_per_epoch} optimizer steps/epoch")
+              f"SyncBN {'on' if cfg.sync_bn else 'off'}, AMP {cfg.amp or 'off'}, {steps_per_epoch} optimizer steps/epoch")
 
+    params = [p for p in ddp.parameters() if p.requires_grad]
     summary: dict = {}
     for epoch in range(start_epoch, cfg.epochs):
         sampler.set_epoch(epoch)
@@ -203,35 +283,43 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
         _set_train_mode(ddp.module, cfg.freeze_layers)
         t0 = time.perf_counter()
         rounds0, buckets0, steps0 = counter.rounds, counter.buckets, step
-        totals = torch.zeros(5, dtype=torch.float64)  # loss, obj, cls, box, images
+        totals = torch.zeros(5, dtype=torch.float64, device=device)  # loss, obj, cls, box, images
         bar = _progress(rank, epoch, cfg.epochs)
         bar_task = bar.add_task("train", total=len(sizes))
         bar.start()
         for m, (images, targets, _) in enumerate(loader):
             last_in_window = (m + 1) % cfg.accumulate == 0 or m + 1 == len(sizes)
             sync_now = last_in_window or cfg.sync_micro_steps
-            images = images.to(device)
-            targets = [{k: v.to(device) for k, v in t.items()} for t in targets]
+            images = images.to(device, non_blocking=True)
+            targets = [{k: v.to(device, non_blocking=True) for k, v in t.items()} for t in targets]
             with contextlib.nullcontext() if sync_now else ddp.no_sync():
-                per_image, parts = detection_loss(list(ddp(images)), targets)
+                with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                    outputs = list(ddp(images))
+                per_image, parts = detection_loss(outputs, targets)  # float32 whatever the autocast dtype
                 loss = per_image.sum() / windows[m]
                 if not torch.isfinite(loss):
-                    raise TrainingError(
-                        f"non-finite loss ({loss.item()}) at epoch {epoch + 1}, optimizer step {step + 1}, micro-step {m + 1} "
-                        f"on rank {rank}; lower --lr or check the data, then --resume from {out / 'last.pt'}"
-                    )
-                loss.backward()
-            totals += torch.tensor([per_image.sum().item(), parts["obj"], parts["cls"], parts["box"], len(per_image)], dtype=torch.float64)
+                    raise TrainingError(f"non-finite loss ({loss.item()}) at epoch {epoch + 1}, optimizer step {step + 1}, "
+                                        f"micro-step {m + 1} on rank {rank}; {_non_finite_hint(cfg, out)}")
+                scaler.scale(loss).backward()
+            with torch.no_grad():
+                totals += torch.stack([per_image.sum(), parts["obj"], parts["cls"], parts["box"],
+                                       per_image.new_tensor(float(len(per_image)))]).double()
             if last_in_window:
-                torch.nn.utils.clip_grad_norm_(ddp.parameters(), GRAD_CLIP)
-                optimizer.step()
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(params, GRAD_CLIP)
+                scaler.step(optimizer)
+                scaler.update()
                 optimizer.zero_grad(set_to_none=True)
                 scheduler.step()
                 step += 1
+                bad = first_non_finite(ddp.module.named_parameters())
+                if bad is not None:
+                    raise TrainingError(f"non-finite weights ({bad}) after epoch {epoch + 1}, optimizer step {step} on rank {rank} "
+                                        f"(lr {scheduler.get_last_lr()[0]:g}); {_non_finite_hint(cfg, out)}")
             bar.advance(bar_task)
         bar.stop()
         elapsed = time.perf_counter() - t0
-        dist.all_reduce(totals)
+        totals = reduce_totals(totals)
         n_img = max(totals[4].item(), 1.0)
         row = {
             "epoch": epoch + 1, "step": step, "lr": scheduler.get_last_lr()[0],
@@ -242,27 +330,33 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
             "allreduce_buckets": counter.buckets - buckets0,
         }
         is_last_epoch = epoch + 1 == cfg.epochs
-        if rank == 0 and ((epoch + 1) % cfg.eval_every == 0 or is_last_epoch):
-            row.update(evaluate(ddp.module, val_samples, cfg.imgsz, strides))
+        if (epoch + 1) % cfg.eval_every == 0 or is_last_epoch:
+            # every rank predicts its share of the validation set; rank 0 scores the whole
+            scores = evaluate_sharded(ddp.module, val_samples, cfg.imgsz, strides, rank=rank, world=world)
+            if scores is not None:
+                row.update(scores)
         rows.append(row)
         if rank == 0:
+            state = to_cpu(ddp.state_dict())  # keys prefixed `module.`, as DDP scripts save them
+            bad = first_non_finite(state.items())
+            if bad is not None:
+                raise TrainingError(f"non-finite {bad} at the end of epoch {epoch + 1}; {_non_finite_hint(cfg, out)}")
             improved = row["map50"] > best
             best = max(best, row["map50"]) if not math.isnan(row["map50"]) else best
             ckpt = {
                 "format": FORMAT, "arch": cfg.arch, "config": arch_config, "imgsz": cfg.imgsz,
-                "model": ddp.state_dict(),  # keys prefixed `module.`, as DDP scripts save them
-                "epoch": epoch + 1, "step": step, "best_map50": best, "metrics": row, "history": rows,
+                "model": state, "epoch": epoch + 1, "step": step, "best_map50": best, "metrics": row, "history": rows,
                 "args": cfg.to_dict(), "world_size": world, "versions": installed_versions(VERSION_PACKAGES),
                 "saved": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             }
             if improved:
                 atomic_save(ckpt, out / "best.pt")  # deployable weights: no optimizer state
-            atomic_save({**ckpt, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, out / "last.pt")
+            atomic_save({**ckpt, "optimizer": to_cpu(optimizer.state_dict()), "scaler": scaler.state_dict()}, out / "last.pt")
             _write_metrics(rows, out)
             log(rank, f"epoch {epoch + 1}/{cfg.epochs}  loss {row['loss']:.4f}  mAP@0.5 {row['map50']:.3f}  "
                       f"mAP@0.5:0.95 {row['map50_95']:.3f}  {row['images_per_s']:.1f} img/s  "
                       f"all-reduce rounds/step {row['allreduce_rounds'] / max(row['optimizer_steps'], 1):.2f}")
-        dist.barrier()
+        dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
         summary = {"epochs": epoch + 1, "step": step, "best_map50": best, "last": row}
     if rank == 0:
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")

@@ -38,6 +38,8 @@ class CheckTolerance:
                 values[key] = float(value)
             except ValueError as exc:
                 raise BadInputError(f"--tolerance {item!r}: {value!r} is not a number") from exc
+            if not math.isfinite(values[key]) or values[key] < 0:
+                raise BadInputError(f"--tolerance {item!r}: must be a finite number >= 0")
         return cls(**values)
 
 
@@ -57,15 +59,70 @@ def _fmt(v) -> str:
 
 
 def load_report(path: Path, what: str) -> dict:
+    """Read and shape-check a report; anything malformed is bad input (exit 2), one line."""
     try:
-        report = json.loads(Path(path).read_text())
+        text = Path(path).read_bytes().decode("utf-8")
+        report = json.loads(text)
     except FileNotFoundError as exc:
         raise BadInputError(f"{what} {str(path)!r} does not exist") from exc
-    except (OSError, json.JSONDecodeError) as exc:
+    except IsADirectoryError as exc:
+        raise BadInputError(f"{what} {str(path)!r} is a folder; pass its report.json") from exc
+    except UnicodeDecodeError as exc:
+        raise BadInputError(f"{what} {str(path)!r} is not text (byte {exc.start} is not UTF-8); pass a report.json") from exc
+    except json.JSONDecodeError as exc:
         raise BadInputError(f"{what} {str(path)!r} is not readable JSON ({exc})") from exc
     if not isinstance(report, dict) or report.get("schema") != SCHEMA or not isinstance(report.get("results"), list):
         raise BadInputError(f"{what} {str(path)!r} is not an {SCHEMA} report (schema: {report.get('schema') if isinstance(report, dict) else None})")
+    problem = _shape_problem(report)
+    if problem:
+        raise BadInputError(f"{what} {str(path)!r} is a malformed {SCHEMA} report: {problem}; regenerate it with edgeport")
     return report
+
+
+def _shape_problem(report: dict) -> str | None:
+    """What is missing or mistyped among the fields ``compare_reports`` reads, or None."""
+    for key in ("model", "inputs"):
+        if not isinstance(report.get(key), dict):
+            return f"'{key}' is not an object"
+    for i, r in enumerate(report["results"]):
+        if not isinstance(r, dict):
+            return f"results[{i}] is not an object"
+        for key, kind in (("variant", str), ("runtime", str), ("passed", bool), ("outputs", list)):
+            if not isinstance(r.get(key), kind):
+                return f"results[{i}].{key} is missing or not a {kind.__name__}"
+        for j, o in enumerate(r["outputs"]):
+            if not isinstance(o, dict) or not isinstance(o.get("name"), str):
+                return f"results[{i}].outputs[{j}] has no name"
+            for metric in ("cosine", "max_abs_rel"):
+                if not _is_number(o.get(metric)):
+                    return f"results[{i}].outputs[{j}].{metric} is missing or not a number"
+        for key, fields in (("detections", ("recall",)), ("map", ("map50", "map50_95"))):
+            value = r.get(key)
+            if value is not None and (not isinstance(value, dict) or not all(_is_number(value.get(f)) for f in fields)):
+                return f"results[{i}].{key} lacks {', '.join(fields)}"
+    return None
+
+
+def _is_number(v) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) or v in ("inf", "-inf", "nan")
+
+
+def write_baseline(report: Path, baseline: Path) -> None:
+    """``--update-baseline``: copy the (checked) report over the baseline, atomically."""
+    import os
+    import tempfile
+
+    data = Path(report).read_bytes()
+    target = Path(baseline)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise BadInputError(f"--update-baseline: cannot write {str(baseline)!r} ({exc.strerror or exc}); "
+                            f"pass a writable --baseline path") from exc
 
 
 def _rows(report: dict) -> dict[str, dict]:
@@ -75,7 +132,30 @@ def _rows(report: dict) -> dict[str, dict]:
 def _num(v) -> float:
     if isinstance(v, str):  # JSON has no infinity: the renderer writes "inf"
         return math.inf if v == "inf" else (-math.inf if v == "-inf" else math.nan)
-    return float(v)
+    return float(v)  # Python's json also reads a bare NaN / Infinity
+
+
+# Metrics where a non-finite value means something broke. (+inf SNR is a bit-exact match.)
+FINITE_METRICS = ("max_abs", "mean_abs", "rmse", "cosine", "max_abs_rel", "p99_abs")
+
+
+def non_finite(report: dict, label: str) -> list[Regression]:
+    """Every NaN or Inf metric in a report, as a regression naming the row."""
+    out = []
+    for r in report["results"]:
+        key = f"{r['variant']}/{r['runtime']}"
+        for o in r["outputs"]:
+            for metric in FINITE_METRICS:
+                if metric in o and not math.isfinite(_num(o[metric])):
+                    out.append(Regression(key, f"{o['name']} {metric} in the {label}", "finite", _num(o[metric])))
+            if "snr_db" in o and math.isnan(_num(o["snr_db"])):
+                out.append(Regression(key, f"{o['name']} snr_db in the {label}", "a number", math.nan))
+        for section, fields in (("detections", ("recall",)), ("map", ("map50", "map50_95"))):
+            for f in fields:
+                value = (r.get(section) or {}).get(f)
+                if value is not None and not math.isfinite(_num(value)):
+                    out.append(Regression(key, f"{f} in the {label}", "finite", _num(value)))
+    return out
 
 
 def compare_reports(report: dict, baseline: dict, tol: CheckTolerance) -> list[Regression]:
@@ -86,7 +166,7 @@ def compare_reports(report: dict, baseline: dict, tol: CheckTolerance) -> list[R
             f"pass the matching baseline or --update-baseline"
         )
     now_rows, base_rows = _rows(report), _rows(baseline)
-    out: list[Regression] = []
+    out: list[Regression] = non_finite(report, "report") + non_finite(baseline, "baseline")
     for key, base in base_rows.items():
         now = now_rows.get(key)
         if now is None:

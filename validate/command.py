@@ -14,6 +14,7 @@ import numpy as np
 
 from edgeport.convert.base import ConvertConfig
 from edgeport.errors import BadInputError
+from edgeport.runs import Progress, staged_output
 
 DEFAULT_RUNS = Path("runs/validate")
 MAX_IMAGES = 32
@@ -61,7 +62,6 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
              board, data: Path | None, trust_checkpoint: bool, console=None) -> tuple[Path, dict]:
     from edgeport.convert.build_model_pass import BuildModelPass
     from edgeport.convert.board_gate_pass import board_check, board_section
-    from edgeport.convert.command import _Progress, staged_output
     from edgeport.convert.load_checkpoint_pass import LoadCheckpointPass
     from edgeport.convert.pipeline import run_pipeline
     from edgeport.convert.prepare_inputs_pass import PrepareInputsPass
@@ -73,13 +73,14 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
         raise BadInputError(f"--tflite {str(tflite)!r} does not exist; pass a .tflite file")
     if data is not None and not Path(data).is_dir():
         raise BadInputError(f"--data {str(data)!r} is not a folder; pass a dataset folder or a folder of images")
-    size, variant = _tflite_input_size(Path(tflite))
-    if imgsz is not None and imgsz != size:
-        raise BadInputError(f"--imgsz {imgsz} but the TFLite model takes {size}x{size}; drop --imgsz or pass {size}")
-    with staged_output(out, force, DEFAULT_RUNS) as stage:
+    inputs = (Path(checkpoint), Path(tflite), Path(data) if data is not None else None)
+    with staged_output(out, command="validate", force=force, default_root=DEFAULT_RUNS, inputs=inputs) as stage:
+        size, variant = _tflite_input_size(Path(tflite))
+        if imgsz is not None and imgsz != size:
+            raise BadInputError(f"--imgsz {imgsz} but the TFLite model takes {size}x{size}; drop --imgsz or pass {size}")
         config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=stage.work, arch=arch, imgsz=size,
                                trust_checkpoint=trust_checkpoint, board=board)
-        progress = _Progress(console)
+        progress = Progress(console)
         try:
             state, records = run_pipeline(config, (LoadCheckpointPass(), UnwrapPrefixesPass(), BuildModelPass(), PrepareInputsPass()),
                                           on_start=progress.start, on_stage=progress.done)

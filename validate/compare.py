@@ -69,13 +69,17 @@ def tensor_metrics(ref: np.ndarray, got: np.ndarray) -> TensorMetrics:
     signal = float(np.sum(r * r))
     noise = float(np.sum((r - g) ** 2))
     nr, ng = float(np.linalg.norm(r)), float(np.linalg.norm(g))
-    if nr == 0 and ng == 0:
+    if not (np.isfinite(r).all() and np.isfinite(g).all()):
+        cosine = math.nan  # an angle with NaN/Inf in it means nothing: never print 1.0 beside max_abs inf
+    elif nr == 0 and ng == 0:
         cosine = 1.0
     elif nr == 0 or ng == 0:
         cosine = 0.0
     else:
         cosine = float(np.dot(r, g) / (nr * ng))
-    if noise == 0:
+    if not math.isfinite(noise):
+        snr = math.nan
+    elif noise == 0:
         snr = math.inf
     elif signal == 0:
         snr = -math.inf

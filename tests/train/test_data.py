@@ -72,7 +72,7 @@ def test_coco_missing_image_and_bad_annotation(tmp_path):
     data = json.loads(ann.read_text())
     data["annotations"].append({"id": 99, "image_id": 1, "category_id": 7, "bbox": [0, 0, 5, 5]})
     ann.write_text(json.dumps(data))
-    with pytest.raises(DataError, match="annotation #.*id 99"):
+    with pytest.raises(DataError, match=r"annotations\[4\] \(id 99\)"):
         load_split(tmp_path, "val", 1)
     data["annotations"].pop()
     ann.write_text(json.dumps(data))

@@ -1,0 +1,94 @@
+"""The argument parser every edgeport command uses, and the value checks its options share.
+
+A usage error is one line (what was wrong, where to look) and exit 2. Numbers are checked
+where they are parsed, so a NaN learning rate or a zero image size never reaches the work.
+No torch, no numpy: imported at start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (what was wrong, where to look), exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {value}")
+    return value
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _finite(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _finite(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A number in (0, 1]."""
+    value = _finite(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def int_range(lo: int, hi: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be between {lo} and {hi}, got {value}")
+        return value
+
+    parse.__name__ = f"int in [{lo}, {hi}]"
+    return parse
+
+
+def explicit_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The option destinations given on the command line (not left at their defaults)."""
+    probe = argparse.ArgumentParser(add_help=False)
+    probe.error = parser.error  # type: ignore[method-assign]
+    for action in parser._actions:  # noqa: SLF001 - argparse offers no public walk of its options
+        if action.option_strings and action.dest != "help":
+            probe._add_action(_copy_suppressed(action))  # noqa: SLF001
+    namespace, _ = probe.parse_known_args(argv)
+    return set(vars(namespace))
+
+
+def _copy_suppressed(action: argparse.Action) -> argparse.Action:
+    import copy
+
+    clone = copy.copy(action)
+    clone.default = argparse.SUPPRESS
+    clone.required = False
+    return clone

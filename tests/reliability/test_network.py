@@ -1,0 +1,56 @@
+"""No network at run time: convert, validate and train work with none, and open no socket beyond loopback."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from edgeport.train.data import write_dataset
+from edgeport.train.synth import make_scene
+
+from .conftest import run_cli
+
+pytestmark = pytest.mark.slow
+
+
+# A new network namespace with only its loopback up: what an air-gapped machine has. The
+# trainer's process group rendezvous on 127.0.0.1 needs that loopback.
+NO_NETWORK = ("unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$@"', "sh")
+
+
+def _can_unshare() -> bool:
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return False
+    return subprocess.run([*NO_NETWORK, "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _can_unshare(), reason="unshare -rn (a network namespace) or ip is not available here")
+def test_convert_validate_and_train_work_with_no_network_at_all(workspace):
+    rng = np.random.default_rng(0)
+    write_dataset(workspace / "data", {"train": [make_scene(rng, 64) for _ in range(4)], "val": [make_scene(rng, 64) for _ in range(2)]},
+                  size=64)
+    no_net = NO_NETWORK
+    r = run_cli("convert", "model.pt", "--arch", "pdet-n", "--imgsz", "64", "--out", "conv", cwd=workspace, prefix=no_net)
+    assert r.code == 0, r.err[-3000:]
+    r = run_cli("validate", "model.pt", "--arch", "pdet-n", "--tflite", "conv/model_int8.tflite", "--data", "data", "--out", "val",
+                cwd=workspace, prefix=no_net)
+    assert r.code == 0, r.err[-3000:]
+    r = run_cli("train", "--data", "data", "--imgsz", "64", "--epochs", "1", "--batch-size", "2", "--out", "tr", cwd=workspace,
+                prefix=no_net)
+    assert r.code == 0, r.err[-3000:]
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_convert_opens_no_socket_beyond_loopback(workspace):
+    trace = workspace.parent / "connect.trace"
+    r = run_cli("convert", "model.pt", "--arch", "pdet-n", "--imgsz", "64", "--out", "conv", cwd=workspace,
+                prefix=("strace", "-f", "-qq", "-e", "trace=connect,sendto", "-o", str(trace)))
+    assert r.code == 0, r.err[-3000:]
+    text = trace.read_text()
+    inet = [line for line in text.splitlines() if re.search(r"AF_INET6?\b", line)]
+    beyond = [line for line in inet if not re.search(r'inet_addr\("127\.|inet_pton\(AF_INET6, "::1"', line)]
+    assert not beyond, "network access at run time:\n" + "\n".join(beyond[:5])

@@ -1,0 +1,228 @@
+"""Nothing of the user's is ever deleted or overwritten by an output folder, whatever --out is."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from edgeport.errors import BadInputError
+from edgeport.runs import MARKER, OutputConflict, claim_run_dir, staged_output, write_marker
+
+from .conftest import assert_kept, assert_one_line, inventory, run_cli
+
+CONVERT = ("convert", "model.pt", "--arch", "pdet-n", "--imgsz", "64", "--no-int8")
+
+
+def _marked(folder: Path, command: str, *files: str) -> Path:
+    folder.mkdir(parents=True)
+    write_marker(folder, command)
+    for name in files:
+        (folder / name).write_text(f"earlier {name}\n")
+    return folder
+
+
+# --- --force refuses what is not provably edgeport's ------------------------------------
+
+
+def test_force_refuses_the_working_directory(workspace, run_inproc):
+    before = inventory(workspace)
+    r = run_inproc(*CONVERT, "--out", ".", "--force")
+    assert_one_line(r, 2, "working directory")
+    assert inventory(workspace) == before
+
+
+def test_force_refuses_a_parent_of_the_working_directory(workspace, run_inproc):
+    before = inventory(workspace.parent)
+    r = run_inproc(*CONVERT, "--out", "..", "--force")
+    assert_one_line(r, 2, "parent of the working directory")
+    assert inventory(workspace.parent) == before
+
+
+def test_force_refuses_an_out_that_holds_the_checkpoint(workspace, run_inproc):
+    (workspace / "runs").mkdir()
+    os.replace(workspace / "model.pt", workspace / "runs" / "model.pt")
+    before = inventory(workspace)
+    r = run_inproc("convert", "runs/model.pt", "--arch", "pdet-n", "--out", "runs", "--force")
+    assert_one_line(r, 2, "holds the input", "runs/model.pt")
+    assert inventory(workspace) == before
+
+
+def test_force_refuses_an_out_that_holds_the_calibration_folder(workspace, run_inproc):
+    before = inventory(workspace)
+    (workspace / "data").mkdir()
+    os.replace(workspace / "calib", workspace / "data" / "calib")
+    before = inventory(workspace)
+    r = run_inproc(*CONVERT, "--calib", "data/calib", "--out", "data", "--force")
+    assert_one_line(r, 2, "holds the input", "calib")
+    assert inventory(workspace) == before
+
+
+def test_force_refuses_a_folder_edgeport_did_not_make(workspace, run_inproc):
+    (workspace / "results").mkdir()
+    (workspace / "results" / "thesis.tex").write_text("months of work\n")
+    before = inventory(workspace)
+    r = run_inproc(*CONVERT, "--out", "results", "--force")
+    assert_one_line(r, 2, "was not made by edgeport convert")
+    assert inventory(workspace) == before
+
+
+def test_force_refuses_an_edgeport_folder_holding_a_user_file(workspace, run_inproc):
+    out = _marked(workspace / "out", "convert", "report.json")
+    (out / "my-analysis.ipynb").write_text("{}\n")
+    before = inventory(workspace)
+    r = run_inproc(*CONVERT, "--out", "out", "--force")
+    assert_one_line(r, 2, "did not write", "my-analysis.ipynb")
+    assert inventory(workspace) == before
+
+
+def test_force_refuses_another_commands_folder(workspace, run_inproc):
+    _marked(workspace / "out", "train", "last.pt")
+    before = inventory(workspace)
+    r = run_inproc(*CONVERT, "--out", "out", "--force")
+    assert_one_line(r, 2, "was not made by edgeport convert")
+    assert inventory(workspace) == before
+
+
+def test_non_empty_out_without_force_is_refused(workspace, run_inproc):
+    _marked(workspace / "out", "convert", "report.json")
+    before = inventory(workspace)
+    r = run_inproc(*CONVERT, "--out", "out")
+    assert_one_line(r, 2, "not empty", "--force")
+    assert inventory(workspace) == before
+
+
+def test_out_that_is_a_file_is_refused(workspace, run_inproc):
+    before = inventory(workspace)
+    r = run_inproc(*CONVERT, "--out", "notes.txt")
+    assert_one_line(r, 2, "is a file")
+    assert inventory(workspace) == before
+
+
+def test_validate_force_refuses_the_folder_holding_the_tflite(workspace, run_inproc):
+    (workspace / "ship").mkdir()
+    (workspace / "ship" / "model.tflite").write_bytes(b"\x1c\x00\x00\x00TFL3" + bytes(64))
+    before = inventory(workspace)
+    r = run_inproc("validate", "model.pt", "--arch", "pdet-n", "--tflite", "ship/model.tflite", "--out", "ship", "--force")
+    assert_one_line(r, 2, "holds the input")
+    assert inventory(workspace) == before
+
+
+# --- the staging mechanism: claims, changes during a run, failures -----------------------
+
+
+def test_default_run_folders_are_claimed_atomically(tmp_path):
+    root = tmp_path / "runs"
+    got: list[Path] = []
+    barrier = threading.Barrier(8)
+
+    def claim():
+        barrier.wait()
+        got.append(claim_run_dir(root, "convert"))
+
+    threads = [threading.Thread(target=claim) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({p.name for p in got}) == 8, f"two runs shared a folder: {sorted(p.name for p in got)}"
+    assert all((p / MARKER).is_file() for p in got)
+
+
+def test_a_file_created_in_out_during_the_run_is_kept(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(OutputConflict, match="changed during the run") as info:
+        with staged_output(out, command="convert", force=False, default_root=tmp_path / "runs") as stage:
+            (stage.result / "report.json").write_text("new\n")
+            out.mkdir()
+            (out / "written-meanwhile.txt").write_text("the user's\n")
+    assert (out / "written-meanwhile.txt").read_text() == "the user's\n"
+    kept = tmp_path / "out.edgeport-1"
+    assert str(kept) in str(info.value) and (kept / "report.json").read_text() == "new\n"
+    assert not list(tmp_path.glob(".edgeport-staging-*"))
+
+
+def test_a_failed_run_leaves_nothing_and_releases_its_claim(tmp_path):
+    root = tmp_path / "runs" / "convert"
+    with pytest.raises(BadInputError):
+        with staged_output(None, command="convert", force=False, default_root=root):
+            raise BadInputError("bad")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_force_replaces_only_an_earlier_result_and_a_symlinked_out_works(workspace):
+    """One real conversion: --force over an earlier convert result, reached through a symlink."""
+    real = _marked(workspace / "results" / "v1", "convert", "report.json", "model.onnx")
+    (workspace / "latest").symlink_to(real)
+    before = inventory(workspace)
+    r = run_cli(*CONVERT, "--out", "latest", "--force", cwd=workspace)
+    assert r.code == 0, r.err
+    after = inventory(workspace)
+    assert_kept({k: v for k, v in before.items() if not k.startswith("results/")}, after)
+    assert (workspace / "latest").is_symlink(), "the user's symlink was replaced"
+    report = json.loads((real / "report.json").read_text())
+    assert report["passed"] and report["model"]["arch"] == "pdet-n"
+    assert {p.name for p in real.iterdir()} == {MARKER, "model.onnx", "model_float32.tflite", "report.json", "report.md", "report.html"}
+    assert not list(workspace.rglob(".edgeport-staging-*"))
+
+
+def test_two_converts_at_once_get_their_own_folders(workspace):
+    procs = [subprocess.Popen([sys.executable, "-m", "edgeport.cli", *CONVERT], cwd=workspace, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    runs = sorted(p.name for p in (workspace / "runs" / "convert").iterdir())
+    assert runs == ["1", "2"]
+    for name in runs:
+        assert (workspace / "runs" / "convert" / name / "report.json").is_file()
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_during_convert_leaves_nothing_behind(workspace, sig, code):
+    before = inventory(workspace)
+    proc = subprocess.Popen([sys.executable, "-m", "edgeport.cli", *CONVERT, "--out", "out"], cwd=workspace,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(workspace.glob(".edgeport-staging-*/work/model.onnx")):
+        time.sleep(0.05)  # in the middle of the run: the ONNX file is written, onnx2tf starts
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert "nothing was left behind" in err and "Traceback" not in err
+    assert inventory(workspace) == before
+    assert not (workspace / "out").exists() and not list(workspace.glob(".edgeport-*"))
+
+
+# --- data synth -----------------------------------------------------------------------------
+
+
+def test_data_synth_out_file_is_refused(workspace, run_inproc):
+    before = inventory(workspace)
+    r = run_inproc("data", "synth", "--out", "notes.txt", "--n", "2")
+    assert_one_line(r, 2, "is a file")
+    assert inventory(workspace) == before
+
+
+def test_data_synth_force_replaces_an_earlier_dataset_without_mixing(workspace, run_inproc):
+    r = run_inproc("data", "synth", "--out", "ds", "--n", "4", "--n-val", "2", "--imgsz", "64")
+    assert r.code == 0, r.err
+    r = run_inproc("data", "synth", "--out", "ds", "--n", "2", "--n-val", "1", "--imgsz", "64", "--force", "--seed", "1")
+    assert r.code == 0, r.err
+    assert sorted(p.name for p in (workspace / "ds" / "images" / "train").iterdir()) == ["train_00000.png", "train_00001.png"]
+    assert len(list((workspace / "ds" / "labels" / "val").iterdir())) == 1
+
+
+def test_data_synth_force_refuses_a_user_folder(workspace, run_inproc):
+    (workspace / "ds").mkdir()
+    (workspace / "ds" / "my-labels.csv").write_text("a,b\n")
+    before = inventory(workspace)
+    r = run_inproc("data", "synth", "--out", "ds", "--n", "2", "--force")
+    assert_one_line(r, 2, "was not made by edgeport data")
+    assert inventory(workspace) == before
