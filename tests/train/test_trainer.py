@@ -184,3 +184,14 @@ def test_weights_freeze_and_uneven_data(tmp_path):
     frozen = [k for k in before if k.startswith("module.backbone.") and before[k].is_floating_point()]
     assert frozen and all(torch.equal(before[k], after[k]) for k in frozen), "a frozen backbone must not change"
     assert not torch.equal(before["module.neck.td3.0.weight"], after["module.neck.td3.0.weight"])
+
+
+def test_bf16_autocast_trains_over_two_ranks(tiny, tmp_path):
+    out = tmp_path / "amp"
+    p = train("--data", str(tiny), "--out", str(out), "--epochs", "1", "--world-size", "2", "--batch-size", "4", "--imgsz", "64",
+              "--amp", "bf16", "--eval-every", "1")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "AMP bf16" in p.stderr
+    ckpt = torch.load(out / "last.pt", weights_only=True)
+    assert all(v.dtype != torch.bfloat16 for v in ckpt["model"].values()), "weights stay float32 under autocast"
+    assert all(bool(torch.isfinite(v).all()) for v in ckpt["model"].values() if v.is_floating_point())

@@ -1,0 +1,73 @@
+"""Launch and resume rules: ranks from torchrun or mpirun, what a resumed run keeps, the schedule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from edgeport.errors import BadInputError
+from edgeport.train.config import TrainConfig
+from edgeport.train.launch import _check_spawn_url, launched_rank, validate_inputs
+from edgeport.train.trainer import cosine_lambda, position_schedule
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}, (3, 8, 1, "torchrun")),
+    ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "6", "OMPI_COMM_WORLD_LOCAL_RANK": "2"}, (5, 6, 2, "Open MPI")),
+    ({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1"}, (1, 2, 1, "MPICH")),
+    ({}, None),
+])
+def test_ranks_come_from_the_launcher(env, expected):
+    assert launched_rank(env) == expected
+
+
+def test_resume_takes_the_environment_from_the_command_line_and_explicit_overrides():
+    saved = TrainConfig(data=Path("old"), device="cuda", backend="nccl", world_size=8, lr=0.01, epochs=10, batch_size=32).to_dict()
+    now = TrainConfig(data=Path("new"), device="cpu", world_size=1, lr=0.001, batch_size=16, epochs=None,
+                      resume=Path("run/last.pt"), explicit=("data", "device", "lr", "resume"))
+    cfg = now.resumed(saved, start_epoch=4)
+    assert (cfg.device, cfg.backend, cfg.world_size, str(cfg.data)) == ("cpu", None, 1, "new")
+    assert cfg.lr == 0.001 and cfg.batch_size == 32 and cfg.epochs == 10  # not given now: the saved run's
+    assert cfg.overrides == ("lr",)
+
+
+def test_resume_refuses_what_it_cannot_change_and_epochs_already_done():
+    saved = TrainConfig(data=Path("d"), arch="pdet-n", epochs=5).to_dict()
+    with pytest.raises(BadInputError, match="arch='pdet-n'"):
+        TrainConfig(data=Path("d"), arch="pdet-s", explicit=("arch",)).resumed(saved, 2)
+    with pytest.raises(BadInputError, match="already trained 5 of 5"):
+        TrainConfig(data=Path("d")).resumed(saved, 5)
+
+
+def test_schedule_continues_at_the_same_fraction_on_another_world_size():
+    model = torch.nn.Linear(2, 2)
+    # 10 epochs of 8 steps on 1 GPU; stopped after 4 epochs; resumed on 2 GPUs: 4 steps an epoch
+    lam_before = cosine_lambda(10 * 8, 0.01)
+    lam_after = cosine_lambda(10 * 4, 0.01)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lam_after)
+    position_schedule(opt, sched, 0.1, lam_after, 4 * 4)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * lam_before(4 * 8))
+    opt.step()
+    sched.step()
+    assert sched.last_epoch == 17 and opt.param_groups[0]["lr"] == pytest.approx(0.1 * lam_after(17))
+    # a new --lr takes effect from where the schedule stands
+    position_schedule(opt, sched, 0.02, lam_after, 16)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.02 * lam_after(16)) and sched.get_last_lr() == [opt.param_groups[0]["lr"]]
+
+
+def test_spawning_refuses_a_remote_rendezvous():
+    _check_spawn_url(TrainConfig(data=Path("d"), world_size=2, dist_url="tcp://127.0.0.1:29500"))
+    with pytest.raises(BadInputError, match="torchrun --nnodes"):
+        _check_spawn_url(TrainConfig(data=Path("d"), world_size=2, dist_url="tcp://10.1.2.3:29500"))
+
+
+def test_fp16_needs_cuda_and_ranks_need_gpus(monkeypatch, tmp_path):
+    with pytest.raises(BadInputError, match="--amp fp16 needs --device cuda"):
+        validate_inputs(TrainConfig(data=tmp_path, amp="fp16"), preflight=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(BadInputError, match="4 ranks on this machine but 2 CUDA device"):
+        validate_inputs(TrainConfig(data=tmp_path, device="cuda", world_size=4), preflight=False)
