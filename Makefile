@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # and torchvision pairs with it (PyPI's does not import beside the 2.13.0 CPU build).
 TORCH  := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup demo demo-legacy test test-fast bench demo-weights gpu-check clean
+.PHONY: setup demo demo-legacy test test-fast lint bench demo-weights gpu-check clean
 
 setup: $(STAMP)
 
@@ -30,10 +30,15 @@ demo-legacy: setup
 	$(VENV)/bin/edgeport convert models/weights/pdet_n_bilinear_person.pt --imgsz 160 --board tflite-1.13 --out runs/demo-board --force
 
 test: setup
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
 test-fast: setup
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -m "not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check .
 
 bench: setup
 	$(PY) benchmarks/convert_bench.py

@@ -96,8 +96,8 @@ def _finish(out: Path, report: dict, what: str) -> int:
     """Print the parity table and where it diverges on stdout, then apply the gate (exit 1)."""
     from rich.console import Console
 
-    from edgeport.runs import gate
     from edgeport.validate.render import divergence_lines, print_table
+    from edgeport.validate.report import gate
 
     stdout = Console(width=None if sys.stdout.isatty() else 140)
     print_table(report, stdout)
@@ -109,7 +109,7 @@ def _finish(out: Path, report: dict, what: str) -> int:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from edgeport.convert.command import convert
+    from edgeport.commands.convert import convert
     from edgeport.validate.boards import load_board
 
     board = load_board(args.board)
@@ -131,11 +131,11 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_data(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from edgeport.models.synth import make_scene
     from edgeport.runs import staged_output
     from edgeport.train.data import write_dataset
-    from edgeport.train.synth import make_scene
-
-    import numpy as np
 
     n_val = args.n_val if args.n_val is not None else max(10, args.n // 5)
     with staged_output(args.out, command="data", force=args.force, default_root=Path("data")) as stage:
@@ -183,8 +183,8 @@ def _fail_with_list(header: str, items) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    from edgeport.commands.validate import validate
     from edgeport.validate.boards import load_board
-    from edgeport.validate.command import validate
 
     board = load_board(args.board)
     out, report = validate(args.checkpoint, args.tflite, out=args.out, force=args.force, arch=args.arch, imgsz=args.imgsz,

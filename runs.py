@@ -280,19 +280,6 @@ def staged_output(out: Path | None, *, command: str, force: bool, default_root: 
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def gate(out: Path, report: dict) -> None:
-    """Raise ParityGateError (exit 1) when the report did not pass."""
-    from edgeport.errors import ParityGateError
-
-    if not report["passed"]:
-        failed = [f"{r['variant']}/{r['runtime']}" for r in report["results"] if not r["passed"]]
-        board = report.get("board") or {}
-        for variant, check in (board.get("checks") or {}).items():
-            if not check["runnable"]:
-                failed.append(f"{variant} not runnable on {board['name']}: {'; '.join(check['reasons'])}")
-        raise ParityGateError(f"gate failed: {', '.join(failed)}; artifacts and report are in {out}/")
-
-
 class Progress:
     """One line per stage, with its time, on stderr."""
 

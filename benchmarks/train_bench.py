@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeport.models.synth import make_scene
 from edgeport.train.data import write_dataset
-from edgeport.train.synth import make_scene
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -38,13 +38,12 @@ def main() -> None:
         report = json.loads((out / "report.json").read_text())
         stages = {s["name"]: round(s["seconds"], 3) for s in report["stages"]}
 
-        from edgeport.convert.load_checkpoint_pass import find_weights, torch_load
-        from edgeport.convert.unwrap_prefixes_pass import strip_state_dict
+        from edgeport.checkpoints import find_weights, strip_state_dict, torch_load
         from edgeport.models.preprocess import preprocess
         from edgeport.models.registry import build_model
-        from edgeport.train.synth import sample_images
-        from edgeport.validate.emulator import build_emulator
+        from edgeport.models.synth import sample_images
         from edgeport.validate.boards import load_board
+        from edgeport.validate.emulator import build_emulator
         from edgeport.validate.runners import OnnxRuntimeRunner, TorchRunner
         from edgeport.validate.tflite_runner import TFLiteRunner
 

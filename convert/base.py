@@ -97,8 +97,9 @@ class Pass(abc.ABC):
     @abc.abstractmethod
     def run(self, state: State) -> PassResult: ...
 
+    @abc.abstractmethod
     def check(self, before: State, after: State) -> None:
-        """Raise ``PassCheckError`` when ``after`` breaks the pass's promise."""
+        """Raise ``PassCheckError`` when ``after`` breaks the pass's promise (every pass has one)."""
 
     def __repr__(self) -> str:
         return f"<pass {self.name}>"

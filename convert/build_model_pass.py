@@ -1,4 +1,4 @@
-"""Pass 3: build the architecture and load the weights strictly.
+"""Build the architecture and load the weights strictly.
 
 The architecture comes from ``--arch`` (a registry name or ``module:callable``) or from the
 checkpoint itself (the trainer stores its name and config). A mismatch is reported as a

@@ -18,7 +18,7 @@ from edgeport.models.preprocess import IMAGE_SUFFIXES, list_images, load_image, 
 def load_calibration(folder: Path | None, imgsz: int, *, limit: int, seed: int) -> tuple[np.ndarray, str]:
     """Return ``(N, 3, imgsz, imgsz)`` float32 inputs and a description of their source."""
     if folder is None:
-        from edgeport.train.synth import sample_images
+        from edgeport.models.synth import sample_images
 
         images = sample_images(limit, imgsz, seed=seed)
         return np.stack([preprocess(im, imgsz) for im in images]), f"{limit} synthetic scenes (seed {seed})"

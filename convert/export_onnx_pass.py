@@ -1,4 +1,4 @@
-"""Pass 7: export ONNX with a static ``images`` input, check it, simplify it.
+"""Export ONNX with a static ``images`` input, check it, simplify it.
 
 The TorchScript exporter (``dynamo=False``) is used: torch 2.13's default dynamo exporter
 needs ``onnxscript`` and produces graphs onnx2tf 1.28 handles less well. The graph is
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import warnings
 
+from edgeport._lazy import require
 from edgeport.convert.base import Pass, PassResult, State
 from edgeport.errors import PassCheckError
-from edgeport._lazy import require
 
 INPUT_NAME = "images"
 # ONNX Runtime vs PyTorch on the same float32 graph: only summation order differs
@@ -76,7 +76,8 @@ class ExportOnnxPass(Pass):
     def check(self, before: State, after: State) -> None:
         from torch.nn.modules.batchnorm import _BatchNorm
 
-        from edgeport.convert.modelcheck import forward
+        from edgeport.models.inference import forward
+        from edgeport.validate.metrics import max_abs_rel
 
         counts = op_counts(after.onnx_path)
         bn_modules = sum(isinstance(m, _BatchNorm) for m in after.module.modules())
@@ -86,6 +87,6 @@ class ExportOnnxPass(Pass):
         for i, (ref, got) in enumerate(zip(forward(after.module, x), run_onnxruntime(after.onnx_path, x), strict=True)):
             if ref.shape != got.shape:
                 raise PassCheckError(f"ONNX output {i} has shape {got.shape}, PyTorch {ref.shape}")
-            err = float(abs(ref - got).max()) / max(float(abs(ref).max()), 1e-12)
+            err = max_abs_rel(ref, got)
             if err > ORT_REL_TOL:
                 raise PassCheckError(f"ONNX Runtime output {i} differs from PyTorch by {err:.3g} x max|output|")

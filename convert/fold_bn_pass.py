@@ -1,4 +1,4 @@
-"""Pass 6: fold each BatchNorm into the convolution that feeds it (eval mode, on a copy).
+"""Fold each BatchNorm into the convolution that feeds it (eval mode, on a copy).
 
 ``y = gamma * (conv(x) - mean) / sqrt(var + eps) + beta`` is itself a convolution with
 scaled weights and a new bias, so after folding the graph has no BatchNormalization for

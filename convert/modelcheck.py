@@ -5,15 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from edgeport.errors import PassCheckError
-
-
-def forward(module, inputs: np.ndarray) -> list[np.ndarray]:
-    import torch
-
-    with torch.no_grad():
-        out = module(torch.from_numpy(np.ascontiguousarray(inputs)))
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    return [o.detach().float().numpy() for o in outs]
+from edgeport.models.inference import forward
+from edgeport.validate.metrics import max_abs_rel
 
 
 def assert_same_outputs(pass_name: str, before, after, inputs: np.ndarray, *, rel_tol: float) -> float:
@@ -25,8 +18,7 @@ def assert_same_outputs(pass_name: str, before, after, inputs: np.ndarray, *, re
     for i, (a, b) in enumerate(zip(forward(before, inputs), forward(after, inputs), strict=True)):
         if a.shape != b.shape:
             raise PassCheckError(f"{pass_name}: output {i} changed shape {a.shape} -> {b.shape}")
-        scale = max(float(np.abs(a).max()), 1e-12)
-        err = float(np.abs(a - b).max()) / scale
+        err = max_abs_rel(a, b)
         worst = max(worst, err)
         if err > rel_tol:
             raise PassCheckError(

@@ -1,13 +1,16 @@
-"""Pass 9: the parity summary -- every runtime against PyTorch as loaded, on real images."""
+"""The parity summary -- every runtime against PyTorch as loaded, on real images."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 from edgeport.convert.base import Pass, PassResult, State
 from edgeport.convert.board_gate_pass import board_section
+from edgeport.convert.export_onnx_pass import export_onnx
 from edgeport.errors import PassCheckError
 from edgeport.validate.parity import ParitySubject, run_parity
+from edgeport.validate.report import failures
 
 
 class ParityPass(Pass):
@@ -27,6 +30,8 @@ class ParityPass(Pass):
             board=cfg.board,
             workdir=cfg.work_dir,
             seed=cfg.seed,
+            export_reference=functools.partial(export_onnx, state.reference_module, state.imgsz,
+                                               output_names=list(state.output_names), opset=cfg.opset),
             model_info={
                 "checkpoint": str(cfg.checkpoint),
                 "layout": state.layout,
@@ -41,9 +46,8 @@ class ParityPass(Pass):
         report["board"] = board_section(board, state.board_checks)
         report["upsample"] = {"legacy_resize": cfg.legacy_resize, "sites": list(state.upsample_decisions)}
         report["passed"] = bool(report["passed"] and report["board"]["runnable"])
-        failed = [f"{r['variant']}/{r['runtime']}" for r in report["results"] if not r["passed"]]
-        failed += [f"{v} not runnable on {board.name}" for v, c in state.board_checks.items() if not c["runnable"]]
-        summary = "all passed" if not failed else f"FAILED: {', '.join(failed)}"
+        failed = failures(report)
+        summary = "all passed" if not failed else f"FAILED: {', '.join(f.what for f in failed)}"
         return PassResult(state.evolve(report=report), changed=False, summary=summary)
 
     def check(self, before: State, after: State) -> None:

@@ -1,4 +1,4 @@
-"""Pass 4: fix the input size against the model's stride and load calibration images.
+"""Fix the input size against the model's stride and load calibration images.
 
 Done before any rewriting so that a bad ``--imgsz`` or ``--calib`` fails in seconds.
 """

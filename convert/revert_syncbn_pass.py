@@ -1,4 +1,4 @@
-"""Pass 5: turn every SyncBatchNorm back into BatchNorm2d.
+"""Turn every SyncBatchNorm back into BatchNorm2d.
 
 In eval mode SyncBatchNorm computes exactly what BatchNorm does from its running
 statistics; reverting it lets the BN-fold pass (whose fuser matches BatchNorm2d) see it,
@@ -21,7 +21,7 @@ def sync_bn_types() -> tuple[type, ...]:
     """torch's SyncBatchNorm and the trainer's CPU-capable one (same state_dict keys)."""
     types: list[type] = [nn.SyncBatchNorm]
     try:
-        from edgeport.train.syncbn import SyncBatchNorm as CpuSyncBatchNorm
+        from edgeport.models.syncbn import SyncBatchNorm as CpuSyncBatchNorm
     except ImportError:  # the trainer's SyncBN is optional at this layer
         pass
     else:

@@ -1,4 +1,4 @@
-"""Pass 8: ONNX -> TFLite float32 and full-integer int8 through onnx2tf, offline.
+"""ONNX -> TFLite float32 and full-integer int8 through onnx2tf, offline.
 
 onnx2tf runs in a child process: it calls ``sys.exit`` on errors, prints a great deal,
 and imports TensorFlow, none of which should happen inside the caller's process.
@@ -161,7 +161,11 @@ class ToTFLitePass(Pass):
             want = (1, after.imgsz, after.imgsz, 3)
             if tuple(inp["shape"]) != want:
                 raise PassCheckError(f"{variant} TFLite input is {tuple(inp['shape'])}, expected NHWC {want}")
-            if variant == "int8" and np.dtype(inp["dtype"]) != np.int8:
-                raise PassCheckError(f"int8 TFLite input dtype is {np.dtype(inp['dtype'])}, expected int8")
+            if variant == "int8":
+                # full integer: int8 in and int8 out, as a microcontroller or NPU needs
+                dtypes = [("input", inp["dtype"])] + [(d["name"], d["dtype"]) for d in interp.get_output_details()]
+                wrong = [f"{name} {np.dtype(dt)}" for name, dt in dtypes if np.dtype(dt) != np.int8]
+                if wrong:
+                    raise PassCheckError(f"int8 TFLite is not full-integer at its edges: {', '.join(wrong)} (expected int8)")
             if len(interp.get_output_details()) != len(after.output_names):
                 raise PassCheckError(f"{variant} TFLite has {len(interp.get_output_details())} outputs, expected {len(after.output_names)}")

@@ -1,4 +1,4 @@
-"""Pass 2: strip what DDP and torch.compile add, nested in any order.
+"""Strip what DDP and torch.compile add, nested in any order (``checkpoints.strip_state_dict``).
 
 DDP saves keys as ``module.<name>``; ``torch.compile`` as ``_orig_mod.<name>`` (also inside
 sub-modules that were compiled on their own). A pickled wrapper object is unwrapped to the
@@ -7,50 +7,9 @@ module it wraps.
 
 from __future__ import annotations
 
-from typing import Any
-
+from edgeport.checkpoints import COMPILE_PART, DDP_PREFIX, strip_state_dict, unwrap_module
 from edgeport.convert.base import Pass, PassResult, State
 from edgeport.errors import PassCheckError
-
-DDP_PREFIX = "module."
-COMPILE_PART = "_orig_mod"
-
-
-def strip_state_dict(sd: dict) -> tuple[dict, int]:
-    """``module._orig_mod.module.backbone._orig_mod.conv`` -> ``backbone.conv``.
-
-    A leading wrapper part is removed only while every key carries it (DDP prefixes all
-    keys), so a model whose own child is called ``module`` keeps its names.
-    """
-    keys = list(sd)
-    parts = [k.split(".") for k in keys]
-    while parts and all(len(p) > 1 and p[0] == parts[0][0] for p in parts) and parts[0][0] in (
-        "module",
-        COMPILE_PART,
-    ):
-        parts = [p[1:] for p in parts]
-    # torch.compile reserves `_orig_mod`: it also appears deeper for compiled sub-modules
-    new_keys = [".".join(x for x in p if x != COMPILE_PART) for p in parts]
-    if len(set(new_keys)) != len(new_keys):
-        raise PassCheckError("two checkpoint keys map to the same name after removing DDP/compile prefixes")
-    out = dict(zip(new_keys, sd.values()))
-    return out, sum(a != b for a, b in zip(keys, new_keys))
-
-
-def unwrap_module(module: Any) -> tuple[Any, list[str]]:
-    """Peel DistributedDataParallel / DataParallel / compiled wrappers off a module object."""
-    from torch import nn
-
-    peeled: list[str] = []
-    while True:
-        if isinstance(module, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
-            peeled.append(type(module).__name__)
-            module = module.module
-        elif hasattr(module, "_orig_mod") and isinstance(module._orig_mod, nn.Module):
-            peeled.append(type(module).__name__)
-            module = module._orig_mod
-        else:
-            return module, peeled
 
 
 class UnwrapPrefixesPass(Pass):

@@ -16,6 +16,22 @@ LOG_DIST_CLIP = 8.0
 
 
 @dataclass(frozen=True)
+class DecodeProtocol:
+    """Thresholds that turn raw outputs into boxes. Two are used, each for one purpose."""
+
+    name: str
+    conf_thres: float
+    iou_thres: float
+    max_det: int
+
+
+# What a deployed detector keeps: the boxes compared between PyTorch and each runtime.
+DETECT = DecodeProtocol("detect", conf_thres=0.25, iou_thres=0.5, max_det=100)
+# Every candidate, as COCO scores it: mAP@0.5 and mAP@0.5:0.95, in training and validation alike.
+COCO_EVAL = DecodeProtocol("coco-eval", conf_thres=0.001, iou_thres=0.6, max_det=100)
+
+
+@dataclass(frozen=True)
 class Detections:
     """Detections for one image, in input pixels (xyxy)."""
 
@@ -70,12 +86,10 @@ def nms(boxes: np.ndarray, scores: np.ndarray, iou_thres: float) -> np.ndarray:
 def decode(
     outputs: list[np.ndarray],
     strides: tuple[int, ...] | list[int],
-    *,
-    conf_thres: float = 0.25,
-    iou_thres: float = 0.5,
-    max_det: int = 100,
+    protocol: DecodeProtocol = DETECT,
 ) -> list[Detections]:
     """Raw per-level outputs (NCHW float) -> per-image class-aware NMS'd detections."""
+    conf_thres, iou_thres, max_det = protocol.conf_thres, protocol.iou_thres, protocol.max_det
     if len(outputs) != len(strides):
         raise ValueError(f"{len(outputs)} outputs but {len(strides)} strides")
     batch = outputs[0].shape[0]

@@ -42,8 +42,14 @@ class UpsampleSpec:
 
 
 class UpsampleRule(abc.ABC):
+    """A rule names what it matches (``what``) and the TFLite builtin ops, with the version
+    each needs, that its result runs as (``requires``); whether a board can take it and the
+    description in errors and reports both follow from those, so they cannot disagree."""
+
     name: ClassVar[str]
-    description: ClassVar[str]
+    what: ClassVar[str]  # the sites it matches, e.g. "nearest, integer factor"
+    requires: ClassVar[dict[str, int]]  # TFLite builtin op -> minimum op version
+    note: ClassVar[str] = ""  # why it is exact (or, for the legacy rule, why it is not)
     exact: ClassVar[bool] = True
     native: ClassVar[bool] = False  # keeps the board's own resize op
 
@@ -51,8 +57,14 @@ class UpsampleRule(abc.ABC):
     def matches(self, spec: UpsampleSpec) -> bool: ...
 
     @abc.abstractmethod
-    def available(self, board) -> bool:
-        """Whether the board runs the operators this rule relies on (with their versions)."""
-
-    @abc.abstractmethod
     def build(self, spec: UpsampleSpec) -> nn.Module: ...
+
+    def available(self, board) -> bool:
+        """Whether the board runs every op this rule relies on, at the version it needs."""
+        return all(board.max_op_version(op) >= version for op, version in self.requires.items())
+
+    @property
+    def description(self) -> str:
+        ops = " + ".join(f"{op} v{version}" for op, version in self.requires.items())
+        how = "native" if self.native else "rewritten as"
+        return f"{self.what}: {how} {ops}" + (f" ({self.note})" if self.note else "")

@@ -12,14 +12,13 @@ from edgeport.ops.base import UpsampleRule, UpsampleSpec
 
 class BilinearAlignCornersNativeRule(UpsampleRule):
     name = "bilinear_align_corners_native"
-    description = "bilinear, align_corners=True, integer factor: native RESIZE_BILINEAR v1 (align_corners)"
+    what = "bilinear, align_corners=True, integer factor"
+    requires = {"RESIZE_BILINEAR": 1}
+    note = "align_corners samples like PyTorch"
     native = True
 
     def matches(self, spec: UpsampleSpec) -> bool:
         return spec.mode == "bilinear" and spec.align_corners and spec.integer_scale is not None
-
-    def available(self, board) -> bool:
-        return board.max_op_version("RESIZE_BILINEAR") >= 1
 
     def build(self, spec: UpsampleSpec) -> nn.Module:
         return nn.Upsample(scale_factor=spec.integer_scale, mode="bilinear", align_corners=True)

@@ -13,14 +13,13 @@ from edgeport.ops.base import UpsampleRule, UpsampleSpec
 
 class BilinearHalfPixelNativeRule(UpsampleRule):
     name = "bilinear_half_pixel_native"
-    description = "bilinear, align_corners=False, integer factor: native RESIZE_BILINEAR v3 (half_pixel_centers), runtime >= 2.2.0"
+    what = "bilinear, align_corners=False, integer factor"
+    requires = {"RESIZE_BILINEAR": 3}
+    note = "half_pixel_centers, runtime >= 2.2.0"
     native = True
 
     def matches(self, spec: UpsampleSpec) -> bool:
         return spec.mode == "bilinear" and not spec.align_corners and spec.integer_scale is not None
-
-    def available(self, board) -> bool:
-        return board.max_op_version("RESIZE_BILINEAR") >= 3
 
     def build(self, spec: UpsampleSpec) -> nn.Module:
         return nn.Upsample(scale_factor=spec.integer_scale, mode="bilinear", align_corners=False)

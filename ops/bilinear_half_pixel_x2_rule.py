@@ -15,13 +15,12 @@ from edgeport.ops.half_pixel_bilinear import HalfPixelBilinear2x
 
 class BilinearHalfPixelX2Rule(UpsampleRule):
     name = "bilinear_half_pixel_x2"
-    description = "bilinear x2, align_corners=False: RESIZE_BILINEAR v1 + STRIDED_SLICE v1 + CONCATENATION v1 + DEPTHWISE_CONV_2D v1"
+    what = "bilinear x2, align_corners=False"
+    requires = {"RESIZE_BILINEAR": 1, "STRIDED_SLICE": 1, "CONCATENATION": 1, "DEPTHWISE_CONV_2D": 1}
+    note = "exact: see half_pixel_bilinear.py"
 
     def matches(self, spec: UpsampleSpec) -> bool:
         return spec.mode == "bilinear" and not spec.align_corners and spec.integer_scale == 2 and spec.channels is not None
-
-    def available(self, board) -> bool:
-        return all(board.max_op_version(op) >= 1 for op in ("RESIZE_BILINEAR", "STRIDED_SLICE", "CONCATENATION", "DEPTHWISE_CONV_2D"))
 
     def build(self, spec: UpsampleSpec) -> nn.Module:
         return HalfPixelBilinear2x(spec.channels)

@@ -16,14 +16,13 @@ from edgeport.ops.board_upsample import BoardUpsample
 
 class LegacyResizeRule(UpsampleRule):
     name = "legacy_resize"
-    description = "bilinear, align_corners=False -> RESIZE_BILINEAR v1 without half-pixel centres (inexact, for reproducing the bug)"
+    what = "bilinear, align_corners=False"
+    requires = {"RESIZE_BILINEAR": 1}
+    note = "without half-pixel centres: inexact, for reproducing the bug"
     exact = False
 
     def matches(self, spec: UpsampleSpec) -> bool:
         return spec.mode == "bilinear" and not spec.align_corners and spec.integer_scale is not None
-
-    def available(self, board) -> bool:
-        return board.max_op_version("RESIZE_BILINEAR") >= 1
 
     def build(self, spec: UpsampleSpec) -> nn.Module:
         return BoardUpsample(spec.integer_scale, align_corners=False)

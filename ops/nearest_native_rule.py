@@ -13,14 +13,13 @@ from edgeport.ops.base import UpsampleRule, UpsampleSpec
 
 class NearestNativeRule(UpsampleRule):
     name = "nearest_native"
-    description = "nearest, integer factor: native RESIZE_NEAREST_NEIGHBOR v1 floors like PyTorch"
+    what = "nearest, integer factor"
+    requires = {"RESIZE_NEAREST_NEIGHBOR": 1}
+    note = "floors like PyTorch"
     native = True
 
     def matches(self, spec: UpsampleSpec) -> bool:
         return spec.mode == "nearest" and spec.integer_scale is not None
-
-    def available(self, board) -> bool:
-        return board.max_op_version("RESIZE_NEAREST_NEIGHBOR") >= 1
 
     def build(self, spec: UpsampleSpec) -> nn.Module:
         return nn.Upsample(scale_factor=spec.integer_scale, mode="nearest")

@@ -14,14 +14,12 @@ from edgeport.ops.board_upsample import BoardUpsample
 
 class TFLegacyBilinearNativeRule(UpsampleRule):
     name = "tf_legacy_bilinear_native"
-    description = "BoardUpsample (TF 1.13 bilinear), integer factor: native RESIZE_BILINEAR v1"
+    what = "BoardUpsample (TF 1.13 bilinear), integer factor"
+    requires = {"RESIZE_BILINEAR": 1}
     native = True
 
     def matches(self, spec: UpsampleSpec) -> bool:
         return spec.mode == "tf_legacy_bilinear" and spec.integer_scale is not None
-
-    def available(self, board) -> bool:
-        return board.max_op_version("RESIZE_BILINEAR") >= 1
 
     def build(self, spec: UpsampleSpec) -> nn.Module:
         return BoardUpsample(spec.integer_scale, align_corners=False)

@@ -93,3 +93,24 @@ def demo_ckpt() -> Path:
 @pytest.fixture(scope="session")
 def cli_session():
     return run_cli
+
+
+@pytest.fixture
+def run_inproc(capsys, monkeypatch):
+    """``edgeport ARGS`` in this process, returning (code, stdout, stderr): fast, for every case
+    a fresh process adds nothing to (a few tests run the real console script as a smoke test)."""
+    from types import SimpleNamespace
+
+    from edgeport import cli
+
+    def run(*argv):
+        capsys.readouterr()
+        monkeypatch.delenv("EDGEPORT_DEBUG", raising=False)
+        try:
+            code = cli.main([str(a) for a in argv])
+        except SystemExit as exc:  # argparse usage errors
+            code = exc.code
+        cap = capsys.readouterr()
+        return SimpleNamespace(code=int(code), out=cap.out, err=cap.err, returncode=int(code), stdout=cap.out, stderr=cap.err)
+
+    return run

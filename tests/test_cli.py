@@ -24,6 +24,10 @@ def _no_leftovers(root: Path) -> None:
 def _bad(tmp_path, cli, *args):
     out = tmp_path / "runs" / "out"
     proc = cli("convert", "--imgsz", "64", *args, "--out", str(out))
+    return _one_error_line(proc, tmp_path, out)
+
+
+def _one_error_line(proc, tmp_path, out):
     assert proc.returncode == 2, proc.stderr
     # progress lines of the stages that ran may precede it; the error itself is one line, last
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -36,12 +40,17 @@ def _bad(tmp_path, cli, *args):
     return lines[-1]
 
 
-def test_bad_inputs_exit_2_with_one_line(tmp_path, cli, pdet_n):
+def test_bad_input_through_the_console_script(tmp_path, cli):
+    """One smoke test through a fresh process; the cases below run in this one."""
+    assert "does not exist" in _bad(tmp_path, cli, str(tmp_path / "missing.pt"), "--arch", "pdet-n")
+
+
+def test_bad_inputs_exit_2_with_one_line(tmp_path, run_inproc, pdet_n):
+    cli = run_inproc
     sd = pdet_n.state_dict()
     ckpt = tmp_path / "ok.pt"
     torch.save({"model": {"module." + k: v for k, v in sd.items()}}, ckpt)
 
-    assert "does not exist" in _bad(tmp_path, cli, str(tmp_path / "missing.pt"), "--arch", "pdet-n")
     (tmp_path / "random.pt").write_bytes(os.urandom(2048).replace(b"PK", b"QK").replace(b"\x80", b"\x81"))
     assert "not a PyTorch checkpoint" in _bad(tmp_path, cli, str(tmp_path / "random.pt"), "--arch", "pdet-n")
     data = ckpt.read_bytes()
@@ -60,13 +69,15 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, cli, pdet_n):
     assert "not a whole number" in _bad(tmp_path, cli, str(ckpt), "--imgsz", "big")
 
 
-def test_onnx_file_is_not_a_checkpoint(tmp_path, cli, pdet_n):
+def test_onnx_file_is_not_a_checkpoint(tmp_path, run_inproc, pdet_n):
+    cli = run_inproc
     onnx_path = tmp_path / "model.onnx"
     torch.onnx.export(pdet_n, (torch.zeros(1, 3, 64, 64),), str(onnx_path), dynamo=False)
     assert "ONNX" in _bad(tmp_path, cli, str(onnx_path), "--arch", "pdet-n")
 
 
-def test_non_empty_out_needs_force(tmp_path, cli, demo_ckpt):
+def test_non_empty_out_needs_force(tmp_path, run_inproc, demo_ckpt):
+    cli = run_inproc
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
@@ -165,7 +176,8 @@ def test_failed_parity_gate_exits_1_and_keeps_artifacts(tmp_path, monkeypatch, p
     _no_leftovers(tmp_path)
 
 
-def test_state_dict_trainer_layout_needs_no_arch(tmp_path, cli):
+def test_state_dict_trainer_layout_needs_no_arch(tmp_path, run_inproc):
+    cli = run_inproc
     model, config = build_model("pdet-n")
     ckpt = tmp_path / "trainer.pt"
     torch.save({"arch": "pdet-n", "config": config, "model": {"module." + k: v for k, v in model.state_dict().items()}}, ckpt)

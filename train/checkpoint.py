@@ -35,7 +35,7 @@ def atomic_save(obj: dict, path: Path) -> None:
 
 
 def load_resume(path: Path) -> dict:
-    from edgeport.convert.load_checkpoint_pass import torch_load
+    from edgeport.checkpoints import torch_load
 
     ckpt = torch_load(path, trust=False)
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
@@ -47,8 +47,7 @@ def load_resume(path: Path) -> dict:
 
 def load_initial_weights(model: torch.nn.Module, path: Path) -> tuple[int, list[str]]:
     """``--weights``: copy every tensor whose name and shape fit; return (loaded, skipped names)."""
-    from edgeport.convert.load_checkpoint_pass import find_weights, torch_load
-    from edgeport.convert.unwrap_prefixes_pass import strip_state_dict
+    from edgeport.checkpoints import find_weights, strip_state_dict, torch_load
 
     _, sd, module, _, _ = find_weights(torch_load(path, trust=False))
     if sd is None:

@@ -27,14 +27,14 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from edgeport._lazy import installed_versions
 from edgeport.errors import EdgeportError
 from edgeport.models.registry import build_model
-from edgeport._lazy import installed_versions
+from edgeport.models.syncbn import convert_sync_batchnorm
 from edgeport.train.checkpoint import FORMAT, VERSION_PACKAGES, atomic_save, load_initial_weights, load_resume
 from edgeport.train.config import DEFAULT_EPOCHS, TrainConfig
 from edgeport.train.data import load_split
 from edgeport.train.dataset import AugmentConfig, DetectionDataset, collate
-from edgeport.train.syncbn import convert_sync_batchnorm
 from edgeport.train.targets import detection_loss
 
 GRAD_CLIP = 10.0

@@ -10,10 +10,11 @@ builtin op follows from TFLite's op-version -> minimum-runtime table
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+
+import tomllib
 
 from edgeport.errors import BadInputError
 from edgeport.validate.tflite_model import TFLiteSummary

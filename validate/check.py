@@ -9,13 +9,14 @@ number of passing rows going down. Timings are never compared.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgeport.errors import BadInputError
-from edgeport.validate.parity import SCHEMA
+from edgeport.validate.report import SCHEMA
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class CheckTolerance:
 
     @classmethod
     def parse(cls, items: list[str]) -> "CheckTolerance":
-        valid = {f.name for f in fields(cls)}
+        valid = {f.name for f in dataclasses.fields(cls)}
         values = {}
         for item in items:
             key, sep, value = item.partition("=")

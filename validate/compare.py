@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from edgeport.validate.metrics import cosine
+
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -40,7 +42,7 @@ class TensorMetrics:
     ref_max_abs: float
 
     @property
-    def max_abs_rel(self) -> float:
+    def max_abs_rel(self) -> float:  # metrics.max_abs_rel, from the numbers already measured
         return self.max_abs / self.ref_max_abs if self.ref_max_abs > 0 else (0.0 if self.max_abs == 0 else math.inf)
 
 
@@ -68,15 +70,6 @@ def tensor_metrics(ref: np.ndarray, got: np.ndarray) -> TensorMetrics:
     diff = np.abs(r - g)
     signal = float(np.sum(r * r))
     noise = float(np.sum((r - g) ** 2))
-    nr, ng = float(np.linalg.norm(r)), float(np.linalg.norm(g))
-    if not (np.isfinite(r).all() and np.isfinite(g).all()):
-        cosine = math.nan  # an angle with NaN/Inf in it means nothing: never print 1.0 beside max_abs inf
-    elif nr == 0 and ng == 0:
-        cosine = 1.0
-    elif nr == 0 or ng == 0:
-        cosine = 0.0
-    else:
-        cosine = float(np.dot(r, g) / (nr * ng))
     if not math.isfinite(noise):
         snr = math.nan
     elif noise == 0:
@@ -89,7 +82,7 @@ def tensor_metrics(ref: np.ndarray, got: np.ndarray) -> TensorMetrics:
         max_abs=float(diff.max(initial=0.0)),
         mean_abs=float(diff.mean()) if diff.size else 0.0,
         rmse=float(math.sqrt(noise / max(diff.size, 1))),
-        cosine=cosine,
+        cosine=cosine(r, g),
         snr_db=snr,
         p99_abs=float(np.quantile(diff, 0.99)) if diff.size else 0.0,
         ref_max_abs=float(np.abs(r).max(initial=0.0)),

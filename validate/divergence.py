@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeport._lazy import require
+from edgeport.validate.metrics import cosine, max_abs_rel
 from edgeport.validate.tensors import from_model_output, to_model_input
 
 FUSED_CONSUMERS = {"Relu", "Clip", "BatchNormalization", "LeakyRelu"}
@@ -108,12 +109,7 @@ def tflite_intermediates(path: Path, x: np.ndarray) -> list[Tensor]:
 
 
 def _errors(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
-    scale = max(float(np.abs(ref).max()), 1e-12)
-    rel = float(np.abs(ref - got).max()) / scale
-    r, g = ref.ravel().astype(np.float64), got.ravel().astype(np.float64)
-    nr, ng = np.linalg.norm(r), np.linalg.norm(g)
-    cos = 1.0 if nr == 0 and ng == 0 else (float(r @ g / (nr * ng)) if nr and ng else 0.0)
-    return rel, cos
+    return max_abs_rel(ref, got), cosine(ref, got)
 
 
 def locate(reference: list[Tensor], candidates: list[Tensor], *, max_abs_rel: float | None, min_cosine: float | None) -> Divergence:

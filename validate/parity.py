@@ -5,7 +5,8 @@ SyncBN revert, BN fold and upsample rewrites: a folding error shows up here firs
 ``onnx`` (ONNX Runtime), and for each TFLite variant: TFLite's optimised kernels (XNNPACK),
 its reference kernels (BUILTIN_REF), and the board emulator. Inputs are real images plus
 seeded random ones. Each failing row gets its divergence point. Builds the
-``edgeport.parity/1`` report dictionary; rendering lives in ``render.py``.
+``edgeport.parity/1`` report from typed rows (``report.ResultRow``); rendering lives in
+``render.py``.
 """
 
 from __future__ import annotations
@@ -13,16 +14,17 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from edgeport._lazy import installed_versions
-from edgeport.models.decode import Detections, decode
+from edgeport.models.decode import COCO_EVAL, DETECT, DecodeProtocol, Detections, decode
 from edgeport.validate.compare import TOLERANCES, compare_tensors, error_histogram
 from edgeport.validate.detections import compare_detections
+from edgeport.validate.report import SCHEMA, ResultRow
 from edgeport.validate.runners import OnnxRuntimeRunner, TorchRunner
 
-SCHEMA = "edgeport.parity/1"
 VERSION_PACKAGES = ("edgeport", "torch", "onnx", "onnxruntime", "onnxslim", "onnx2tf", "tensorflow", "ai-edge-litert",
                     "tflite-micro", "numpy")
 RANDOM_INPUTS = 2
@@ -46,18 +48,24 @@ class ParitySubject:
     ground_truth: list | None = None  # train.data.Sample per real image, for mAP
     letterboxes: list | None = None  # models.preprocess.Letterbox per real image
     seed: int = 0
+    # writes the reference model as ONNX to the path given (for the divergence analysis)
+    export_reference: Callable[[Path], None] | None = None
 
 
-def _detections(outputs: list[np.ndarray], strides: tuple[int, ...]) -> list[Detections] | None:
+def _detections(outputs: list[np.ndarray], strides: tuple[int, ...], protocol: DecodeProtocol = DETECT) -> list[Detections] | None:
     if not strides or len(strides) != len(outputs) or any(o.ndim != 4 or o.shape[1] < 6 for o in outputs):
         return None  # not a PDet-style detector head: tensor parity only
-    return decode(outputs, strides)
+    return decode(outputs, strides, protocol)
 
 
-def _map_vs_truth(subject: ParitySubject, dets: list[Detections] | None) -> dict | None:
-    if dets is None or not subject.ground_truth or not subject.letterboxes:
+def _map_vs_truth(subject: ParitySubject, outputs: list[np.ndarray]) -> dict | None:
+    """mAP against ground truth, by the same protocol (``COCO_EVAL``) as the trainer's."""
+    if not subject.ground_truth or not subject.letterboxes:
         return None
-    from edgeport.train.evaluate import coco_map
+    dets = _detections(outputs, subject.strides, COCO_EVAL)
+    if dets is None:
+        return None
+    from edgeport.validate.metrics import coco_map
 
     mapped = [Detections(lb.to_original(d.boxes), d.scores, d.classes) for d, lb in zip(dets, subject.letterboxes)]
     return coco_map(subject.ground_truth, mapped)
@@ -82,49 +90,45 @@ def _row_runners(subject: ParitySubject, expected_shapes) -> list[tuple[str, obj
     return rows
 
 
-def run_parity(subject: ParitySubject, *, divergence: bool = True) -> dict:
+def run_parity(subject: ParitySubject, *, divergence: bool = True, row_runners=_row_runners) -> dict:
+    """Every runtime against PyTorch as loaded; returns the ``edgeport.parity/1`` report dict.
+
+    ``row_runners(subject, expected_shapes)`` lists the rows to run (tests pass fakes).
+    """
     rng = np.random.default_rng(subject.seed + 7)
     noise = rng.random((RANDOM_INPUTS, *subject.inputs.shape[1:]), dtype=np.float32)
     all_inputs = np.concatenate([subject.inputs, noise])
     n_real = subject.inputs.shape[0]
     ref_run = TorchRunner(subject.reference_module).run(all_inputs)
     ref_out = ref_run.outputs
-    ref_dets = _detections([o[:n_real] for o in ref_out], subject.strides)
+    ref_real = [o[:n_real] for o in ref_out]
+    ref_dets = _detections(ref_real, subject.strides)
     expected_shapes = [(1, *o.shape[1:]) for o in ref_out]
-    results = [{
-        "variant": "reference", "runtime": "pytorch", "passed": True, "ms_per_image": ref_run.ms_per_image,
-        "outputs": [], "detections": None, "map": _map_vs_truth(subject, ref_dets), "emulator": None, "divergence": None,
-        "error_histogram": None,
-    }]
+    results = [ResultRow("reference", "pytorch", True, ms_per_image=ref_run.ms_per_image, map=_map_vs_truth(subject, ref_real))]
     reference_tensors = None
     sample = None
-    for variant, runner, analysis_file, verdict in _row_runners(subject, expected_shapes):
+    for variant, runner, analysis_file, verdict in row_runners(subject, expected_shapes):
         tol = TOLERANCES[variant]
         if runner is None:  # the board cannot run it: a failed row with the reasons
-            results.append({"variant": variant, "runtime": f"board:{subject.board.name}", "passed": False,
-                            "ms_per_image": None, "outputs": [], "detections": None, "map": None, "emulator": verdict,
-                            "divergence": None, "error_histogram": None})
+            results.append(ResultRow.not_runnable(variant, f"board:{subject.board.name}", verdict))
             continue
         run = runner.run(all_inputs)
         comparisons = [compare_tensors(name, r, g, tol) for name, r, g in zip(subject.output_names, ref_out, run.outputs, strict=True)]
-        dets = _detections([o[:n_real] for o in run.outputs], subject.strides)
-        row = {
-            "variant": variant,
-            "runtime": runner.runtime,
-            "passed": all(c.passed for c in comparisons),
-            "ms_per_image": run.ms_per_image,
-            "outputs": [c.to_dict() for c in comparisons],
-            "detections": compare_detections(ref_dets, dets).to_dict() if ref_dets is not None and dets is not None else None,
-            "map": _map_vs_truth(subject, dets),
-            "emulator": verdict,
-            "divergence": None,
-            "error_histogram": error_histogram(ref_out, run.outputs),
-        }
-        if divergence and analysis_file is not None and (not row["passed"] or runner.runtime.startswith("board:")):
+        real = [o[:n_real] for o in run.outputs]
+        dets = _detections(real, subject.strides)
+        passed = all(c.passed for c in comparisons)
+        found = None
+        if divergence and not passed and analysis_file is not None:
+            # where it stops computing what the trained model computes: only for rows that fail
             if reference_tensors is None:
                 reference_tensors = _reference_tensors(subject, all_inputs[:1])
-            row["divergence"] = _divergence(reference_tensors, analysis_file, all_inputs[:1], tol)
-        results.append(row)
+            found = _divergence(reference_tensors, analysis_file, all_inputs[:1], tol) if reference_tensors else None
+        results.append(ResultRow(
+            variant, runner.runtime, passed, ms_per_image=run.ms_per_image, outputs=tuple(c.to_dict() for c in comparisons),
+            detections=compare_detections(ref_dets, dets).to_dict() if ref_dets is not None and dets is not None else None,
+            map=_map_vs_truth(subject, real), emulator=verdict, divergence=found,
+            error_histogram=error_histogram(ref_out, run.outputs),
+        ))
         if dets is not None and ref_dets is not None and (runner.runtime.startswith("board:") or sample is None):
             # the first image's boxes, preferably as the board computes them
             sample = {"row": f"{variant} / {runner.runtime}", "image": 0, "reference": _boxes(ref_dets[0]), "candidate": _boxes(dets[0])}
@@ -135,7 +139,7 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True) -> dict:
     return {
         "schema": SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "passed": all(r["passed"] for r in results),
+        "passed": all(r.passed for r in results),
         "model": dict(subject.model_info, outputs=list(subject.output_names), strides=list(subject.strides)),
         "inputs": {"source": subject.inputs_source, "count": int(n_real), "random": RANDOM_INPUTS,
                    "random_seed": subject.seed + 7, "shape": list(subject.inputs.shape[1:]),
@@ -144,7 +148,7 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True) -> dict:
         "tolerances": {v: {"max_abs_rel": t.max_abs_rel, "min_cosine": t.min_cosine} for v, t in TOLERANCES.items()},
         "versions": installed_versions(VERSION_PACKAGES),
         "artifacts": artifacts,
-        "results": results,
+        "results": [r.to_dict() for r in results],
         "sample": sample,
     }
 
@@ -155,12 +159,13 @@ def _boxes(d: Detections) -> list[dict]:
 
 
 def _reference_tensors(subject: ParitySubject, x: np.ndarray):
-    from edgeport.convert.export_onnx_pass import export_onnx
     from edgeport.validate.divergence import onnx_intermediates
 
+    if subject.export_reference is None or subject.workdir is None:
+        return None
     path = Path(subject.workdir) / "reference.onnx"
     if not path.exists():
-        export_onnx(subject.reference_module, x.shape[-1], path, output_names=list(subject.output_names), opset=17)
+        subject.export_reference(path)
     return onnx_intermediates(path, x)
 
 

@@ -210,7 +210,8 @@ Reference: {esc(report['reference']['what'])}.</p>
 <h2>Figures</h2>
 <div class="figs">{figs}</div>
 <h2>Per output</h2>
-<table><tr><th>variant</th><th>runtime</th><th>output</th><th>max_abs</th><th>mean_abs</th><th>rmse</th><th>cosine</th><th>SNR dB</th><th>p99 abs</th><th>status</th></tr>
+<table><tr><th>variant</th><th>runtime</th><th>output</th><th>max_abs</th><th>mean_abs</th><th>rmse</th><th>cosine</th>
+<th>SNR dB</th><th>p99 abs</th><th>status</th></tr>
 {per_output}</table>
 <h2>Stages</h2>
 <table><tr><th>stage</th><th>seconds</th><th>summary</th></tr>{stages}</table>

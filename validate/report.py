@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from edgeport.errors import ParityGateError
+
 SCHEMA = "edgeport.parity/1"
 
 
@@ -66,3 +68,9 @@ def failures(report: dict) -> list[Failure]:
         if not check["runnable"]:
             out.append(Failure(f"{variant} not runnable on {board['name']}", tuple(check["reasons"])))
     return out
+
+
+def gate(out, report: dict) -> None:
+    """Raise ``ParityGateError`` (exit 1) naming what failed, when the report did not pass."""
+    if not report["passed"]:
+        raise ParityGateError(f"gate failed: {', '.join(map(str, failures(report)))}; artifacts and report are in {out}/")

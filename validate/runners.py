@@ -45,7 +45,7 @@ class TorchRunner(Runner):
         self.module = module.eval()
 
     def _run_one(self, x):
-        from edgeport.convert.modelcheck import forward
+        from edgeport.models.inference import forward
 
         return forward(self.module, x)
 

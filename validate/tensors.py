@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgeport.errors import BadInputError
+
 
 def nchw_to_nhwc(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x.transpose(0, 2, 3, 1)) if x.ndim == 4 else x
@@ -46,25 +48,29 @@ def from_model_output(y: np.ndarray, dtype, quant: tuple[float, int], nhwc: bool
     return nhwc_to_nchw(y) if nhwc else y
 
 
+class AmbiguousOutputs(BadInputError):
+    """Two converted outputs have the shape of one PyTorch output: no way to pair them."""
+
+
 def match_outputs(expected_nchw: list[tuple[int, ...]], got_shapes: list[tuple[int, ...]]) -> list[tuple[int, bool]]:
     """For each expected NCHW output, the index among ``got_shapes`` and whether it is NHWC.
 
-    onnx2tf does not keep output order or names, so outputs are matched by shape: first an
-    exact NHWC match (what onnx2tf emits for 4-D), then an NCHW one. Raises ValueError when
-    a shape matches nothing or is ambiguous.
+    onnx2tf does not keep output order or names, so outputs are matched by shape: an NHWC
+    match (what onnx2tf emits for 4-D) or an NCHW one. Raises ``ValueError`` when a shape
+    matches nothing, and ``AmbiguousOutputs`` when it matches more than one output: pairing
+    them by position would compare the wrong tensors without a word.
     """
-    taken: set[int] = set()
     mapping = []
-    for shape in expected_nchw:
-        nhwc = (shape[0], *shape[2:], shape[1]) if len(shape) == 4 else shape
-        found = None
-        for want, is_nhwc in ((nhwc, True), (tuple(shape), False)):
-            hits = [i for i, g in enumerate(got_shapes) if tuple(g) == tuple(want) and i not in taken]
-            if len(hits) >= 1:
-                found = (hits[0], is_nhwc and len(shape) == 4)
-                break
-        if found is None:
+    for k, shape in enumerate(expected_nchw):
+        nhwc = (shape[0], *shape[2:], shape[1]) if len(shape) == 4 else tuple(shape)
+        hits = sorted({(i, len(shape) == 4 and tuple(g) == nhwc) for i, g in enumerate(got_shapes)
+                       if tuple(g) in (nhwc, tuple(shape))})
+        if not hits:
             raise ValueError(f"no output of shape {shape} (NCHW) among {got_shapes}")
-        taken.add(found[0])
-        mapping.append(found)
+        if len(hits) > 1:
+            raise AmbiguousOutputs(
+                f"PyTorch output {k} {tuple(shape)} matches converted outputs {[i for i, _ in hits]} of the same shape; "
+                f"outputs are paired by shape (converters keep neither names nor order): give the model's outputs distinct shapes"
+            )
+        mapping.append(hits[0])
     return mapping

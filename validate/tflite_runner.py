@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from edgeport._lazy import require
 from edgeport.validate.runners import Runner
 from edgeport.validate.tensors import from_model_output, match_outputs, to_model_input

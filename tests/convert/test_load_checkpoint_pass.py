@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from edgeport.convert.load_checkpoint_pass import find_weights, sniff, torch_load
+from edgeport.checkpoints import find_weights, sniff, torch_load
 from edgeport.errors import CheckpointError
 
 

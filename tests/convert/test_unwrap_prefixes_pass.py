@@ -3,9 +3,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from edgeport.checkpoints import strip_state_dict, unwrap_module
 from edgeport.convert.base import ConvertConfig, State
-from edgeport.convert.unwrap_prefixes_pass import UnwrapPrefixesPass, strip_state_dict, unwrap_module
-from edgeport.errors import PassCheckError
+from edgeport.convert.unwrap_prefixes_pass import UnwrapPrefixesPass
+from edgeport.errors import CheckpointError, PassCheckError
 
 
 @pytest.mark.parametrize(
@@ -34,7 +35,7 @@ def test_a_child_named_module_keeps_its_name():
 
 
 def test_colliding_keys_are_an_error():
-    with pytest.raises(PassCheckError, match="same name"):
+    with pytest.raises(CheckpointError, match="same name"):
         strip_state_dict({"module._orig_mod.a": torch.zeros(1), "module.a": torch.zeros(1)})
 
 

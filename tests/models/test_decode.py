@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgeport.models.decode import Detections, box_iou, decode, decode_level, nms
+from edgeport.models.decode import COCO_EVAL, DETECT, DecodeProtocol, box_iou, decode, decode_level, nms
 
 
 def _empty(c=6, h=4, w=4):
@@ -16,7 +16,7 @@ def test_single_cell_decodes_to_its_box():
     raw = _empty()
     # cell (y=1, x=2) at stride 8: centre (20, 12); distances exp(0)*8 = 8 each side
     raw[0, 4:, 1, 2] = 10.0
-    (dets,) = decode([raw], [8], conf_thres=0.5)
+    (dets,) = decode([raw], [8], DecodeProtocol("test", conf_thres=0.5, iou_thres=0.5, max_det=100))
     assert len(dets) == 1
     np.testing.assert_allclose(dets.boxes[0], [12, 4, 28, 20], atol=1e-4)
     assert dets.scores[0] == pytest.approx(1 / (1 + np.exp(-10.0)) ** 2, rel=1e-5)
@@ -43,7 +43,7 @@ def test_class_aware_nms_keeps_overlapping_boxes_of_other_classes():
     raw[0, 5, 1, 1] = 10.0  # class 0
     raw[0, 4, 1, 2] = 10.0
     raw[0, 6, 1, 2] = 9.0  # class 1, box overlapping the first one
-    (dets,) = decode([raw], [8], conf_thres=0.5)
+    (dets,) = decode([raw], [8], DecodeProtocol("test", conf_thres=0.5, iou_thres=0.5, max_det=100))
     assert sorted(dets.classes.tolist()) == [0, 1]
 
 
@@ -56,6 +56,14 @@ def test_iou_matrix():
 def test_decode_batches_and_checks_strides():
     raw = np.concatenate([_empty(), _empty()])
     assert [len(d) for d in decode([raw], [8])] == [0, 0]
-    assert isinstance(decode([raw], [8])[0], Detections)
+    assert decode([raw], [8])[0].boxes.shape == (0, 4)
     with pytest.raises(ValueError, match="2 outputs but 1 strides"):
         decode([raw, raw], [8])
+
+
+def test_the_two_protocols_are_named_for_their_purpose():
+    raw = _empty()
+    raw[0, 4:, 1, 2] = -3.0  # a faint candidate: score sigmoid(-3)^2 = 0.002
+    assert len(decode([raw], [8], DETECT)[0]) == 0  # not a detection a deployment keeps
+    assert len(decode([raw], [8], COCO_EVAL)[0]) == 1  # but COCO mAP ranks it
+    assert (DETECT.conf_thres, COCO_EVAL.conf_thres) == (0.25, 0.001)

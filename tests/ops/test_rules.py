@@ -130,3 +130,23 @@ def test_half_pixel_x2_equals_pytorch_bilinear_on_any_shape(n, c, h, w):
     got = HalfPixelBilinear2x(c)(x)
     assert got.shape == ref.shape
     assert float((got - ref).abs().max()) <= 1e-5 * max(float(ref.abs().max()), 1.0)
+
+
+def test_rules_declare_their_ops_once_and_derive_the_rest():
+    from edgeport.ops.registry import LEGACY_RULES, RULES
+    from edgeport.validate.boards import op_min_runtime
+
+    table = op_min_runtime()
+    for rule in RULES + LEGACY_RULES:
+        assert rule.requires and all(op in table and v in table[op] for op, v in rule.requires.items()), rule.name
+        assert all(f"{op} v{v}" in rule.description for op, v in rule.requires.items())
+    x2 = next(r for r in RULES if r.name == "bilinear_half_pixel_x2")
+    assert x2.available(load_board("tflite-1.13"))
+
+    class NoDepthwise:
+        name = "no-depthwise"
+
+        def max_op_version(self, op):
+            return 0 if op == "DEPTHWISE_CONV_2D" else 9
+
+    assert not x2.available(NoDepthwise())

@@ -19,17 +19,11 @@ import pytest
 import torch
 
 
-
 @dataclass(frozen=True)
 class Result:
     code: int
     out: str
     err: str
-
-    @property
-    def error_line(self) -> str:
-        lines = [line for line in self.err.splitlines() if line.strip()]
-        return lines[-1] if lines else ""
 
 
 def inventory(root: Path) -> dict[str, str]:
@@ -61,24 +55,6 @@ def assert_one_line(result: Result, code: int, *needles: str) -> str:
     for needle in needles:
         assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
     return errors[0]
-
-
-@pytest.fixture
-def run_inproc(capsys, monkeypatch):
-    """``edgeport ARGS`` in this process (fast: for cases that end before any real work)."""
-    from edgeport import cli
-
-    def run(*argv: str) -> Result:
-        capsys.readouterr()
-        monkeypatch.delenv("EDGEPORT_DEBUG", raising=False)
-        try:
-            code = cli.main([str(a) for a in argv])
-        except SystemExit as exc:  # argparse usage errors
-            code = exc.code
-        cap = capsys.readouterr()
-        return Result(int(code), cap.out, cap.err)
-
-    return run
 
 
 def run_cli(*argv: str, cwd: Path, timeout: float = 600, env: dict | None = None, prefix: tuple[str, ...] = ()) -> Result:

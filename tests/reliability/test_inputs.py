@@ -68,7 +68,7 @@ def test_a_truncated_calibration_image_is_refused_by_name(workspace, run_inproc)
 
 def test_a_permission_error_names_the_file(workspace, run_inproc, monkeypatch):
     # the suite runs as root, for whom chmod denies nothing: raise what the kernel would
-    import edgeport.convert.load_checkpoint_pass as lc
+    import edgeport.checkpoints as lc
 
     def denied(path):
         raise PermissionError(13, "Permission denied", str(path))

@@ -9,8 +9,8 @@ import subprocess
 import numpy as np
 import pytest
 
+from edgeport.models.synth import make_scene
 from edgeport.train.data import write_dataset
-from edgeport.train.synth import make_scene
 
 from .conftest import run_cli
 

@@ -157,6 +157,7 @@ def test_a_failed_run_leaves_nothing_and_releases_its_claim(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_force_replaces_only_an_earlier_result_and_a_symlinked_out_works(workspace):
     """One real conversion: --force over an earlier convert result, reached through a symlink."""
     real = _marked(workspace / "results" / "v1", "convert", "report.json", "model.onnx")
@@ -173,6 +174,7 @@ def test_force_replaces_only_an_earlier_result_and_a_symlinked_out_works(workspa
     assert not list(workspace.rglob(".edgeport-staging-*"))
 
 
+@pytest.mark.slow
 def test_two_converts_at_once_get_their_own_folders(workspace):
     procs = [subprocess.Popen([sys.executable, "-m", "edgeport.cli", *CONVERT], cwd=workspace, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -184,6 +186,7 @@ def test_two_converts_at_once_get_their_own_folders(workspace):
         assert (workspace / "runs" / "convert" / name / "report.json").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_during_convert_leaves_nothing_behind(workspace, sig, code):
     before = inventory(workspace)

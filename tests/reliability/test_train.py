@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from edgeport.models.synth import make_scene
 from edgeport.runs import MARKER, write_marker
 from edgeport.train.data import write_dataset
-from edgeport.train.synth import make_scene
 
 from .conftest import assert_one_line, inventory, run_cli
 
@@ -98,6 +98,7 @@ def test_coco_with_no_images_is_refused(workspace, data, run_inproc):
     assert inventory(workspace) == before
 
 
+@pytest.mark.slow
 def test_divergence_writes_no_nan_weights(workspace, data):
     r = run_cli(*TRAIN, "--out", "nan", "--epochs", "2", "--lr", "1e30", "--optimizer", "sgd", cwd=workspace)
     line = assert_one_line(r, 1, "non-finite", "optimizer step")
@@ -105,6 +106,7 @@ def test_divergence_writes_no_nan_weights(workspace, data):
     assert not (workspace / "nan" / "last.pt").exists() and not (workspace / "nan" / "best.pt").exists()
 
 
+@pytest.mark.slow
 def test_resume_honours_overrides_and_the_device_given_now(workspace, data):
     r = run_cli(*TRAIN, "--out", "run", "--epochs", "1", "--deterministic", cwd=workspace)
     assert r.code == 0, r.err
@@ -123,6 +125,7 @@ def test_resume_honours_overrides_and_the_device_given_now(workspace, data):
     assert (workspace / "run" / MARKER).is_file()
 
 
+@pytest.mark.slow
 def test_resume_refuses_another_architecture(workspace, data):
     r = run_cli(*TRAIN, "--out", "run", "--epochs", "1", cwd=workspace)
     assert r.code == 0, r.err
@@ -132,6 +135,7 @@ def test_resume_refuses_another_architecture(workspace, data):
     assert inventory(workspace) == before
 
 
+@pytest.mark.slow
 def test_force_replaces_an_earlier_training_run(workspace, data):
     r = run_cli(*TRAIN, "--out", "run", "--epochs", "1", cwd=workspace)
     assert r.code == 0, r.err

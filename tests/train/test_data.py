@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from edgeport.models.synth import make_scene
 from edgeport.train.data import DataError, load_split, write_dataset
-from edgeport.train.synth import make_scene
 
 
 def _yolo(tmp_path, label_text, name="a"):

@@ -25,7 +25,8 @@ from edgeport.train.targets import build_targets, collate_targets, detection_los
 
 pytestmark = pytest.mark.skipif(not torch.backends.cuda.is_built(), reason="needs a CUDA build of torch for the fake CUDA device")
 
-TRAIN_DIR = Path(trainer.__file__).parent
+# the trainer's code: its own folder, and the layers it builds on (SyncBN lives in models/)
+TRAINER_DIRS = (Path(trainer.__file__).parent, Path(build_model.__code__.co_filename).parent)
 STRIDES = (8, 16, 32)
 
 
@@ -130,7 +131,7 @@ def test_checkpoint_state_is_moved_to_the_cpu():
     assert tensors and all(t.device.type == "cpu" for t in tensors)
 
 
-# Every call of a torch.distributed collective in train/, by the function it is in, and the
+# Every call of a torch.distributed collective in train/ and models/, by the function it is in, and the
 # test above (or the reason) that covers the device of its tensors. A new call site fails
 # test_every_collective_call_is_audited until it is listed here with its proof.
 AUDITED = {
@@ -147,7 +148,7 @@ COLLECTIVES = {"all_reduce", "broadcast", "all_gather", "all_gather_object", "al
 
 def _collective_calls() -> set[tuple[str, str, str]]:
     found = set()
-    for path in TRAIN_DIR.glob("*.py"):
+    for path in (p for d in TRAINER_DIRS for p in d.glob("*.py")):
         tree = ast.parse(path.read_text())
         for func in ast.walk(tree):
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -168,7 +169,7 @@ def test_every_collective_call_is_audited():
 
 
 def test_cpu_syncbn_is_never_used_on_cuda():
-    from edgeport.train.syncbn import SyncBatchNorm, convert_sync_batchnorm
+    from edgeport.models.syncbn import SyncBatchNorm, convert_sync_batchnorm
 
     with fake_cuda():
         model, _ = build_model("pdet-n")

@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from edgeport.train.dataset import DetectionDataset
 from edgeport.train.data import Sample
+from edgeport.train.dataset import DetectionDataset
 from edgeport.train.targets import assign_level, build_targets, collate_targets, detection_loss
 from edgeport.train.trainer import micro_batch_sizes, window_sizes
 
@@ -22,8 +22,8 @@ def test_targets_are_inside_the_box_and_decode_back_to_it():
     assert len(ys) > 0
     for y, x in zip(ys, xs):
         cx, cy = (x + 0.5) * 16, (y + 0.5) * 16
-        l, t, r, b = levels[1]["ltrb"][:, y, x] * 16
-        np.testing.assert_allclose([cx - l, cy - t, cx + r, cy + b], box[0], atol=1e-4)
+        left, top, right, bottom = levels[1]["ltrb"][:, y, x] * 16
+        np.testing.assert_allclose([cx - left, cy - top, cx + right, cy + bottom], box[0], atol=1e-4)
     assert (levels[1]["cls"][pos] == 0).all() and (levels[1]["cls"][~pos] == -1).all()
 
 

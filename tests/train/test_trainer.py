@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
+from edgeport.models.synth import make_scene
 from edgeport.train.data import write_dataset
-from edgeport.train.synth import make_scene
 
 pytestmark = pytest.mark.slow
 
@@ -152,8 +152,9 @@ def test_torchrun_launch_and_checkpoint_converts_without_arch(tiny, tmp_path, cl
     ckpt = torch.load(out / "best.pt", weights_only=True)  # plain types only
     assert ckpt["arch"] == "pdet-n" and "optimizer" not in ckpt and "optimizer" in torch.load(out / "last.pt", weights_only=True)
     assert (out / "metrics.png").stat().st_size > 0
-    conv = cli("convert", str(out / "best.pt"), "--imgsz", "64", "--out", str(tmp_path / "conv"))
-    assert conv.returncode in (0, 1), conv.stderr[-2000:]
+    # float32 only: a one-epoch model's int8 verdict is not what this test is about
+    conv = cli("convert", str(out / "best.pt"), "--imgsz", "64", "--no-int8", "--out", str(tmp_path / "conv"))
+    assert conv.returncode == 0, conv.stderr[-2000:]
     report = json.loads((tmp_path / "conv" / "report.json").read_text())
     assert report["model"]["arch"] == "pdet-n" and report["model"]["layout"] == "edgeport trainer checkpoint"
     rows = {r["variant"]: r for r in report["results"]}

@@ -23,6 +23,9 @@ class Fault(Pass):
     def run(self, state: State) -> PassResult:
         return PassResult(self.fn(state), changed=True, summary="fault injected")
 
+    def check(self, before: State, after: State) -> None:
+        """A fault promises nothing: the passes after it and the parity report must catch it."""
+
 
 def _with_fault(fault: Fault) -> list[Pass]:
     passes = list(PIPELINE)

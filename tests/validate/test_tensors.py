@@ -29,3 +29,14 @@ def test_outputs_matched_by_shape_whatever_their_order():
     assert match_outputs(expected, got) == [(1, True), (2, True), (0, True)]
     with pytest.raises(ValueError, match="no output of shape"):
         match_outputs(expected, got[:2])
+
+
+def test_ambiguous_outputs_raise_instead_of_pairing_by_position():
+    from edgeport.validate.tensors import AmbiguousOutputs
+
+    with pytest.raises(AmbiguousOutputs, match=r"matches converted outputs \[0, 1\]"):
+        match_outputs([(1, 6, 8, 8), (1, 6, 8, 8)], [(1, 8, 8, 6), (1, 8, 8, 6)])
+    # an NCHW output that an NHWC one could also be (C == W == H) is ambiguous too
+    with pytest.raises(AmbiguousOutputs):
+        match_outputs([(1, 4, 4, 4)], [(1, 4, 4, 4), (1, 4, 4, 4)])
+    assert match_outputs([(1, 4, 4, 4)], [(1, 4, 4, 4)]) == [(0, True)]

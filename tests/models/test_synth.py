@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgeport.train.synth import make_scene, sample_images
+from edgeport.models.synth import make_scene, sample_images
 
 
 def test_scenes_are_seeded_and_boxes_lie_inside():

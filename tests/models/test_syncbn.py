@@ -13,13 +13,13 @@ import torch
 from torch import nn
 
 from edgeport.convert.revert_syncbn_pass import revert_sync_batchnorm
-from edgeport.train.syncbn import SyncBatchNorm, convert_sync_batchnorm
+from edgeport.models.syncbn import SyncBatchNorm, convert_sync_batchnorm
 
 WORKER = textwrap.dedent(
     """
     import os, sys
     import numpy as np, torch, torch.distributed as dist
-    from edgeport.train.syncbn import SyncBatchNorm
+    from edgeport.models.syncbn import SyncBatchNorm
 
     rank, world, split = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["SPLIT"])
     dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=rank, world_size=world)
@@ -42,6 +42,7 @@ WORKER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", [4, 3], ids=["even-halves", "uneven-3-5"])
 def test_two_gloo_processes_match_batchnorm_on_the_whole_batch(tmp_path, split):
     rng = np.random.default_rng(0)

@@ -60,8 +60,11 @@ def _tflite_input_size(path: Path) -> tuple[int, str]:
 
 def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, arch: str | None, imgsz: int | None,
              board, data: Path | None, trust_checkpoint: bool, console=None) -> tuple[Path, dict]:
-    from edgeport.convert.build_model_pass import BuildModelPass
+    import functools
+
     from edgeport.convert.board_gate_pass import board_check, board_section
+    from edgeport.convert.build_model_pass import BuildModelPass
+    from edgeport.convert.export_onnx_pass import export_onnx
     from edgeport.convert.load_checkpoint_pass import LoadCheckpointPass
     from edgeport.convert.pipeline import run_pipeline
     from edgeport.convert.prepare_inputs_pass import PrepareInputsPass
@@ -94,6 +97,8 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
             reference_module=state.reference_module, folded_module=None, onnx_path=None,
             tflite={variant: Path(tflite)}, output_names=state.output_names, strides=state.strides,
             inputs=inputs, inputs_source=source, board=board, workdir=stage.work, ground_truth=truth, letterboxes=letterboxes,
+            export_reference=functools.partial(export_onnx, state.reference_module, size, output_names=list(state.output_names),
+                                               opset=17),
             model_info={"checkpoint": str(checkpoint), "layout": state.layout, "arch": state.arch, "config": state.arch_config,
                         "imgsz": size, "tflite": str(tflite)},
         )

@@ -1,0 +1,90 @@
+"""The parts import each other in one direction only: no cycle between them, ever."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import edgeport
+
+ROOT = Path(edgeport.__file__).parent
+# the folders of the design card and the top-level modules; tests, benchmarks and scripts sit outside
+SKIP = {"tests", "benchmarks", "scripts", ".venv", "build"}
+
+
+def _part(module: str) -> str | None:
+    bits = module.split(".")
+    return bits[1] if bits[0] == "edgeport" and len(bits) > 1 else None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """part -> the parts it imports (imports inside functions included)."""
+    graph: dict[str, set[str]] = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] in SKIP:
+            continue
+        src = rel.parts[0] if len(rel.parts) > 1 else rel.stem
+        graph.setdefault(src, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                dst = _part(name)
+                if dst and dst != src:
+                    graph[src].add(dst)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every elementary cycle's members, found as strongly connected components of size > 1."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_between_parts():
+    graph = import_graph()
+    assert {"convert", "ops", "validate", "models", "train", "cli", "commands"} <= set(graph)
+    found = cycles(graph)
+    assert not found, f"import cycles between parts: {found}; move the shared code down a layer"
+
+
+def test_the_layers_go_down():
+    graph = import_graph()
+    # the lowest layers import no part at all
+    for base in ("errors", "runs", "cliargs", "checkpoints", "_lazy"):
+        assert graph[base] <= {"errors"}, f"{base} imports {graph[base]}"
+    assert graph["ops"] <= {"errors"}
+    assert "train" not in graph["convert"] | graph["validate"] | graph["models"]
+    assert "convert" not in graph["validate"] | graph["models"] | graph["train"]

@@ -1,0 +1,46 @@
+"""The renderers only render: every number they show comes from the report dictionary."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from edgeport.validate.render import divergence_lines, render_json, render_markdown, rows
+from edgeport.validate.report import SCHEMA, ResultRow
+
+
+def _report(passed=True, divergence=None) -> dict:
+    out = {"name": "p3", "max_abs": 1.5e-6, "mean_abs": 1e-7, "rmse": 2e-7, "cosine": 0.9999991, "snr_db": math.inf,
+           "p99_abs": 1e-6, "ref_max_abs": 3.0, "max_abs_rel": 5e-7, "passed": passed, "reasons": [] if passed else ["cosine 0.9 < 0.99999"]}
+    row = ResultRow("float32", "tflite", passed, ms_per_image=1.25, outputs=(out,),
+                    detections={"matched": 9, "reference_boxes": 10, "extra": 1, "recall": 0.9}, divergence=divergence)
+    return {"schema": SCHEMA, "created": "2026-11-30T00:00:00+00:00", "passed": passed,
+            "model": {"arch": "pdet-n", "checkpoint": "m.pt", "layout": "state_dict"}, "inputs": {"shape": [3, 64, 64], "source": "s"},
+            "reference": {"what": "the model"}, "versions": {"edgeport": "0.1.0"}, "artifacts": {"model_float32.tflite": {"bytes": 2048}},
+            "results": [ResultRow("reference", "pytorch", True).to_dict(), row.to_dict()]}
+
+
+def test_rows_take_the_worst_output_and_the_artifact_size():
+    (ref, row) = rows(_report())
+    assert ref["status"] == "PASS" and ref["max_abs"] is None
+    assert row["max_abs"] == 1.5e-6 and row["cosine"] == 0.9999991 and row["boxes"] == "9/10 (+1)" and row["bytes"] == 2048
+
+
+def test_markdown_shows_verdict_failures_and_numbers():
+    md = render_markdown(_report(passed=False))
+    assert "**FAILED**" in md and "| float32 | tflite | FAIL | 2 |" in md
+    assert "- `float32` on tflite, output `p3`: cosine 0.9 < 0.99999" in md
+
+
+def test_json_writes_non_finite_numbers_as_strings():
+    data = json.loads(render_json(_report()))
+    assert data["results"][1]["outputs"][0]["snr_db"] == "inf"
+
+
+def test_divergence_lines_only_for_rows_where_it_was_found():
+    first = {"reference": "/neck/up/Resize", "reference_type": "Resize", "candidate": "t7", "candidate_type": "RESIZE_BILINEAR",
+             "max_abs_rel": 0.22, "cosine": 0.97, "index": 3}
+    found = {"found": True, "first": first, "criterion": "max_abs <= 0.0001 x max|ref|", "curve": []}
+    assert divergence_lines(_report()) == []
+    (line,) = divergence_lines(_report(passed=False, divergence=found))
+    assert "first divergence at reference node `/neck/up/Resize` (Resize); closest RESIZE_BILINEAR `t7`" in line

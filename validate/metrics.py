@@ -1,0 +1,77 @@
+"""Metrics that every comparison shares: relative error, cosine, and COCO mAP (no torch).
+
+One definition each, so a pass check, the parity table, the divergence curve and the
+training log all mean the same thing by the same word.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+
+import numpy as np
+
+from edgeport.models.decode import Detections
+
+
+def max_abs_rel(ref: np.ndarray, got: np.ndarray) -> float:
+    """``max|got - ref| / max|ref|`` in float64: 0 when both are all zero, inf when only ``ref`` is."""
+    r = np.asarray(ref, np.float64)
+    diff = float(np.abs(r - np.asarray(got, np.float64)).max(initial=0.0))
+    scale = float(np.abs(r).max(initial=0.0))
+    if scale > 0:
+        return diff / scale
+    return 0.0 if diff == 0 else math.inf
+
+
+def cosine(ref: np.ndarray, got: np.ndarray) -> float:
+    """Cosine similarity of the flattened tensors in float64; NaN when either holds NaN/Inf
+    (an angle with those in it means nothing), 1 when both are zero, 0 when one is."""
+    r = np.asarray(ref, np.float64).ravel()
+    g = np.asarray(got, np.float64).ravel()
+    if not (np.isfinite(r).all() and np.isfinite(g).all()):
+        return math.nan
+    nr, ng = float(np.linalg.norm(r)), float(np.linalg.norm(g))
+    if nr == 0 and ng == 0:
+        return 1.0
+    if nr == 0 or ng == 0:
+        return 0.0
+    return float(np.dot(r, g) / (nr * ng))
+
+
+def coco_map(samples, detections: list[Detections]) -> dict[str, float]:
+    """COCO mAP of ``detections`` (original-image xyxy) against the samples' ground truth.
+
+    ``samples`` carry ``boxes`` (xyxy), ``classes``, ``width`` and ``height`` (``train.data.Sample``).
+    Detections must come from the ``COCO_EVAL`` decode protocol (``models.decode``).
+    """
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    num_classes = max([int(c) for s in samples for c in s.classes] + [0]) + 1
+    gt = {"images": [], "annotations": [], "categories": [{"id": c + 1} for c in range(num_classes)]}
+    dt = []
+    for img_id, (s, d) in enumerate(zip(samples, detections, strict=True), start=1):
+        gt["images"].append({"id": img_id, "width": s.width, "height": s.height})
+        for box, cls in zip(s.boxes, s.classes):
+            x1, y1, x2, y2 = (float(v) for v in box)
+            gt["annotations"].append({"id": len(gt["annotations"]) + 1, "image_id": img_id, "category_id": int(cls) + 1,
+                                      "bbox": [x1, y1, x2 - x1, y2 - y1], "area": (x2 - x1) * (y2 - y1), "iscrowd": 0})
+        for box, score, cls in zip(d.boxes, d.scores, d.classes):
+            x1, y1, x2, y2 = (float(v) for v in box)
+            dt.append({"image_id": img_id, "category_id": int(cls) + 1, "bbox": [x1, y1, x2 - x1, y2 - y1], "score": float(score)})
+    if not gt["annotations"]:
+        return {"map50": float("nan"), "map50_95": float("nan")}
+    if not dt:
+        return {"map50": 0.0, "map50_95": 0.0}
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its tables
+        coco_gt = COCO()
+        coco_gt.dataset = gt
+        coco_gt.createIndex()
+        coco_dt = coco_gt.loadRes(dt)
+        ev = COCOeval(coco_gt, coco_dt, "bbox")
+        ev.evaluate()
+        ev.accumulate()
+        ev.summarize()
+    return {"map50": float(ev.stats[1]), "map50_95": float(ev.stats[0])}
