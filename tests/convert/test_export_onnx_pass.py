@@ -7,8 +7,8 @@ from torch import nn
 from edgeport.convert.base import ConvertConfig, State
 from edgeport.convert.export_onnx_pass import ExportOnnxPass, op_counts, run_onnxruntime
 from edgeport.convert.fold_bn_pass import fold_batchnorm
-from edgeport.convert.modelcheck import forward
 from edgeport.errors import PassCheckError
+from edgeport.models.inference import forward
 
 
 def _state(tmp_path, module, images):

@@ -7,8 +7,8 @@ from torch import nn
 
 from edgeport.convert.base import ConvertConfig, State
 from edgeport.convert.fold_bn_pass import FoldBNPass, fold_batchnorm
-from edgeport.convert.modelcheck import forward
 from edgeport.errors import PassCheckError
+from edgeport.models.inference import forward
 
 
 def _bn_count(m):
