@@ -1,26 +1,45 @@
 # edgeport — the two commands a user needs are `make demo` and `make test`.
+# `make setup PYTHON=python3.12` (and VENV=.venv312 beside the default one): python3.12 on PATH,
+# or pyenv's build of it (scripts/find_python.sh)
 PYTHON ?= python3
-VENV   := .venv
+VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# torch 2.14.1 with torchvision 0.29.1: pip takes both from this machine's wheel cache. It
-# is a CUDA build that runs on the CPU: the trainer's device tests need its fake CUDA device,
-# and torchvision pairs with it (PyPI's does not import beside the 2.13.0 CPU build).
+PYBIN  := $(shell scripts/find_python.sh $(PYTHON))
+PYVER  := $(shell $(PYBIN) -c 'import sys; print("%d%d" % sys.version_info[:2])' 2>/dev/null)
+# the whole stack pinned per Python: 3.12 and later take onnx2tf 2.x and no TensorFlow
+CONSTRAINTS := $(if $(filter 312 313,$(PYVER)),constraints-py312.txt,constraints.txt)
+# torch 2.14.1 with torchvision 0.29.1: on Python 3.11 pip takes both from this machine's wheel
+# cache, on 3.12 from the registry. A CUDA build that runs on the CPU: the trainer's device
+# tests need its fake CUDA device, and torchvision pairs with it.
 TORCH  := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup demo demo-legacy test test-fast lint bench demo-weights gpu-check clean
+.PHONY: setup setup-tflite113 demo demo-legacy test test-fast lint bench demo-weights gpu-check clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+$(STAMP): pyproject.toml $(CONSTRAINTS)
+	@test -n "$(PYBIN)" || { echo "no $(PYTHON) found: install it, or pass PYTHON=/path/to/python"; exit 2; }
+	test -x $(PY) || $(PYBIN) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install -q -c $(CONSTRAINTS) $(TORCH)
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[dev]"
 	touch $(STAMP)
 
+# The write-up's board runtime, TensorFlow Lite 1.13.1, in its own Python 3.7 environment (about
+# 20 s): tests/validate/test_real_tflite113.py runs what edgeport writes for tflite-1.13 on it.
+TFLITE113 := .venv-tflite113
+setup-tflite113: $(TFLITE113)/.installed
+
+$(TFLITE113)/.installed:
+	@PY37=$$(scripts/find_python.sh python3.7) || { echo "no python3.7: the real TFLite 1.13.1 tests will be skipped"; exit 0; }; \
+	set -e; test -x $(TFLITE113)/bin/python || $$PY37 -m venv $(TFLITE113); \
+	$(TFLITE113)/bin/python -m pip install -q tensorflow==1.13.1 "numpy<1.17" "protobuf<3.21"; \
+	touch $@
+
+DEMO_OUT ?= runs/demo
 demo: setup
-	$(VENV)/bin/edgeport convert models/weights/pdet_n_person.pt --imgsz 160 --out runs/demo --force
+	$(VENV)/bin/edgeport convert models/weights/pdet_n_person.pt --imgsz 160 --out $(DEMO_OUT) --force
 
 # The write-up's bug and its fix, on the bilinear detector for a TFLite 1.13 board:
 # --legacy-resize runs there but computes something else (exit 1, divergence at the resize);

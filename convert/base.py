@@ -74,6 +74,7 @@ class State:
     val_source: str = ""
     onnx_path: Path | None = None
     tflite: dict[str, Path] = field(default_factory=dict)  # variant -> file
+    converter: str = ""  # which onnx2tf wrote them, and how (to_tflite)
     upsample_decisions: tuple[dict, ...] = ()
     board_checks: dict[str, dict] = field(default_factory=dict)  # variant -> {runnable, reasons, ...}
     report: dict | None = None

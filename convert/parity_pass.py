@@ -42,6 +42,8 @@ class ParityPass(Pass):
             },
         )
         report = run_parity(subject)
+        if state.converter:
+            report["versions"]["onnx2tf"] = state.converter  # version and writer (flatbuffer_direct or tensorflow)
         board = cfg.board
         report["board"] = board_section(board, state.board_checks)
         report["upsample"] = {"legacy_resize": cfg.legacy_resize, "sites": list(state.upsample_decisions)}

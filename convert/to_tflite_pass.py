@@ -1,7 +1,15 @@
 """ONNX -> TFLite float32 and full-integer int8 through onnx2tf, offline.
 
+Two onnx2tf generations sit behind one interface (``Onnx2tfBackend``), chosen by what is
+installed, which the Python version decides (pyproject):
+- 2.x (Python 3.12+), the maintained line: writes the flatbuffer directly
+  (``--tflite_backend flatbuffer_direct``), no TensorFlow;
+- 1.28.x (Python 3.10-3.11), the deprecated line: converts through TensorFlow.
+Both take the same flags for what edgeport asks (float32 + full-integer int8 with int8
+input and output, per-channel, our calibration set) and write the same file names.
+
 onnx2tf runs in a child process: it calls ``sys.exit`` on errors, prints a great deal,
-and imports TensorFlow, none of which should happen inside the caller's process.
+and (1.28) imports TensorFlow, none of which should happen inside the caller's process.
 
 Offline, on purpose: onnx2tf 1.28 downloads sample images from the internet whenever an
 input looks like an NHWC image, unless ``calibration_image_sample_data_20x128x128x3_float32.npy``
@@ -14,17 +22,18 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from edgeport.convert.base import Pass, PassResult, State
-from edgeport.errors import BadInputError, ConversionError, PassCheckError
+from edgeport.convert.tflite_fixes import share_resize_quantization
+from edgeport.errors import BadInputError, ConversionError, MissingDependencyError, PassCheckError
 
 ONNX2TF_SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 CALIB_FILE = "calib_nhwc.npy"
@@ -71,14 +80,48 @@ def write_calibration(work: Path, calib_nchw: np.ndarray) -> Path:
     return work / CALIB_FILE
 
 
-def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: str) -> list[str]:
+@dataclass(frozen=True)
+class Onnx2tfBackend:
+    """The installed onnx2tf: its version and how it writes TFLite."""
+
+    version: str
+
+    @property
+    def generation(self) -> int:
+        return int(self.version.split(".")[0])
+
+    @property
+    def writer(self) -> str:
+        return "flatbuffer_direct" if self.generation >= 2 else "tensorflow"
+
+    def describe(self) -> str:
+        return f"onnx2tf {self.version} ({self.writer})"
+
+    def extra_flags(self) -> list[str]:
+        # 2.x: say which writer, so a changed default never changes what edgeport ships
+        return ["-tb", "flatbuffer_direct"] if self.generation >= 2 else []
+
+
+def installed_backend() -> Onnx2tfBackend:
+    import importlib.metadata as md
+
+    try:
+        return Onnx2tfBackend(md.version("onnx2tf"))
+    except md.PackageNotFoundError as exc:
+        raise MissingDependencyError("onnx2tf is not installed (needed to write TFLite); run `make setup`") from exc
+
+
+def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: str, backend: Onnx2tfBackend | None = None,
+                    python: str = sys.executable) -> list[str]:
+    backend = backend or installed_backend()
     cmd = [
-        sys.executable, "-m", "onnx2tf",
+        python, "-m", "onnx2tf",
         "-i", str(onnx_path),
         "-o", str(out_dir),
         "-coion",  # keep the ONNX input/output names
-        "-nuo",  # the graph is already simplified by onnxslim; onnxsim is not installed
+        "-nuo",  # the graph is already simplified by onnxslim
         "-n",
+        *backend.extra_flags(),
     ]
     if int8:
         # inputs are already in [0, 1]: mean 0, std 1 so onnx2tf does not renormalise
@@ -98,13 +141,14 @@ def condense(output: str, limit: int = 240) -> str:
     return (lines[-1] if lines else "no output")[:limit]
 
 
-def run_onnx2tf(onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str, timeout_s: float) -> tuple[dict[str, Path], float]:
+def run_onnx2tf(onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str, timeout_s: float,
+                backend: Onnx2tfBackend | None = None) -> tuple[dict[str, Path], float]:
     """Convert; return {variant: tflite path} and onnx2tf's wall time in seconds."""
     work.mkdir(parents=True, exist_ok=True)
     write_calibration(work, calib)
     work = work.resolve()
     out_dir = work / "tf"
-    cmd = onnx2tf_command(onnx_path.resolve(), out_dir, int8=int8, input_name=input_name)
+    cmd = onnx2tf_command(onnx_path.resolve(), out_dir, int8=int8, input_name=input_name, backend=backend)
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=work, env=offline_env(), capture_output=True, text=True, timeout=timeout_s)
@@ -138,19 +182,26 @@ class ToTFLitePass(Pass):
                 f"board {cfg.board.name} runs only {', '.join(cfg.board.dtypes)}; drop --no-int8 or choose another --board"
             )
         work = cfg.work_dir / "onnx2tf"
+        backend = installed_backend()
         files, seconds = run_onnx2tf(
             state.onnx_path, state.calib, work, int8="int8" in variants, input_name=INPUT_NAME,
-            timeout_s=cfg.onnx2tf_timeout_s,
+            timeout_s=cfg.onnx2tf_timeout_s, backend=backend,
         )
         tflite = {}
+        fixed = 0
         for variant, src in files.items():
             if variant not in variants:
                 continue  # the board does not run it: do not ship it
             dst = state.config.work_dir / f"model_{variant}.tflite"
-            shutil.copyfile(src, dst)
+            model = src.read_bytes()
+            if variant == "int8":
+                model, fixed = share_resize_quantization(model)
+            dst.write_bytes(model)
             tflite[variant] = dst
         sizes = ", ".join(f"{v} {p.stat().st_size / 1024:.0f} KiB" for v, p in tflite.items())
-        return PassResult(state.evolve(tflite=tflite), changed=True, summary=f"{sizes} (onnx2tf {seconds:.1f} s)")
+        note = f"; {fixed} int8 resize outputs given their input's quantisation" if fixed else ""
+        return PassResult(state.evolve(tflite=tflite, converter=backend.describe()), changed=True,
+                          summary=f"{sizes} ({backend.describe()}: {seconds:.1f} s{note})")
 
     def check(self, before: State, after: State) -> None:
         from edgeport.validate.tflite_runner import load_interpreter

@@ -24,6 +24,10 @@ DEFAULT_BOARD = "default"
 RUNTIMES = ("tflite", "tflm")
 # index and shape tensors: every runtime has them whatever arithmetic it runs
 INDEX_DTYPES = {"int32", "int64", "bool"}
+# Option flags that only later kernel versions honour. A converter may set the flag yet declare
+# version 1 (onnx2tf 2.x does for half_pixel_centers): an older runtime then loads the op and
+# silently ignores the flag -- the write-up's bug -- so the flag, not the version, decides.
+FLAG_NEEDS_VERSION = {("RESIZE_BILINEAR", "half_pixel_centers"): 3, ("RESIZE_NEAREST_NEIGHBOR", "half_pixel_centers"): 3}
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -47,6 +51,14 @@ class OpOverride:
 
 
 @dataclass(frozen=True)
+class VerifiedOp:
+    """An op version the board's real runtime was seen to run, whatever the table says."""
+
+    max_version: int
+    evidence: str
+
+
+@dataclass(frozen=True)
 class BoardProfile:
     name: str
     description: str
@@ -58,6 +70,9 @@ class BoardProfile:
     ops: tuple[str, ...] | None = None  # tflm: kernels available
     overrides: dict[str, OpOverride] = field(default_factory=dict)
     differences: tuple[str, ...] = ()  # named ways it computes differently (validate/differences.py)
+    # evidence from the real runtime beats TFLite's runtime_version.cc table, which records when
+    # op versions were tabulated, not when the ops appeared
+    verified: dict[str, VerifiedOp] = field(default_factory=dict)
 
     def runs_dtype(self, dtype: str) -> bool:
         return dtype in self.dtypes
@@ -66,7 +81,7 @@ class BoardProfile:
         """The highest version of ``op`` this board runs (0: none)."""
         if self.runtime == "tflm":
             return 10**6 if self.ops and op in self.ops else 0
-        best = 0
+        best = self.verified[op].max_version if op in self.verified else 0
         for version, needs in op_min_runtime().get(op, {}).items():
             if version_le(needs, self.version):
                 best = max(best, version)
@@ -98,6 +113,7 @@ def load_board(name_or_path: str) -> BoardProfile:
             raise ValueError(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}")
         parse_version(raw["version"])
         overrides = {op: OpOverride(int(o["max_version"]), str(o["reason"])) for op, o in raw.get("overrides", {}).items()}
+        verified = {op: VerifiedOp(int(o["max_version"]), str(o["evidence"])) for op, o in raw.get("verified", {}).items()}
         from edgeport.validate.differences import DIFFERENCES
 
         unknown = [d for d in raw.get("differences", ()) if d not in DIFFERENCES]
@@ -107,7 +123,7 @@ def load_board(name_or_path: str) -> BoardProfile:
             name=raw.get("name", path.stem), description=raw.get("description", ""), runtime=runtime,
             version=str(raw["version"]), dtypes=tuple(raw["dtypes"]), ram_bytes=int(raw["ram_bytes"]),
             flash_bytes=int(raw["flash_bytes"]), ops=tuple(raw["ops"]) if "ops" in raw else None, overrides=overrides,
-            differences=tuple(raw.get("differences", ())),
+            differences=tuple(raw.get("differences", ())), verified=verified,
         )
     except (KeyError, ValueError, TypeError, tomllib.TOMLDecodeError) as exc:
         raise BadInputError(f"board profile {str(path)!r} is invalid ({type(exc).__name__}: {exc}); see validate/boards/*.toml") from exc
@@ -136,6 +152,15 @@ def check_model(summary: TFLiteSummary, board: BoardProfile) -> list[str]:
             if not board.ops or op.name not in board.ops:
                 reasons.append(f"{op.name} has no TFLite Micro kernel on {board.name}")
             continue
+        for note in op.notes:
+            need = FLAG_NEEDS_VERSION.get((op.name, note))
+            # (a declared version >= need is judged by the version rule below)
+            if need is not None and op.version < need and board.max_op_version(op.name) < need:
+                reasons.append(f"{_op_label(op)}: only {op.name} v{need} kernels honour {note}; {runs}, whose kernel "
+                               f"would load the op and ignore it (computing something else)")
+        proven = board.verified.get(op.name)
+        if proven is not None and op.version <= proven.max_version:
+            continue  # the real runtime ran it
         needs = table.get(op.name, {}).get(op.version)
         if needs is None:
             reasons.append(f"{_op_label(op)} is not in TFLite's op-version table; cannot prove {board.name} runs it")

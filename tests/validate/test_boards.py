@@ -38,6 +38,24 @@ def test_the_write_up_bug_is_named():
     assert check_model(s, load_board("default")) == []
 
 
+def test_a_flag_only_newer_kernels_honour_is_refused_whatever_version_is_declared():
+    # onnx2tf 2.x writes RESIZE_BILINEAR v1 with half_pixel_centers set and no min_runtime_version:
+    # TFLite 1.13 would load it and ignore the flag, the write-up's bug
+    s = summary(OpUse("RESIZE_BILINEAR", 1, 2, ("half_pixel_centers",)), min_rt=None)
+    (reason,) = check_model(s, load_board("tflite-1.13"))
+    assert reason.startswith("RESIZE_BILINEAR v1 (half_pixel_centers): only RESIZE_BILINEAR v3 kernels honour half_pixel_centers")
+    assert check_model(s, load_board("default")) == []
+    assert check_model(summary(OpUse("RESIZE_BILINEAR", 1, 2, ("align_corners",))), load_board("tflite-1.13")) == []
+
+
+def test_verified_ops_beat_the_tabulated_runtime():
+    old = load_board("tflite-1.13")
+    assert op_min_runtime()["SLICE"][1] == "1.14.0"  # what runtime_version.cc says
+    assert old.max_op_version("SLICE") == 1 and "tensorflow==1.13.1" in old.verified["SLICE"].evidence
+    assert check_model(summary(OpUse("SLICE", 1, 2)), old) == []
+    assert check_model(summary(OpUse("SLICE", 2, 2)), old) == ["SLICE v2 needs runtime 1.14.0; tflite-1.13 runs 1.13.1"]
+
+
 def test_dtype_size_unknown_and_custom_ops():
     s = TFLiteSummary("m", 2_000_000, (OpUse("CONV_2D", 99, 1), OpUse("CUSTOM:Foo", 1, 1)), ("float32", "int32"), None, ("CUSTOM:Foo",))
     reasons = check_model(s, load_board("tflm-m4-256k"))
