@@ -9,7 +9,8 @@ import edgeport
 
 ROOT = Path(edgeport.__file__).parent
 # the folders of the design card and the top-level modules; tests, benchmarks and scripts sit outside
-SKIP = {"tests", "benchmarks", "scripts", ".venv", "build"}
+# (hidden folders -- virtual environments among them -- and run outputs are not the package)
+SKIP = {"tests", "benchmarks", "scripts", "build", "runs", "_build_backend"}
 
 
 def _part(module: str) -> str | None:
@@ -22,7 +23,7 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for path in ROOT.rglob("*.py"):
         rel = path.relative_to(ROOT)
-        if rel.parts[0] in SKIP:
+        if rel.parts[0] in SKIP or rel.parts[0].startswith("."):
             continue
         src = rel.parts[0] if len(rel.parts) > 1 else rel.stem
         graph.setdefault(src, set())
