@@ -54,10 +54,23 @@ def _call_spec(where: str, node: fx.Node, in_shape, out_shape) -> UpsampleSpec:
     return UpsampleSpec(where, mode, scale, align, int(in_shape[1]))
 
 
-def _shapes(gm: fx.GraphModule, sample: torch.Tensor) -> None:
-    from torch.fx.passes.shape_prop import ShapeProp
+class _ShapeRecorder(fx.Interpreter):
+    """Runs the graph once and notes each tensor-valued node's output shape in ``meta["shape"]``.
 
-    ShapeProp(gm).propagate(sample)
+    (torch's ShapeProp does the same but imports sympy for symbolic shapes: half a second of a
+    conversion that needs only concrete ones.)
+    """
+
+    def run_node(self, n: fx.Node):
+        out = super().run_node(n)
+        if isinstance(out, torch.Tensor):
+            n.meta["shape"] = tuple(out.shape)
+        return out
+
+
+def _shapes(gm: fx.GraphModule, sample: torch.Tensor) -> None:
+    with torch.no_grad():
+        _ShapeRecorder(gm).run(sample)
 
 
 def find_sites(gm: fx.GraphModule) -> list[tuple[fx.Node, UpsampleSpec]]:
@@ -65,12 +78,12 @@ def find_sites(gm: fx.GraphModule) -> list[tuple[fx.Node, UpsampleSpec]]:
     mods = dict(gm.named_modules())
     sites = []
     for node in gm.graph.nodes:
-        if node.op not in ("call_module", "call_function") or "tensor_meta" not in node.meta:
+        if node.op not in ("call_module", "call_function") or "shape" not in node.meta:
             continue
         src = node.args[0] if node.args else None
-        if not isinstance(src, fx.Node) or "tensor_meta" not in src.meta:
+        if not isinstance(src, fx.Node) or "shape" not in src.meta:
             continue
-        in_shape, out_shape = tuple(src.meta["tensor_meta"].shape), tuple(node.meta["tensor_meta"].shape)
+        in_shape, out_shape = src.meta["shape"], node.meta["shape"]
         if len(in_shape) != 4:
             continue
         spec = None

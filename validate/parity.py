@@ -107,12 +107,18 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, row_runners=_
     results = [ResultRow("reference", "pytorch", True, ms_per_image=ref_run.ms_per_image, map=_map_vs_truth(subject, ref_real))]
     reference_tensors = None
     sample = None
+    runs: dict = {}
     for variant, runner, analysis_file, verdict in row_runners(subject, expected_shapes):
         tol = TOLERANCES[variant]
         if runner is None:  # the board cannot run it: a failed row with the reasons
             results.append(ResultRow.not_runnable(variant, f"board:{subject.board.name}", verdict))
             continue
-        run = runner.run(all_inputs)
+        key = getattr(runner, "cache_key", None)
+        run = runs.get(key) if key else None
+        if run is None:  # an emulator whose board changes nothing in the file computes the reference kernels' row
+            run = runner.run(all_inputs)
+            if key:
+                runs[key] = run
         comparisons = [compare_tensors(name, r, g, tol) for name, r, g in zip(subject.output_names, ref_out, run.outputs, strict=True)]
         real = [o[:n_real] for o in run.outputs]
         dets = _detections(real, subject.strides)

@@ -29,17 +29,29 @@ def load_interpreter(path: Path, *, kernels: str = "optimized", preserve_all_ten
 
 
 class TFLiteRunner(Runner):
+    """Loads its interpreter on first use; ``cache_key`` says when two runners compute the same
+    thing (the same bytes on the same kernels: an emulator that changes nothing in the file)."""
+
     runtime = "tflite"
 
     def __init__(self, path: Path, expected_nchw: list[tuple[int, ...]], *, kernels: str = "optimized"):
-        self.interp = load_interpreter(path, kernels=kernels)
+        import hashlib
+
+        self.path, self.expected, self.kernels = Path(path), expected_nchw, kernels
         if kernels == "reference":
             self.runtime = "tflite-ref"
+        self.cache_key = (kernels, hashlib.sha256(self.path.read_bytes()).hexdigest())
+        self.interp = None
+
+    def _load(self) -> None:
+        self.interp = load_interpreter(self.path, kernels=self.kernels)
         (self.inp,) = self.interp.get_input_details()
         outs = self.interp.get_output_details()
-        self.mapping = [(outs[i], nhwc) for i, nhwc in match_outputs(expected_nchw, [tuple(o["shape"]) for o in outs])]
+        self.mapping = [(outs[i], nhwc) for i, nhwc in match_outputs(self.expected, [tuple(o["shape"]) for o in outs])]
 
     def _run_one(self, x):
+        if self.interp is None:
+            self._load()
         inp = self.inp
         self.interp.set_tensor(inp["index"], to_model_input(x, inp["shape"], inp["dtype"], inp["quantization"]))
         self.interp.invoke()
