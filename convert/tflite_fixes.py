@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import struct
 
-from edgeport._lazy import require
-
 RESIZE_OPS = ("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR")
 # vtable offsets of QuantizationParameters.scale and .zero_point in TFLite's schema
 _SCALE, _ZERO_POINT = 8, 10
@@ -28,26 +26,16 @@ def _quant(tensor):
 
 def share_resize_quantization(model: bytes) -> tuple[bytes, int]:
     """Return the model with every int8 resize output quantised like its input, and how many changed."""
-    from edgeport.validate.tflite_model import operator_codes
+    from edgeport.validate.tflite_model import operators
 
-    schema = require("ai_edge_litert.schema_py_generated", package="ai-edge-litert")
     buf = bytearray(model)
-    root = schema.Model.GetRootAs(bytes(model), 0)
-    codes = [name for name, _ in operator_codes(schema, root)]
     changed = 0
-    for g in range(root.SubgraphsLength()):
-        sg = root.Subgraphs(g)
-        for o in range(sg.OperatorsLength()):
-            op = sg.Operators(o)
-            if codes[op.OpcodeIndex()] not in RESIZE_OPS:
-                continue
-            qin, qout = _quant(sg.Tensors(op.Inputs(0))), _quant(sg.Tensors(op.Outputs(0)))
-            if qin is None or qout is None:
-                continue
-            if (qin.Scale(0), qin.ZeroPoint(0)) == (qout.Scale(0), qout.ZeroPoint(0)):
-                continue
-            tab = qout._tab  # noqa: SLF001 - the flatbuffer table the generated reader wraps
-            struct.pack_into("<f", buf, tab.Vector(tab.Offset(_SCALE)), qin.Scale(0))
-            struct.pack_into("<q", buf, tab.Vector(tab.Offset(_ZERO_POINT)), qin.ZeroPoint(0))
-            changed += 1
+    for _, sg, op in operators(model, RESIZE_OPS):
+        qin, qout = _quant(sg.Tensors(op.Inputs(0))), _quant(sg.Tensors(op.Outputs(0)))
+        if qin is None or qout is None or (qin.Scale(0), qin.ZeroPoint(0)) == (qout.Scale(0), qout.ZeroPoint(0)):
+            continue
+        tab = qout._tab  # the flatbuffer table the generated reader wraps
+        struct.pack_into("<f", buf, tab.Vector(tab.Offset(_SCALE)), qin.Scale(0))
+        struct.pack_into("<q", buf, tab.Vector(tab.Offset(_ZERO_POINT)), qin.ZeroPoint(0))
+        changed += 1
     return bytes(buf), changed

@@ -10,7 +10,6 @@ from __future__ import annotations
 import abc
 from typing import ClassVar
 
-from edgeport._lazy import require
 from edgeport.errors import BadInputError
 
 
@@ -36,25 +35,19 @@ class IgnoreHalfPixelCenters(Difference):
     _FIELD = 10  # vtable offset of ResizeBilinearOptions.half_pixel_centers in TFLite's schema
 
     def apply(self, model: bytes) -> tuple[bytes, int]:
-        from edgeport.validate.tflite_model import operator_codes
+        from edgeport.validate.tflite_model import operators
 
-        schema = require("ai_edge_litert.schema_py_generated", package="ai-edge-litert")
         buf = bytearray(model)
-        root = schema.Model.GetRootAs(bytes(model), 0)
-        codes = [name for name, _ in operator_codes(schema, root)]
         changed = 0
-        for g in range(root.SubgraphsLength()):
-            sg = root.Subgraphs(g)
-            for o in range(sg.OperatorsLength()):
-                op = sg.Operators(o)
-                if codes[op.OpcodeIndex()] != "RESIZE_BILINEAR" or op.BuiltinOptions() is None:
-                    continue
-                opts = schema.ResizeBilinearOptions()
-                table = op.BuiltinOptions()
-                opts.Init(table.Bytes, table.Pos)
-                if opts.HalfPixelCenters():
-                    buf[opts._tab.Pos + opts._tab.Offset(self._FIELD)] = 0
-                    changed += 1
+        for schema, _, op in operators(model, ("RESIZE_BILINEAR",)):
+            if op.BuiltinOptions() is None:
+                continue
+            opts = schema.ResizeBilinearOptions()
+            table = op.BuiltinOptions()
+            opts.Init(table.Bytes, table.Pos)
+            if opts.HalfPixelCenters():
+                buf[opts._tab.Pos + opts._tab.Offset(self._FIELD)] = 0
+                changed += 1
         return bytes(buf), changed
 
 

@@ -71,6 +71,20 @@ def operator_codes(schema, model) -> list[tuple[str, int]]:
     return codes
 
 
+def operators(model: bytes, names: tuple[str, ...]):
+    """(schema, subgraph, operator) for every operator named in ``names``, across all subgraphs:
+    the walk every in-place flatbuffer edit starts from."""
+    schema = require("ai_edge_litert.schema_py_generated", package="ai-edge-litert", purpose="reading .tflite files")
+    root = schema.Model.GetRootAs(bytes(model), 0)
+    codes = [name for name, _ in operator_codes(schema, root)]
+    for g in range(root.SubgraphsLength()):
+        sg = root.Subgraphs(g)
+        for o in range(sg.OperatorsLength()):
+            op = sg.Operators(o)
+            if codes[op.OpcodeIndex()] in names:
+                yield schema, sg, op
+
+
 def _summarise(schema, model, path: str, size: int) -> TFLiteSummary:
     dtype_names = _names(schema.TensorType)
     codes = operator_codes(schema, model)

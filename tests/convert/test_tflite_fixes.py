@@ -10,40 +10,23 @@ import pytest
 from edgeport.convert.base import ConvertConfig
 from edgeport.convert.pipeline import PIPELINE, run_pipeline
 from edgeport.convert.tflite_fixes import _SCALE, RESIZE_OPS, _quant, share_resize_quantization
-from edgeport.validate.tflite_model import operator_codes
+from edgeport.validate.tflite_model import operators
 
 pytestmark = pytest.mark.slow
 
 
 def _resize_quant(model: bytes) -> list[tuple[float, float]]:
     """(input scale, output scale) of every int8 resize."""
-    from ai_edge_litert import schema_py_generated as schema
-
-    root = schema.Model.GetRootAs(model, 0)
-    codes = [n for n, _ in operator_codes(schema, root)]
-    sg = root.Subgraphs(0)
-    out = []
-    for o in range(sg.OperatorsLength()):
-        op = sg.Operators(o)
-        if codes[op.OpcodeIndex()] in RESIZE_OPS:
-            qin, qout = _quant(sg.Tensors(op.Inputs(0))), _quant(sg.Tensors(op.Outputs(0)))
-            out.append((qin.Scale(0), qout.Scale(0)))
-    return out
+    return [(_quant(sg.Tensors(op.Inputs(0))).Scale(0), _quant(sg.Tensors(op.Outputs(0))).Scale(0))
+            for _, sg, op in operators(model, RESIZE_OPS)]
 
 
 def _skew(model: bytes) -> bytes:
     """What onnx2tf 2.x writes: each resize output calibrated apart from its input (scale x 0.99)."""
-    from ai_edge_litert import schema_py_generated as schema
-
     buf = bytearray(model)
-    root = schema.Model.GetRootAs(model, 0)
-    codes = [n for n, _ in operator_codes(schema, root)]
-    sg = root.Subgraphs(0)
-    for o in range(sg.OperatorsLength()):
-        op = sg.Operators(o)
-        if codes[op.OpcodeIndex()] in RESIZE_OPS:
-            q = _quant(sg.Tensors(op.Outputs(0)))
-            struct.pack_into("<f", buf, q._tab.Vector(q._tab.Offset(_SCALE)), q.Scale(0) * 0.99)
+    for _, sg, op in operators(model, RESIZE_OPS):
+        q = _quant(sg.Tensors(op.Outputs(0)))
+        struct.pack_into("<f", buf, q._tab.Vector(q._tab.Offset(_SCALE)), q.Scale(0) * 0.99)
     return bytes(buf)
 
 
