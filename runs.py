@@ -111,22 +111,13 @@ def _is_within(path: Path, folder: Path) -> bool:
         return False
 
 
-def resolve_out(out: Path, *, flag: str = "--out") -> Path:
-    """The folder ``out`` names, following symlinks; a file there is bad input."""
-    out = Path(out)
-    target = out.resolve()
+def check_out(out: Path, *, command: str, force: bool, inputs: tuple[Path | None, ...] = ()) -> Path:
+    """Check that writing ``command``'s results to ``out`` can lose nothing; return the real folder
+    (symlinks followed)."""
+    flag = "--out"
+    target = Path(out).resolve()
     if target.exists() and not target.is_dir():
         raise BadInputError(f"{flag} {str(out)!r} is a file; pass a folder")
-    return target
-
-
-def check_out(out: Path, *, command: str, force: bool, inputs: tuple[Path | None, ...] = (), flag: str = "--out",
-              reuse: bool = False) -> Path:
-    """Check that writing ``command``'s results to ``out`` can lose nothing; return the real folder.
-
-    ``reuse``: the folder may hold an earlier run of the same command (``train --resume``).
-    """
-    target = resolve_out(out, flag=flag)
     cwd = Path.cwd().resolve()
     if _is_within(cwd, target):
         what = "the working directory" if target == cwd else "a parent of the working directory"
@@ -135,8 +126,6 @@ def check_out(out: Path, *, command: str, force: bool, inputs: tuple[Path | None
         if inp is not None and _is_within(Path(inp).resolve(), target):
             raise BadInputError(f"{flag} {str(out)!r} holds the input {str(inp)!r}; pass an output folder that holds none of the inputs")
     if not target.is_dir() or not any(target.iterdir()):
-        return target
-    if reuse and marker_command(target) == command:
         return target
     if not force:
         raise BadInputError(f"{flag} {str(out)!r} is not empty; pass --force to replace an earlier edgeport {command} "
@@ -179,7 +168,8 @@ def clear_owned(folder: Path, command: str) -> None:
             entry.unlink()
 
 
-def _remove_if_only_marker(folder: Path) -> None:
+def release_claim(folder: Path) -> None:
+    """Remove a claimed run folder that a failed run left empty (nothing in it but the marker)."""
     with contextlib.suppress(OSError):
         if {p.name for p in folder.iterdir()} <= {MARKER}:
             (folder / MARKER).unlink(missing_ok=True)
@@ -271,7 +261,7 @@ def staged_output(out: Path | None, *, command: str, force: bool, default_root: 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         if claimed:
-            _remove_if_only_marker(target)
+            release_claim(target)
         for folder in reversed(created):
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only if still empty

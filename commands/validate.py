@@ -76,8 +76,8 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
         raise BadInputError(f"--tflite {str(tflite)!r} does not exist; pass a .tflite file")
     if data is not None and not Path(data).is_dir():
         raise BadInputError(f"--data {str(data)!r} is not a folder; pass a dataset folder or a folder of images")
-    inputs = (Path(checkpoint), Path(tflite), Path(data) if data is not None else None)
-    with staged_output(out, command="validate", force=force, default_root=DEFAULT_RUNS, inputs=inputs) as stage:
+    given = (Path(checkpoint), Path(tflite), Path(data) if data is not None else None)
+    with staged_output(out, command="validate", force=force, default_root=DEFAULT_RUNS, inputs=given) as stage:
         size, variant = _tflite_input_size(Path(tflite))
         if imgsz is not None and imgsz != size:
             raise BadInputError(f"--imgsz {imgsz} but the TFLite model takes {size}x{size}; drop --imgsz or pass {size}")

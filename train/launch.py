@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 
 from edgeport.cliargs import Parser, explicit_options
 from edgeport.errors import BadInputError, EdgeportError, report
-from edgeport.runs import MARKER, Terminated, check_out, claim_run_dir, clear_owned, handle_sigterm, marker_command, owned, write_marker
+from edgeport.runs import MARKER, Terminated, check_out, claim_run_dir, clear_owned, handle_sigterm, marker_command, owned, release_claim, write_marker
 from edgeport.train.config import TrainConfig, add_train_args, config_from_args
 
 DEFAULT_RUNS = Path("runs/train")
@@ -136,16 +136,6 @@ def prepare_out(cfg: TrainConfig, *, force: bool) -> tuple[TrainConfig, bool]:
     return TrainConfig.from_dict({**cfg.to_dict(), "out": str(target)}), claimed
 
 
-def _release(folder: Path) -> None:
-    """Remove a claimed run folder that the failed run left empty (only the marker in it)."""
-    try:
-        if {p.name for p in folder.iterdir()} <= {MARKER}:
-            (folder / MARKER).unlink(missing_ok=True)
-            folder.rmdir()
-    except OSError:
-        pass
-
-
 def worker_main(cfg: TrainConfig, rank: int, world: int, local_rank: int, *, prepare: bool = False, force: bool = False) -> int:
     import torch
     import torch.distributed as dist
@@ -182,7 +172,7 @@ def worker_main(cfg: TrainConfig, rank: int, world: int, local_rank: int, *, pre
             where = f" (rank {rank} of {world})" if world > 1 else ""
             print(f"edgeport train: error: {exc}{where}", file=sys.stderr, flush=True)
         if claimed:
-            _release(Path(cfg.out))
+            release_claim(Path(cfg.out))
         return exc.exit_code
     finally:
         if dist.is_initialized():
@@ -260,7 +250,7 @@ def _run(argv: list[str], args: argparse.Namespace, cfg: TrainConfig) -> int:
         return worker_main(cfg, 0, 1, 0)
     finally:
         if claimed:
-            _release(Path(cfg.out))
+            release_claim(Path(cfg.out))
 
 
 def main(argv: list[str] | None = None) -> int:

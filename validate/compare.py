@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from edgeport.validate.metrics import cosine
+from edgeport.validate.metrics import cosine, relative
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,8 @@ class TensorMetrics:
     ref_max_abs: float
 
     @property
-    def max_abs_rel(self) -> float:  # metrics.max_abs_rel, from the numbers already measured
-        return self.max_abs / self.ref_max_abs if self.ref_max_abs > 0 else (0.0 if self.max_abs == 0 else math.inf)
+    def max_abs_rel(self) -> float:
+        return relative(self.max_abs, self.ref_max_abs)
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,17 @@ import numpy as np
 from edgeport.models.decode import Detections
 
 
+def relative(max_abs: float, ref_max_abs: float) -> float:
+    """``max_abs / ref_max_abs``: 0 when both are zero, inf when only the reference is."""
+    if ref_max_abs > 0:
+        return max_abs / ref_max_abs
+    return 0.0 if max_abs == 0 else math.inf
+
+
 def max_abs_rel(ref: np.ndarray, got: np.ndarray) -> float:
-    """``max|got - ref| / max|ref|`` in float64: 0 when both are all zero, inf when only ``ref`` is."""
+    """``max|got - ref| / max|ref|`` in float64."""
     r = np.asarray(ref, np.float64)
-    diff = float(np.abs(r - np.asarray(got, np.float64)).max(initial=0.0))
-    scale = float(np.abs(r).max(initial=0.0))
-    if scale > 0:
-        return diff / scale
-    return 0.0 if diff == 0 else math.inf
+    return relative(float(np.abs(r - np.asarray(got, np.float64)).max(initial=0.0)), float(np.abs(r).max(initial=0.0)))
 
 
 def cosine(ref: np.ndarray, got: np.ndarray) -> float:

@@ -30,10 +30,6 @@ class ResultRow:
     divergence: dict | None = None  # divergence.Divergence.to_dict()
     error_histogram: dict | None = None  # compare.error_histogram()
 
-    @property
-    def key(self) -> str:
-        return f"{self.variant}/{self.runtime}"
-
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["outputs"] = list(self.outputs)
