@@ -33,6 +33,8 @@ def _add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trust-checkpoint", action="store_true",
                    help="allow full unpickling (runs code from the file): only for checkpoints you trust")
     p.add_argument("--board", default="default", help="target board profile: a name from `edgeport boards` or a .toml path (default: default)")
+    p.add_argument("--runner", metavar="URL", help="run the board's rows on a real board over SSH: ssh://user@host[:port] (default: the profile's [runner], "
+                        "else the runtime `edgeport boards install` made, else the emulator only)")
     p.add_argument("--legacy-resize", action="store_true",
                    help="emit bilinear resizes the way older converters did (half_pixel_centers off): reproduces the board bug")
     p.add_argument("--opset", type=int_range(*OPSETS), default=17, help=f"ONNX opset, {OPSETS[0]}-{OPSETS[1]} (default 17)")
@@ -58,6 +60,8 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
     val.add_argument("--arch", help="as for convert; not needed for edgeport trainer checkpoints")
     val.add_argument("--imgsz", type=positive_int, help="must match the TFLite input (default: read from it)")
     val.add_argument("--board", default="default", help="board profile for the emulator and the gate (default: default)")
+    val.add_argument("--runner", metavar="URL", help="run the board's rows on a real board over SSH: ssh://user@host[:port] (default: the profile's [runner], "
+                        "else the runtime `edgeport boards install` made, else the emulator only)")
     val.add_argument("--data", type=Path, help="a dataset folder (val split with labels: mAP against ground truth) or a folder of images")
     val.add_argument("--out", type=Path, help="report folder (default: a new numbered folder under runs/validate/)")
     val.add_argument("--force", action="store_true", help="replace an earlier validate result in --out (never other files)")
@@ -68,8 +72,17 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
     chk.add_argument("--tolerance", action="append", default=[], metavar="KEY=VALUE",
                      help="cosine (1e-4), max_abs_factor (2), max_abs_floor (1e-6), recall (0.02), map (0.01)")
     chk.add_argument("--update-baseline", action="store_true", help="accept this report as the new baseline")
-    boards = sub.add_parser("boards", help="list board profiles, or check a .tflite against one")
+    boards = sub.add_parser("boards", help="list board profiles; check a .tflite against one; install or probe a board's runtime")
     boards_sub = boards.add_subparsers(dest="boards_command", metavar="BOARDS_COMMAND", parser_class=Parser)
+    binstall = boards_sub.add_parser("install", help="install a board's real runtime on this machine (tflite-1.13: TensorFlow "
+                                     "Lite 1.13.1 on Python 3.7), so its rows come from the runtime itself")
+    binstall.add_argument("board", help="board profile name or .toml path with an [install] section")
+    binstall.add_argument("--python", help="the Python to build it with (default: pythonX.Y on PATH, else pyenv's)")
+    bprobe = boards_sub.add_parser("probe", help="ask a board's runtime which builtin op versions it has; prints the op table "
+                                   "(validate/boards/NAME.ops.toml)")
+    bprobe.add_argument("board", help="board profile name or .toml path")
+    bprobe.add_argument("--runner", metavar="URL", help="probe a real board over SSH: ssh://user@host[:port]")
+    bprobe.add_argument("--out", type=Path, help="write the table to this new file (default: standard output)")
     bcheck = boards_sub.add_parser("check", help="list every reason a board cannot run a .tflite model (exit 0 runnable, 1 not)")
     bcheck.add_argument("model", type=Path)
     bcheck.add_argument("--board", required=True, help="board profile name or .toml path")
@@ -96,23 +109,36 @@ def _finish(out: Path, report: dict, what: str) -> int:
     """Print the parity table and where it diverges on stdout, then apply the gate (exit 1)."""
     from rich.console import Console
 
-    from edgeport.validate.render import divergence_lines, print_table
+    from edgeport.validate.render import board_runtime_lines, divergence_lines, print_table
     from edgeport.validate.report import gate
 
     stdout = Console(width=None if sys.stdout.isatty() else 140)
     print_table(report, stdout)
-    for line in divergence_lines(report):
+    for line in board_runtime_lines(report) + divergence_lines(report):
         stdout.print(line, highlight=False)
     gate(out, report)
     stdout.print(f"{what} in {out}/", highlight=False)
     return 0
 
 
-def run_convert(args: argparse.Namespace) -> int:
-    from edgeport.commands.convert import convert
-    from edgeport.validate.boards import load_board
+def _board(args: argparse.Namespace):
+    """The board profile, with ``--runner`` in place of its own [runner]."""
+    import dataclasses
+
+    from edgeport.validate.boards import RunnerSpec, load_board, parse_ssh_url
 
     board = load_board(args.board)
+    if getattr(args, "runner", None):
+        parse_ssh_url(args.runner)
+        base = board.runner or RunnerSpec(url=args.runner)
+        board = dataclasses.replace(board, runner=dataclasses.replace(base, url=args.runner))
+    return board
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    from edgeport.commands.convert import convert
+
+    board = _board(args)
     out, report = convert(
         args.checkpoint,
         out=args.out,
@@ -161,6 +187,13 @@ def run_boards(args: argparse.Namespace) -> int:
             print(f"{b.name:<14} {b.runtime:<6} {b.version:<9} {','.join(b.dtypes):<14} "
                   f"RAM {b.ram_bytes / 1024:>9,.0f} KiB  flash {b.flash_bytes / 1024:>9,.0f} KiB  {b.description}")
         return 0
+    if args.boards_command == "install":
+        from edgeport.validate.board_runtime import install
+
+        install(load_board(args.board), python=args.python)
+        return 0
+    if args.boards_command == "probe":
+        return _probe(args)
     board = load_board(args.board)
     if not args.model.is_file():
         raise BadInputError(f"model {str(args.model)!r} does not exist; pass a .tflite file")
@@ -174,6 +207,34 @@ def run_boards(args: argparse.Namespace) -> int:
     return _fail_with_list(f"NOT runnable on {board.name}:", reasons)
 
 
+def _probe(args: argparse.Namespace) -> int:
+    from edgeport.validate.board_runtime import this_python, transport_for
+    from edgeport.validate.op_probe import probe, table_toml
+
+    board = _board(args)
+    if board.runtime != "tflite":
+        raise BadInputError(f"{board.name} runs {board.runtime}; only tflite boards are probed (TFLite Micro lists its kernels)")
+    if args.out is not None and (args.out.exists() or args.out.is_symlink()):
+        raise BadInputError(f"--out {str(args.out)!r} exists; edgeport never overwrites a file: pass a new path")
+    transport = transport_for(board)
+    if transport is None:
+        if board.install is not None:
+            raise BadInputError(f"{board.name}'s runtime is not installed; run `edgeport boards install {board.name}`, "
+                                f"or pass --runner ssh://user@host")
+        transport = this_python()  # a board whose runtime is a current one: this environment's
+    runtime, table = probe(transport)
+    text = table_toml(board.name, runtime, table, command=" ".join(["edgeport", "boards", "probe", args.board] +
+                                                                  (["--runner", args.runner] if args.runner else [])))
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        with open(args.out, "x") as f:  # exclusive: a file made meanwhile is not overwritten
+            f.write(text)
+        print(f"{runtime['runtime']} {runtime['version']}: {sum(map(len, table.values()))} op versions of {len(table)} ops "
+              f"-> {args.out}")
+    return 0
+
+
 def _fail_with_list(header: str, items) -> int:
     """A gate's verdict on stdout: what failed, one item a line; exit 1."""
     print(header)
@@ -184,9 +245,8 @@ def _fail_with_list(header: str, items) -> int:
 
 def run_validate(args: argparse.Namespace) -> int:
     from edgeport.commands.validate import validate
-    from edgeport.validate.boards import load_board
 
-    board = load_board(args.board)
+    board = _board(args)
     out, report = validate(args.checkpoint, args.tflite, out=args.out, force=args.force, arch=args.arch, imgsz=args.imgsz,
                            board=board, data=args.data, trust_checkpoint=args.trust_checkpoint, console=_console())
     return _finish(out, report, "report")

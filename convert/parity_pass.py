@@ -54,8 +54,10 @@ class ParityPass(Pass):
 
     def check(self, before: State, after: State) -> None:
         report = after.report
-        # reference, folded, onnx, then per TFLite variant: optimised, reference kernels, board emulator
-        expected = 3 + 3 * len(after.tflite)
+        # reference, folded, onnx, then per TFLite variant: optimised, reference kernels, board emulator,
+        # and the board's own runtime where it can be reached
+        per_variant = 4 if (report.get("board_runtime") or {}).get("real") else 3
+        expected = 3 + per_variant * len(after.tflite)
         if len(report["results"]) != expected:
             raise PassCheckError(f"parity report has {len(report['results'])} results, expected {expected}")
         for r in report["results"]:

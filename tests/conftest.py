@@ -14,6 +14,8 @@ import torch
 from edgeport.models.registry import build_model
 
 REPO = Path(__file__).resolve().parents[1]
+# board runtimes (`make setup-boards`) live in the checkout, never in the user's home
+os.environ.setdefault("EDGEPORT_HOME", str(REPO / ".edgeport"))
 DEMO_CKPT = REPO / "models" / "weights" / "pdet_n_person.pt"
 
 

@@ -2,10 +2,19 @@
 
 A profile (``boards/NAME.toml``) names the runtime (``tflite`` or ``tflm``), its version,
 the dtypes it runs, RAM for the tensor arena, flash for the model, and optional per-op
-overrides with a reason. For a ``tflite`` board the highest runnable version of each
-builtin op follows from TFLite's op-version -> minimum-runtime table
-(``boards/op_min_runtime.toml``); a ``tflm`` board lists the kernels it has.
-``check_model`` lists every reason a board cannot run a model; an empty list means it can.
+overrides with a reason. Which builtin op versions a ``tflite`` board runs comes, best first,
+from:
+
+- ``op_table``: the op versions its real runtime was probed to have (``edgeport boards
+  probe``; ``boards/NAME.ops.toml``, with the probe's provenance);
+- otherwise TFLite's op-version -> minimum-runtime table (``boards/op_min_runtime.toml``),
+  which records when versions were tabulated, not when ops appeared: a fallback for
+  profiles whose runtime nobody has probed.
+
+A ``tflm`` board lists the kernels it has. ``[install]`` says how ``edgeport boards
+install`` makes the board's real runtime on this machine, ``[runner]`` how to reach a real
+board over SSH (``validate/board_runtime.py``). ``check_model`` lists every reason a board
+cannot run a model; an empty list means it can.
 """
 
 from __future__ import annotations
@@ -51,11 +60,61 @@ class OpOverride:
 
 
 @dataclass(frozen=True)
-class VerifiedOp:
-    """An op version the board's real runtime was seen to run, whatever the table says."""
+class OpTable:
+    """The op versions a runtime has, as probed from the runtime itself."""
 
-    max_version: int
-    evidence: str
+    versions: dict[str, frozenset[int]]
+    source: str  # provenance in a few words: "probed on TensorFlow Lite 1.13.1 (tensorflow==1.13.1), 2026-11-30"
+
+
+@dataclass(frozen=True)
+class InstallSpec:
+    """How ``edgeport boards install`` builds the board's runtime: a venv of this Python version."""
+
+    python: str  # "3.7"
+    packages: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    """A real board reached over SSH (``ssh://user@host[:port]``), with a Python and TFLite on it."""
+
+    url: str
+    python: str = "python3"
+    identity: str | None = None  # private key file; default: ssh's own (agent, ~/.ssh/config)
+    options: tuple[str, ...] = ()  # extra `ssh -o` options
+    timeout_s: float = 300.0  # for one run, transfers included
+    workdir: str = "/tmp"  # where run folders are made (and removed) on the board
+
+    @property
+    def user(self) -> str | None:
+        return self._parts()[0]
+
+    @property
+    def host(self) -> str:
+        return self._parts()[1]
+
+    @property
+    def port(self) -> int:
+        return self._parts()[2]
+
+    def _parts(self) -> tuple[str | None, str, int]:
+        return parse_ssh_url(self.url)
+
+
+def parse_ssh_url(url: str) -> tuple[str | None, str, int]:
+    """``ssh://[user@]host[:port]`` -> (user, host, port)."""
+    from urllib.parse import urlsplit
+
+    bad = BadInputError(f"runner {url!r} is not ssh://[user@]host[:port]; e.g. --runner ssh://pi@192.168.1.20")
+    try:
+        parts = urlsplit(url)
+        port = parts.port or 22
+    except ValueError as exc:
+        raise bad from exc
+    if parts.scheme != "ssh" or not parts.hostname or parts.path not in ("", "/") or parts.password:
+        raise bad
+    return parts.username, parts.hostname, port
 
 
 @dataclass(frozen=True)
@@ -70,9 +129,15 @@ class BoardProfile:
     ops: tuple[str, ...] | None = None  # tflm: kernels available
     overrides: dict[str, OpOverride] = field(default_factory=dict)
     differences: tuple[str, ...] = ()  # named ways it computes differently (validate/differences.py)
-    # evidence from the real runtime beats TFLite's runtime_version.cc table, which records when
-    # op versions were tabulated, not when the ops appeared
-    verified: dict[str, VerifiedOp] = field(default_factory=dict)
+    op_table: OpTable | None = None  # probed from the real runtime; beats op_min_runtime.toml
+    install: InstallSpec | None = None
+    runner: RunnerSpec | None = None
+
+    @property
+    def has_real_runtime(self) -> bool:
+        """Whether the board's runtime lives outside this process (its emulator row is then
+        labelled "emulated", and the real one adds its own row where it can be reached)."""
+        return self.install is not None or self.runner is not None
 
     def runs_dtype(self, dtype: str) -> bool:
         return dtype in self.dtypes
@@ -81,7 +146,9 @@ class BoardProfile:
         """The highest version of ``op`` this board runs (0: none)."""
         if self.runtime == "tflm":
             return 10**6 if self.ops and op in self.ops else 0
-        best = self.verified[op].max_version if op in self.verified else 0
+        if self.op_table is not None:
+            return max(self.op_table.versions.get(op, ()), default=0)
+        best = 0
         for version, needs in op_min_runtime().get(op, {}).items():
             if version_le(needs, self.version):
                 best = max(best, version)
@@ -97,14 +164,22 @@ def op_min_runtime() -> dict[str, dict[int, str]]:
 
 
 def board_names() -> list[str]:
-    return sorted(p.stem for p in BOARDS_DIR.glob("*.toml") if p.stem != "op_min_runtime")
+    return sorted(p.stem for p in BOARDS_DIR.glob("*.toml") if p.stem != "op_min_runtime" and not p.stem.endswith(".ops"))
+
+
+def load_op_table(path: Path) -> OpTable:
+    """``NAME.ops.toml`` (written by ``edgeport boards probe``) -> the op versions and their provenance."""
+    raw = tomllib.loads(Path(path).read_text())
+    prov = raw["provenance"]
+    source = f"probed on {prov['runtime']} {prov['version']} ({prov['package']}), {prov['date']}"
+    return OpTable({op: frozenset(int(v) for v in vs) for op, vs in raw["ops"].items()}, source)
 
 
 def load_board(name_or_path: str) -> BoardProfile:
     path = Path(name_or_path)
     if not (path.suffix == ".toml" and path.is_file()):
         path = BOARDS_DIR / f"{name_or_path}.toml"
-    if not path.is_file() or path.stem == "op_min_runtime":
+    if not path.is_file() or path.stem == "op_min_runtime" or path.stem.endswith(".ops"):
         raise BadInputError(f"unknown board {name_or_path!r}; valid: {', '.join(board_names())} (or a path to a profile .toml)")
     try:
         raw = tomllib.loads(path.read_text())
@@ -113,7 +188,15 @@ def load_board(name_or_path: str) -> BoardProfile:
             raise ValueError(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}")
         parse_version(raw["version"])
         overrides = {op: OpOverride(int(o["max_version"]), str(o["reason"])) for op, o in raw.get("overrides", {}).items()}
-        verified = {op: VerifiedOp(int(o["max_version"]), str(o["evidence"])) for op, o in raw.get("verified", {}).items()}
+        op_table = load_op_table(path.parent / raw["op_table"]) if "op_table" in raw else None
+        install = InstallSpec(str(raw["install"]["python"]), tuple(raw["install"]["packages"])) if "install" in raw else None
+        runner = None
+        if "runner" in raw:
+            r = raw["runner"]
+            runner = RunnerSpec(url=str(r["url"]), python=str(r.get("python", "python3")), identity=r.get("identity"),
+                                options=tuple(r.get("options", ())), timeout_s=float(r.get("timeout_s", 300.0)),
+                                workdir=str(r.get("workdir", "/tmp")))
+            parse_ssh_url(runner.url)
         from edgeport.validate.differences import DIFFERENCES
 
         unknown = [d for d in raw.get("differences", ()) if d not in DIFFERENCES]
@@ -123,9 +206,9 @@ def load_board(name_or_path: str) -> BoardProfile:
             name=raw.get("name", path.stem), description=raw.get("description", ""), runtime=runtime,
             version=str(raw["version"]), dtypes=tuple(raw["dtypes"]), ram_bytes=int(raw["ram_bytes"]),
             flash_bytes=int(raw["flash_bytes"]), ops=tuple(raw["ops"]) if "ops" in raw else None, overrides=overrides,
-            differences=tuple(raw.get("differences", ())), verified=verified,
+            differences=tuple(raw.get("differences", ())), op_table=op_table, install=install, runner=runner,
         )
-    except (KeyError, ValueError, TypeError, tomllib.TOMLDecodeError) as exc:
+    except (KeyError, ValueError, TypeError, OSError, tomllib.TOMLDecodeError) as exc:
         raise BadInputError(f"board profile {str(path)!r} is invalid ({type(exc).__name__}: {exc}); see validate/boards/*.toml") from exc
 
 
@@ -158,15 +241,19 @@ def check_model(summary: TFLiteSummary, board: BoardProfile) -> list[str]:
             if need is not None and op.version < need and board.max_op_version(op.name) < need:
                 reasons.append(f"{_op_label(op)}: only {op.name} v{need} kernels honour {note}; {runs}, whose kernel "
                                f"would load the op and ignore it (computing something else)")
-        proven = board.verified.get(op.name)
-        if proven is not None and op.version <= proven.max_version:
-            continue  # the real runtime ran it
+        if board.op_table is not None:
+            have = sorted(board.op_table.versions.get(op.name, ()))
+            if op.version not in have:
+                has = f"it has {op.name} v{', v'.join(map(str, have))}" if have else f"it has no {op.name} kernel at all"
+                reasons.append(f"{_op_label(op)} is not in {board.name}'s runtime: {has} ({board.op_table.source})")
+            continue
         needs = table.get(op.name, {}).get(op.version)
         if needs is None:
             reasons.append(f"{_op_label(op)} is not in TFLite's op-version table; cannot prove {board.name} runs it")
         elif not version_le(needs, board.version):
             reasons.append(f"{_op_label(op)} needs runtime {needs}; {runs}")
-    if board.runtime == "tflite" and summary.min_runtime_version and not version_le(summary.min_runtime_version, board.version):
+    # a runtime never reads min_runtime_version: once its own op versions are known, they decide
+    if board.runtime == "tflite" and board.op_table is None and summary.min_runtime_version and not version_le(summary.min_runtime_version, board.version):
         reasons.append(f"the model's min_runtime_version metadata is {summary.min_runtime_version}; {runs}")
     for dtype in summary.activation_dtypes:
         if dtype not in INDEX_DTYPES and not board.runs_dtype(dtype):

@@ -23,7 +23,7 @@ from edgeport.models.decode import COCO_EVAL, DETECT, DecodeProtocol, Detections
 from edgeport.validate.compare import TOLERANCES, compare_tensors, error_histogram
 from edgeport.validate.detections import compare_detections
 from edgeport.validate.report import SCHEMA, ResultRow
-from edgeport.validate.runners import OnnxRuntimeRunner, TorchRunner
+from edgeport.validate.runners import OnnxRuntimeRunner, RuntimeRefused, TorchRunner
 
 VERSION_PACKAGES = ("edgeport", "torch", "onnx", "onnxruntime", "onnxslim", "onnx2tf", "tensorflow", "ai-edge-litert",
                     "tflite-micro", "numpy")
@@ -71,10 +71,19 @@ def _map_vs_truth(subject: ParitySubject, outputs: list[np.ndarray]) -> dict | N
     return coco_map(subject.ground_truth, mapped)
 
 
+def emulator_label(board) -> str:
+    """The emulator row's runtime: ``board:NAME``, marked emulated when the board's real runtime
+    lives elsewhere (installed, or over SSH) and so could say otherwise."""
+    return f"board:{board.name} (emulated)" if board.has_real_runtime else f"board:{board.name}"
+
+
 def _row_runners(subject: ParitySubject, expected_shapes) -> list[tuple[str, object, Path | None, dict | None]]:
     """(variant, runner or None, file the divergence analysis should read, emulator verdict)."""
+    from edgeport.validate.board_runtime import BoardRunner, transport_for
     from edgeport.validate.emulator import build_emulator
     from edgeport.validate.tflite_runner import TFLiteRunner
+
+    transport = transport_for(subject.board) if subject.board is not None else None
 
     rows: list[tuple[str, object, Path | None, dict | None]] = []
     if subject.folded_module is not None:
@@ -86,7 +95,14 @@ def _row_runners(subject: ParitySubject, expected_shapes) -> list[tuple[str, obj
         rows.append((variant, TFLiteRunner(path, expected_shapes, kernels="reference"), path, None))
         if subject.board is not None:
             runner, verdict, emulated = build_emulator(path, subject.board, expected_shapes, subject.workdir)
+            if runner is not None:
+                runner.runtime = emulator_label(subject.board)
             rows.append((variant, runner, emulated, verdict.to_dict()))
+            if transport is not None:
+                # the board's own runtime, whatever the emulator's gate said: it is the judge. It keeps
+                # no intermediates, so a divergence is located on the emulator's file.
+                rows.append((variant, BoardRunner(transport, path, expected_shapes, board=subject.board.name,
+                                                  workdir=subject.workdir), emulated, None))
     return rows
 
 
@@ -111,17 +127,25 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, row_runners=_
     for variant, runner, analysis_file, verdict in row_runners(subject, expected_shapes):
         tol = TOLERANCES[variant]
         if runner is None:  # the board cannot run it: a failed row with the reasons
-            results.append(ResultRow.not_runnable(variant, f"board:{subject.board.name}", verdict))
+            results.append(ResultRow.not_runnable(variant, emulator_label(subject.board), verdict))
             continue
         key = getattr(runner, "cache_key", None)
         run = runs.get(key) if key else None
         if run is None:  # an emulator whose board changes nothing in the file computes the reference kernels' row
-            run = runner.run(all_inputs)
+            try:
+                run = runner.run(all_inputs)
+            except RuntimeRefused as exc:  # the board's own runtime refused the file: its word is final
+                results.append(ResultRow.not_runnable(variant, runner.runtime, {"runnable": False, "reasons": [str(exc)],
+                                                                                 "judge": "runtime"}))
+                continue
             if key:
                 runs[key] = run
+        real = getattr(runner, "board_runtime", False)
+        if real:
+            verdict = {"runnable": True, "reasons": [], "judge": "runtime"}
         comparisons = [compare_tensors(name, r, g, tol) for name, r, g in zip(subject.output_names, ref_out, run.outputs, strict=True)]
-        real = [o[:n_real] for o in run.outputs]
-        dets = _detections(real, subject.strides)
+        real_images = [o[:n_real] for o in run.outputs]
+        dets = _detections(real_images, subject.strides)
         passed = all(c.passed for c in comparisons)
         found = None
         if divergence and not passed and analysis_file is not None:
@@ -129,10 +153,12 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, row_runners=_
             if reference_tensors is None:
                 reference_tensors = _reference_tensors(subject, all_inputs[:1])
             found = _divergence(reference_tensors, analysis_file, all_inputs[:1], tol) if reference_tensors else None
+            if found is not None and real:
+                found["located_on"] = "the emulator: the board's runtime exposes no intermediate tensors"
         results.append(ResultRow(
             variant, runner.runtime, passed, ms_per_image=run.ms_per_image, outputs=tuple(c.to_dict() for c in comparisons),
             detections=compare_detections(ref_dets, dets).to_dict() if ref_dets is not None and dets is not None else None,
-            map=_map_vs_truth(subject, real), emulator=verdict, divergence=found,
+            map=_map_vs_truth(subject, real_images), emulator=verdict, divergence=found,
             error_histogram=error_histogram(ref_out, run.outputs),
         ))
         if dets is not None and ref_dets is not None and (runner.runtime.startswith("board:") or sample is None):
@@ -156,7 +182,19 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, row_runners=_
         "artifacts": artifacts,
         "results": [r.to_dict() for r in results],
         "sample": sample,
+        "board_runtime": _board_runtime(subject.board),
     }
+
+
+def _board_runtime(board) -> dict | None:
+    """Whose word the board rows are: the board's own runtime, or the emulator alone and how
+    to install the real one."""
+    if board is None or not board.has_real_runtime:
+        return None
+    from edgeport.validate.board_runtime import install_hint, transport_for
+
+    transport = transport_for(board)
+    return {"real": transport is not None, "via": getattr(transport, "what", None), "install": install_hint(board)}
 
 
 def _boxes(d: Detections) -> list[dict]:

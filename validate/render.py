@@ -116,9 +116,10 @@ def divergence_lines(report: dict) -> list[str]:
         if d and d.get("found"):
             f = d["first"]
             cand = f"{f['candidate_type']} `{f['candidate']}`" if f["candidate"] else "nothing"
+            where = f" (located on {d['located_on']})" if d.get("located_on") else ""
             out.append(f"`{r['variant']}` on {r['runtime']}: first divergence at reference node `{f['reference']}` "
                        f"({f['reference_type']}); closest {cand}: max_abs {f['max_abs_rel']:.3g} x max|ref|, "
-                       f"cosine {f['cosine']:.6f} (needs {d['criterion']})")
+                       f"cosine {f['cosine']:.6f} (needs {d['criterion']}){where}")
     return out
 
 
@@ -141,8 +142,21 @@ def _board_md(report: dict) -> list[str]:
             arena = f", arena {em['arena_bytes']:,} of {board['ram_bytes']:,} bytes" if em.get("arena_bytes") else ""
             diffs = f", differences {em['differences']}" if em.get("differences") else ""
             why = "" if em["runnable"] else ": " + "; ".join(em["reasons"])
-            lines.append(f"- emulator, `{r['variant']}`: {'ran' if em['runnable'] else 'cannot run'}{arena}{diffs}{why}")
+            who = "runtime" if em.get("judge") == "runtime" else "emulator"
+            lines.append(f"- {who} ({r['runtime']}), `{r['variant']}`: {'ran' if em['runnable'] else 'cannot run'}{arena}{diffs}{why}")
+    lines += board_runtime_lines(report)
     return lines
+
+
+def board_runtime_lines(report: dict) -> list[str]:
+    """Whose word the board rows are."""
+    real = report.get("board_runtime")
+    if not real:
+        return []
+    if real["real"]:
+        return [f"- the board's own runtime ran every file ({real['via']}); its rows are the verdict"]
+    how = f": `{real['install']}` installs it" if real.get("install") else ""
+    return [f"- emulated only: the board's real runtime is not installed here{how}, and its rows then come from it"]
 
 
 def _upsample_md(report: dict) -> list[str]:

@@ -15,6 +15,11 @@ from pathlib import Path
 import numpy as np
 
 
+class RuntimeRefused(Exception):
+    """The runtime itself refused to load or run the model (its own message): a verdict on the
+    model, reported as a failed row, never an internal error."""
+
+
 @dataclass(frozen=True)
 class RunOutput:
     outputs: list[np.ndarray]  # per model output, (N, C, H, W) float32

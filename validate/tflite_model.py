@@ -32,6 +32,7 @@ class TFLiteSummary:
     num_outputs: int = 0
     input_shape: tuple[int, ...] = ()  # the first input's
     input_dtype: str = ""
+    input_quantization: tuple[float, int] = (0.0, 0)  # (scale, zero_point) of the first input
 
     def op(self, name: str) -> list[OpUse]:
         return [o for o in self.ops if o.name == name]
@@ -117,7 +118,15 @@ def _summarise(schema, model, path: str, size: int) -> TFLiteSummary:
         num_outputs=model.Subgraphs(0).OutputsLength(),
         input_shape=tuple(int(v) for v in first_input.ShapeAsNumpy()) if first_input is not None else (),
         input_dtype=dtype_names.get(first_input.Type(), "?").lower() if first_input is not None else "",
+        input_quantization=_quantization(first_input),
     )
+
+
+def _quantization(tensor) -> tuple[float, int]:
+    q = tensor.Quantization() if tensor is not None else None
+    if q is None or q.ScaleLength() == 0:
+        return (0.0, 0)
+    return (float(q.Scale(0)), int(q.ZeroPoint(0)) if q.ZeroPointLength() else 0)
 
 
 def _resize_notes(schema, op, name: str) -> tuple[str, ...]:

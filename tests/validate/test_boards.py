@@ -3,8 +3,11 @@ from __future__ import annotations
 import pytest
 
 from edgeport.errors import BadInputError
-from edgeport.validate.boards import board_names, check_model, load_board, op_min_runtime, version_le
+from edgeport.validate.boards import BoardProfile, board_names, check_model, load_board, op_min_runtime, version_le
 from edgeport.validate.tflite_model import OpUse, TFLiteSummary, read_tflite
+
+# a profile whose runtime nobody probed: TFLite's tabulated op versions are all there is to go on
+UNPROBED = BoardProfile("soc", "", "tflite", "2.4.0", ("float32",), ram_bytes=1, flash_bytes=10**9)
 
 
 def summary(*ops, dtypes=("float32",), min_rt="1.13.1", size=1000):
@@ -21,8 +24,11 @@ def test_shipped_profiles():
     old = load_board("tflite-1.13")
     assert (old.runtime, old.version, old.dtypes) == ("tflite", "1.13.1", ("float32",))
     assert old.max_op_version("RESIZE_BILINEAR") == 1 and old.max_op_version("CONV_2D") == 1
-    assert old.max_op_version("RESIZE_NEAREST_NEIGHBOR") == 1 and old.max_op_version("LOGISTIC") == 0
-    assert load_board("default").max_op_version("RESIZE_BILINEAR") == 4
+    # LOGISTIC v1 is in TFLite 1.13.1 (probed), though runtime_version.cc tabulated it at 1.14.0
+    assert old.max_op_version("RESIZE_NEAREST_NEIGHBOR") == 1 and old.max_op_version("LOGISTIC") == 1
+    assert old.max_op_version("DEPTHWISE_CONV_2D") == 2 and old.max_op_version("HARD_SWISH") == 0
+    assert "tensorflow==1.13.1" in old.op_table.source and old.install.python == "3.7"
+    assert load_board("default").max_op_version("RESIZE_BILINEAR") >= 4
     mcu = load_board("tflm-m4-256k")
     assert (mcu.runtime, mcu.dtypes, mcu.ram_bytes, mcu.flash_bytes) == ("tflm", ("int8",), 262144, 1048576)
     assert op_min_runtime()["RESIZE_BILINEAR"][3] == "2.2.0"
@@ -31,10 +37,8 @@ def test_shipped_profiles():
 def test_the_write_up_bug_is_named():
     s = summary(OpUse("RESIZE_BILINEAR", 3, 2, ("half_pixel_centers",)), OpUse("CONV_2D", 1, 9), min_rt="2.2.0")
     reasons = check_model(s, load_board("tflite-1.13"))
-    assert reasons == [
-        "RESIZE_BILINEAR v3 (half_pixel_centers) needs runtime 2.2.0; tflite-1.13 runs 1.13.1",
-        "the model's min_runtime_version metadata is 2.2.0; tflite-1.13 runs 1.13.1",
-    ]
+    assert reasons == ["RESIZE_BILINEAR v3 (half_pixel_centers) is not in tflite-1.13's runtime: it has RESIZE_BILINEAR v1 "
+                       "(probed on TFLite 1.13.1 (tensorflow==1.13.1), 2026-11-30)"]
     assert check_model(s, load_board("default")) == []
 
 
@@ -48,12 +52,19 @@ def test_a_flag_only_newer_kernels_honour_is_refused_whatever_version_is_declare
     assert check_model(summary(OpUse("RESIZE_BILINEAR", 1, 2, ("align_corners",))), load_board("tflite-1.13")) == []
 
 
-def test_verified_ops_beat_the_tabulated_runtime():
+def test_the_probed_op_table_beats_the_tabulated_runtime():
+    # every YOLO is SiLU = LOGISTIC + MUL; runtime_version.cc says LOGISTIC v1 needs 1.14.0,
+    # the real TFLite 1.13.1 has it (validate/boards/tflite-1.13.ops.toml)
     old = load_board("tflite-1.13")
-    assert op_min_runtime()["SLICE"][1] == "1.14.0"  # what runtime_version.cc says
-    assert old.max_op_version("SLICE") == 1 and "tensorflow==1.13.1" in old.verified["SLICE"].evidence
-    assert check_model(summary(OpUse("SLICE", 1, 2)), old) == []
-    assert check_model(summary(OpUse("SLICE", 2, 2)), old) == ["SLICE v2 needs runtime 1.14.0; tflite-1.13 runs 1.13.1"]
+    assert op_min_runtime()["LOGISTIC"][1] == "1.14.0" and op_min_runtime()["SLICE"][1] == "1.14.0"
+    assert check_model(summary(OpUse("LOGISTIC", 1, 3), OpUse("MUL", 1, 3), OpUse("SLICE", 1, 2), min_rt="1.14.0"), old) == []
+    (reason,) = check_model(summary(OpUse("SLICE", 2, 2)), old)
+    assert reason.startswith("SLICE v2 is not in tflite-1.13's runtime: it has SLICE v1 (probed on TFLite 1.13.1")
+    (reason,) = check_model(summary(OpUse("HARD_SWISH", 1, 1)), old)
+    assert reason.startswith("HARD_SWISH v1 is not in tflite-1.13's runtime: it has no HARD_SWISH kernel at all")
+    # hardsigmoid (timm's MobileNetV3) is RELU_0_TO_1, absent from the tabulated table, present in the runtime
+    assert "RELU_0_TO_1" not in op_min_runtime()
+    assert check_model(summary(OpUse("RELU_0_TO_1", 1, 4), dtypes=("float32", "int8"), min_rt=None), load_board("default")) == []
 
 
 def test_dtype_size_unknown_and_custom_ops():
@@ -63,7 +74,8 @@ def test_dtype_size_unknown_and_custom_ops():
     assert "float32 tensors; tflm-m4-256k runs int8" in reasons
     assert "model is 2,000,000 bytes; tflm-m4-256k has 1,048,576 bytes of flash" in reasons
     assert not any("int32" in r for r in reasons)  # index tensors are fine everywhere
-    assert any("CONV_2D v99 is not in TFLite's op-version table" in r for r in check_model(s, load_board("tflite-1.13")))
+    assert any("CONV_2D v99 is not in tflite-1.13's runtime: it has CONV_2D v1" in r for r in check_model(s, load_board("tflite-1.13")))
+    assert any("CONV_2D v99 is not in TFLite's op-version table" in r for r in check_model(s, UNPROBED))
 
 
 def test_profile_overrides_and_errors(tmp_path):

@@ -1,0 +1,335 @@
+"""A board's own runtime, out of process: the final word on what the board runs and computes.
+
+edgeport talks to it through the runner protocol of ``board_worker.py`` (a folder with the
+model and npy inputs in; npy outputs, the runtime's name and version out), over one of two
+transports:
+
+- ``LocalPython``: a Python environment on this machine. ``edgeport boards install
+  tflite-1.13`` builds one holding the real TensorFlow Lite 1.13.1 (Python 3.7) under
+  ``$EDGEPORT_HOME/runtimes/`` (default ``~/.local/share/edgeport``);
+- ``Ssh``: a real board, from the profile's ``[runner]`` or ``--runner ssh://user@host[:port]``.
+  One ``ssh`` call per run: the folder goes over as a tar stream, the board's shell removes
+  its run folder on every exit (timeouts included), and the outputs come back the same way.
+
+What the board cannot be used for (unreachable, authentication, no runtime there, timed out)
+is bad input: ``BoardRuntimeError``, exit 2, one line. What the runtime refuses to load or
+run is a verdict on the model: ``runners.RuntimeRefused``, a failed row with its message.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import io
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from edgeport.errors import BadInputError
+from edgeport.validate.boards import BoardProfile, RunnerSpec
+from edgeport.validate.runners import Runner, RunOutput, RuntimeRefused
+
+WORKER = Path(__file__).with_name("board_worker.py")
+RUNTIME_MARKER = ".edgeport-runtime.json"
+SSH_GRACE_S = 30.0  # transfers and connection set-up, on top of the board-side timeout
+
+
+class BoardRuntimeError(BadInputError):
+    """The board's runtime cannot be reached or used (exit 2): nothing was judged."""
+
+
+def runtime_home() -> Path:
+    """Where installed board runtimes live: ``$EDGEPORT_HOME``, else the XDG data folder."""
+    if os.environ.get("EDGEPORT_HOME"):
+        return Path(os.environ["EDGEPORT_HOME"]).expanduser()
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share").expanduser() / "edgeport"
+
+
+def runtime_dir(board: BoardProfile) -> Path:
+    return runtime_home() / "runtimes" / board.name
+
+
+def installed_python(board: BoardProfile) -> Path | None:
+    """The installed runtime's Python for ``board``, or None."""
+    folder = runtime_dir(board)
+    python = folder / "bin" / "python"
+    return python if (folder / RUNTIME_MARKER).is_file() and python.exists() else None
+
+
+# -- transports ----------------------------------------------------------------------------
+
+
+class LocalPython:
+    """A Python environment on this machine."""
+
+    def __init__(self, python: Path | str, *, what: str, timeout_s: float = 600.0):
+        # absolute, not resolved: a venv's python is a link that must stay inside its venv
+        self.python, self.what, self.timeout_s = os.path.abspath(python), what, timeout_s
+
+    def execute(self, folder: Path, mode: str) -> dict:
+        shutil.copy2(WORKER, folder / WORKER.name)
+        try:
+            proc = subprocess.run([self.python, WORKER.name, mode, "."], cwd=folder, capture_output=True, text=True,
+                                  timeout=self.timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise BoardRuntimeError(f"{self.what} did not finish within {self.timeout_s:.0f} s") from exc
+        except OSError as exc:
+            raise BoardRuntimeError(f"{self.what} cannot be started ({exc}); reinstall it: edgeport boards install") from exc
+        return _read_result(folder, proc.returncode, proc.stderr, self.what)
+
+
+class Ssh:
+    """A real board over SSH: ``ssh`` and a POSIX shell with ``tar`` on the board."""
+
+    def __init__(self, spec: RunnerSpec, *, board: str):
+        self.spec, self.board = spec, board
+        self.what = f"board {spec.url}"
+
+    def _ssh(self, remote_command: str) -> list[str]:
+        s = self.spec
+        cmd = ["ssh", "-p", str(s.port), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=10"]
+        if s.identity:
+            cmd += ["-i", str(Path(s.identity).expanduser()), "-o", "IdentitiesOnly=yes"]
+        for opt in s.options:
+            cmd += ["-o", opt]
+        return [*cmd, f"{s.user}@{s.host}" if s.user else s.host, remote_command]
+
+    def execute(self, folder: Path, mode: str) -> dict:
+        if shutil.which("ssh") is None:
+            raise BoardRuntimeError(f"--runner {self.spec.url} needs the ssh client; install OpenSSH (apt install openssh-client)")
+        shutil.copy2(WORKER, folder / WORKER.name)
+        s = self.spec
+        run_dir = f"{s.workdir.rstrip('/') or ''}/edgeport-run-{uuid.uuid4().hex[:12]}"
+        remote_timeout = max(1, int(s.timeout_s))
+        script = "\n".join([
+            f"d={shlex.quote(run_dir)}",
+            "umask 077",
+            'mkdir "$d" || exit 90',
+            "trap 'rm -rf \"$d\"' EXIT HUP INT TERM",
+            'cd "$d" && tar -xf - || exit 91',
+            f"if command -v timeout >/dev/null 2>&1; then T='timeout -s KILL {remote_timeout}'; else T=''; fi",
+            f"$T {s.python} {WORKER.name} {mode} . >stdout.txt 2>stderr.txt; echo $? >status.txt",
+            "tar -cf - $(ls -d result.json outputs stderr.txt status.txt 2>/dev/null)",
+        ])
+        payload = io.BytesIO()
+        with tarfile.open(fileobj=payload, mode="w") as tar:
+            for item in sorted(folder.iterdir()):
+                tar.add(item, arcname=item.name)
+        try:
+            proc = subprocess.run(self._ssh("sh -c " + shlex.quote(script)), input=payload.getvalue(), capture_output=True,
+                                  timeout=s.timeout_s + SSH_GRACE_S)
+        except subprocess.TimeoutExpired as exc:
+            self._cleanup(run_dir)
+            raise BoardRuntimeError(f"{self.what}: the run did not finish within {s.timeout_s:.0f} s; raise timeout_s "
+                                    f"in the board profile's [runner], or check the board") from exc
+        stderr = proc.stderr.decode(errors="replace")
+        if proc.returncode == 255:
+            raise BoardRuntimeError(self._connection_error(stderr))
+        if proc.returncode in (90, 91):
+            raise BoardRuntimeError(f"{self.what}: cannot make a run folder in {s.workdir} on the board; set workdir in [runner] "
+                                    f"to a writable folder")
+        try:
+            with tarfile.open(fileobj=io.BytesIO(proc.stdout), mode="r") as tar:
+                members = tar.getmembers()
+                for member in members:  # only plain files and folders inside the run folder
+                    if not (member.isfile() or member.isdir()) or Path(member.name).is_absolute() or ".." in Path(member.name).parts:
+                        raise tarfile.TarError(f"unexpected member {member.name!r}")
+                extra = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+                tar.extractall(folder, members=members, **extra)
+        except tarfile.TarError as exc:
+            raise BoardRuntimeError(f"{self.what} sent back no results ({exc}; ssh said: {_last_line(stderr)})") from exc
+        status = (folder / "status.txt").read_text().strip() if (folder / "status.txt").is_file() else ""
+        board_stderr = (folder / "stderr.txt").read_text(errors="replace") if (folder / "stderr.txt").is_file() else ""
+        if status in ("124", "137"):
+            raise BoardRuntimeError(f"{self.what}: the run did not finish within {s.timeout_s:.0f} s and was stopped; raise "
+                                    f"timeout_s in the board profile's [runner], or check the board")
+        if status == "127":
+            raise BoardRuntimeError(f"{self.what} has no {s.python!r} ({_last_line(board_stderr)}); set python in the board "
+                                    f"profile's [runner] to a Python with TFLite")
+        return _read_result(folder, int(status) if status.isdigit() else -1, board_stderr, self.what)
+
+    def _connection_error(self, stderr: str) -> str:
+        line = _last_line(stderr)
+        if "Permission denied" in stderr or "Too many authentication failures" in stderr:
+            return (f"authentication to {self.spec.url} failed ({line}); give the key with identity in the board profile's "
+                    f"[runner], or load it into ssh-agent")
+        if "Host key verification failed" in stderr or "REMOTE HOST IDENTIFICATION HAS CHANGED" in stderr:
+            return f"{self.spec.host}'s host key is not trusted ({line}); connect once with ssh to accept it"
+        return f"{self.what} is unreachable ({line}); check the host, the port and that sshd runs there"
+
+    def _cleanup(self, run_dir: str) -> None:
+        """After a local timeout, the board's shell may still be running: remove its folder."""
+        try:
+            subprocess.run(self._ssh("rm -rf " + shlex.quote(run_dir)), capture_output=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Warning: Permanently added")]
+    return lines[-1] if lines else "no message"
+
+
+def _read_result(folder: Path, returncode: int, stderr: str, what: str) -> dict:
+    path = folder / "result.json"
+    if not path.is_file():
+        raise BoardRuntimeError(f"{what} crashed (exit {returncode}): {_last_line(stderr)}")
+    result = json.loads(path.read_text())
+    if not result["ok"] and result["error"] == "no_runtime":
+        raise BoardRuntimeError(f"{what} cannot run TFLite: {result['message']}; install tflite-runtime there, or point "
+                                f"python at an environment that has it")
+    return result
+
+
+# -- the runner ----------------------------------------------------------------------------
+
+
+class BoardRunner(Runner):
+    """A board's own runtime behind the ``Runner`` interface: all images in one call."""
+
+    board_runtime = True  # its rows are the board's own word (parity.py)
+
+    def __init__(self, transport, path: Path, expected_nchw, *, board: str, workdir: Path | None):
+        self.transport, self.path, self.expected, self.board, self.workdir = transport, Path(path), expected_nchw, board, workdir
+        self.runtime = f"board:{board}"
+
+    def _run_one(self, x):
+        return self.run(x).outputs
+
+    def run(self, inputs: np.ndarray) -> RunOutput:
+        from edgeport.validate.tensors import from_model_output, match_outputs, to_model_input
+        from edgeport.validate.tflite_model import read_tflite
+
+        summary = read_tflite(self.path)
+        folder = Path(tempfile.mkdtemp(prefix="board-run-", dir=self.workdir))
+        try:
+            shutil.copy2(self.path, folder / "model.tflite")
+            (folder / "inputs").mkdir()
+            for i in range(inputs.shape[0]):
+                x = to_model_input(np.ascontiguousarray(inputs[i : i + 1], dtype=np.float32), summary.input_shape,
+                                   summary.input_dtype, summary.input_quantization)
+                np.save(folder / "inputs" / f"{i:04d}.npy", x)
+            result = self.transport.execute(folder, "run")
+            self.runtime = f"board:{self.board} ({result['runtime']} {result['version']})"
+            if not result["ok"]:
+                raise RuntimeRefused(f"{result['runtime']} {result['version']} refused the model: {result['message']}")
+            details = result["outputs"]
+            mapping = [(details[i], i, nhwc) for i, nhwc in match_outputs(self.expected, [tuple(d["shape"]) for d in details])]
+            outputs = [
+                np.concatenate([
+                    from_model_output(np.load(folder / "outputs" / f"{i:04d}_{k}.npy"), d["dtype"], tuple(d["quantization"]), nhwc)
+                    for i in range(inputs.shape[0])
+                ]).astype(np.float32)
+                for d, k, nhwc in mapping
+            ]
+            return RunOutput(outputs, statistics.median(result["ms"]))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def transport_for(board: BoardProfile):
+    """How to reach ``board``'s real runtime: its SSH runner, else the installed local runtime,
+    else None (only the emulator)."""
+    if board.runner is not None:
+        return Ssh(board.runner, board=board.name)
+    python = installed_python(board) if board.install is not None else None
+    if python is not None:
+        return LocalPython(python, what=f"{board.name}'s installed runtime ({runtime_dir(board)})")
+    return None
+
+
+def install_hint(board: BoardProfile) -> str | None:
+    if board.install is None:
+        return None
+    return f"edgeport boards install {board.name}"
+
+
+# -- install -------------------------------------------------------------------------------
+
+
+def find_python(version: str) -> str | None:
+    """A working ``python{version}``: on PATH, else in pyenv's versions folder (a pyenv shim on
+    PATH for a version that is not selected fails, and is passed over)."""
+    candidates = [shutil.which(f"python{version}")]
+    for root in filter(None, [os.environ.get("PYENV_ROOT"), str(Path.home() / ".pyenv")]):
+        candidates += [str(p) for p in sorted(Path(root, "versions").glob(f"{version}*/bin/python{version}"), reverse=True)]
+    for candidate in filter(None, candidates):
+        got = _python_version(candidate)
+        if got is not None and _is_version(got, version):
+            return candidate
+    return None
+
+
+def _is_version(got: str, wanted: str) -> bool:
+    return got == wanted or got.startswith(wanted + ".")
+
+
+def install(board: BoardProfile, *, python: str | None = None, log=print) -> dict:
+    """Build ``board``'s runtime in its own venv; returns what the runtime says of itself.
+    Idempotent: an installed runtime that answers is kept."""
+    if board.install is None:
+        raise BadInputError(f"board {board.name!r} has no installable runtime (no [install] in its profile); "
+                            f"boards with one: {', '.join(_installable())}")
+    spec = board.install
+    interpreter = python or find_python(spec.python)
+    if interpreter is None:
+        raise BadInputError(f"{board.name} needs Python {spec.python}, and none is on PATH or in pyenv; install it "
+                            f"(pyenv install {spec.python}) or pass --python /path/to/python{spec.python}")
+    got = _python_version(interpreter)
+    if got is None or not _is_version(got, spec.python):
+        raise BadInputError(f"--python {interpreter} is Python {got or '?'}; {board.name}'s runtime needs Python {spec.python}")
+    folder = runtime_dir(board)
+    if installed_python(board) is not None:
+        info = _version_of(LocalPython(folder / "bin" / "python", what=f"{board.name}'s runtime"))
+        log(f"{board.name}: {info['runtime']} {info['version']} already installed in {folder}")
+        return info
+    if folder.exists() and any(folder.iterdir()) and not (folder / "bin" / "python").exists():
+        raise BadInputError(f"{folder} exists and is not an edgeport runtime; move it away, or set EDGEPORT_HOME")
+    log(f"{board.name}: installing {' '.join(spec.packages)} for Python {got} in {folder}")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    for step in ([interpreter, "-m", "venv", str(folder)],
+                 [str(folder / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", *spec.packages]):
+        proc = subprocess.run(step, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BadInputError(f"installing {board.name}'s runtime failed at `{' '.join(step[:4])} ...`: "
+                                f"{_last_line(proc.stderr)}; nothing was marked installed in {folder}")
+    info = _version_of(LocalPython(folder / "bin" / "python", what=f"{board.name}'s runtime"))
+    marker = {"board": board.name, "python": got, "packages": list(spec.packages), "runtime": info["runtime"],
+              "version": info["version"], "installed": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    (folder / RUNTIME_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    log(f"{board.name}: {info['runtime']} {info['version']} installed in {folder}")
+    return info
+
+
+def _installable() -> list[str]:
+    from edgeport.validate.boards import board_names, load_board
+
+    return [n for n in board_names() if load_board(n).install is not None]
+
+
+def _python_version(python: str) -> str | None:
+    try:
+        proc = subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"], capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def _version_of(transport) -> dict:
+    with tempfile.TemporaryDirectory(prefix="edgeport-runtime-") as tmp:
+        return transport.execute(Path(tmp), "version")
+
+
+def this_python() -> LocalPython:
+    """The runtime this Python has (the default board's)."""
+    return LocalPython(sys.executable, what="this Python's TFLite runtime")

@@ -1,0 +1,145 @@
+"""The board side of edgeport's runner protocol: one file, run by the board's own Python.
+
+It imports nothing of edgeport and runs on Python 3.5 and later, with numpy and one TFLite
+runtime (``tflite_runtime``, ``ai_edge_litert`` or TensorFlow's ``tf.lite``) -- whatever the
+board has. edgeport copies it into a run folder beside the model and the inputs:
+
+    DIR/model.tflite          the model as the board runs it
+    DIR/inputs/NNNN.npy       one input per image, already in the model's layout and dtype
+    DIR/probes/*.tflite       (probe mode) one-op models, OP.VERSION.tflite
+
+and runs ``python board_worker.py run|probe|version DIR``. The worker writes
+
+    DIR/outputs/NNNN_K.npy    output K of image NNNN, as the runtime returned it (raw dtype)
+    DIR/result.json           {"ok", "runtime", "version", "package", "outputs", "ms", "intermediates"}
+                              or {"ok": false, "error": KIND, "message": ...}
+
+KIND is ``no_runtime`` (nothing to run TFLite with), ``load`` (the runtime refused the model:
+its own message), or ``run`` (it failed while running). The exit status is 0 either way; a
+crash of the interpreter itself is what a non-zero status means.
+"""
+
+import json
+import os
+import sys
+import time
+
+
+def _runtime():
+    """(Interpreter class, runtime name, version, package) of the first runtime importable here."""
+    try:
+        import tflite_runtime
+        from tflite_runtime import interpreter as tfl  # the board's usual, small runtime
+
+        return tfl.Interpreter, "TFLite", getattr(tflite_runtime, "__version__", "?"), "tflite_runtime"
+    except ImportError:
+        pass
+    try:
+        import ai_edge_litert
+        from ai_edge_litert import interpreter as litert
+
+        return litert.Interpreter, "LiteRT", getattr(ai_edge_litert, "__version__", "?"), "ai-edge-litert"
+    except ImportError:
+        pass
+    try:
+        import tensorflow as tf
+
+        lite = getattr(tf, "lite", None) or tf.contrib.lite
+        return lite.Interpreter, "TFLite", tf.__version__, "tensorflow"
+    except ImportError:
+        return None
+
+
+def _write(folder, result):
+    with open(os.path.join(folder, "result.json"), "w") as f:
+        json.dump(result, f)
+
+
+def _first_line(exc):
+    text = str(exc).strip() or type(exc).__name__
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # TFLite 1.x prefixes the reason with its source location; keep the reason
+    useful = [ln for ln in lines if "Didn't find op" in ln or "out of range" in ln]
+    return (useful or lines)[0]
+
+
+def run(folder, found):
+    import numpy as np
+
+    interpreter_cls, name, version, package = found
+    base = {"runtime": name, "version": version, "package": package}
+    try:
+        interp = interpreter_cls(model_path=os.path.join(folder, "model.tflite"))
+        interp.allocate_tensors()
+    except Exception as exc:  # the runtime's own refusal: an unknown op, version or type
+        base.update(ok=False, error="load", message=_first_line(exc))
+        return base
+    inp = interp.get_input_details()[0]
+    outs = interp.get_output_details()
+    names = sorted(n for n in os.listdir(os.path.join(folder, "inputs")) if n.endswith(".npy"))
+    os.makedirs(os.path.join(folder, "outputs"), exist_ok=True)
+    ms = []
+    try:
+        for n in names:
+            x = np.load(os.path.join(folder, "inputs", n))
+            t0 = time.perf_counter()
+            interp.set_tensor(inp["index"], x)
+            interp.invoke()
+            ys = [interp.get_tensor(d["index"]) for d in outs]
+            ms.append((time.perf_counter() - t0) * 1e3)
+            for k, y in enumerate(ys):
+                np.save(os.path.join(folder, "outputs", "%s_%d.npy" % (n[:-4], k)), y)
+    except Exception as exc:
+        base.update(ok=False, error="run", message=_first_line(exc))
+        return base
+    details = [{"shape": [int(v) for v in d["shape"]], "dtype": np.dtype(d["dtype"]).name,
+                "quantization": [float(d["quantization"][0]), int(d["quantization"][1])]} for d in outs]
+    # no intermediates: TFLite reuses their memory, and 1.x cannot be told to keep it
+    base.update(ok=True, outputs=details, ms=ms, images=len(names), intermediates=False)
+    return base
+
+
+def probe(folder, found):
+    """Which one-op models the runtime accepts: an op version it has no kernel for is refused
+    when the interpreter is built, before any tensor is looked at."""
+    interpreter_cls, name, version, package = found
+    accepted, refused = [], {}
+    for n in sorted(os.listdir(os.path.join(folder, "probes"))):
+        if not n.endswith(".tflite"):
+            continue
+        try:
+            interpreter_cls(model_path=os.path.join(folder, "probes", n))
+            accepted.append(n[: -len(".tflite")])
+        except Exception as exc:
+            refused[n[: -len(".tflite")]] = _first_line(exc)
+    return {"ok": True, "runtime": name, "version": version, "package": package, "accepted": accepted,
+            "refused": refused, "python": "%d.%d.%d" % sys.version_info[:3]}
+
+
+def main(argv):
+    if len(argv) != 2 or argv[0] not in ("run", "probe", "version"):
+        sys.stderr.write("usage: board_worker.py run|probe|version DIR\n")
+        return 2
+    mode, folder = argv
+    try:
+        import numpy  # noqa: F401
+        found = _runtime()
+    except ImportError:
+        found = None
+    if found is None:
+        result = {"ok": False, "error": "no_runtime",
+                  "message": "Python %d.%d here has numpy and none of tflite_runtime, ai_edge_litert, tensorflow, "
+                             "or no numpy" % sys.version_info[:2]}
+    elif mode == "run":
+        result = run(folder, found)
+    elif mode == "probe":
+        result = probe(folder, found)
+    else:
+        result = {"ok": True, "runtime": found[1], "version": found[2], "package": found[3],
+                  "python": "%d.%d.%d" % sys.version_info[:3]}
+    _write(folder, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
