@@ -121,15 +121,15 @@ def main(argv):
         sys.stderr.write("usage: board_worker.py run|probe|version DIR\n")
         return 2
     mode, folder = argv
+    here = "Python %d.%d here" % sys.version_info[:2]
     try:
         import numpy  # noqa: F401
-        found = _runtime()
     except ImportError:
-        found = None
+        found, missing = None, here + " has no numpy"
+    else:
+        found, missing = _runtime(), here + " has none of tflite_runtime, ai_edge_litert, tensorflow"
     if found is None:
-        result = {"ok": False, "error": "no_runtime",
-                  "message": "Python %d.%d here has numpy and none of tflite_runtime, ai_edge_litert, tensorflow, "
-                             "or no numpy" % sys.version_info[:2]}
+        result = {"ok": False, "error": "no_runtime", "message": missing}
     elif mode == "run":
         result = run(folder, found)
     elif mode == "probe":

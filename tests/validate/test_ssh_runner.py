@@ -1,0 +1,155 @@
+"""The SSH runner against a real sshd on 127.0.0.1: the "board" is this machine, reached as a
+board is, with throwaway keys. On it runs the real TFLite 1.13.1 (`make setup-boards`).
+
+Every way a board can fail to be usable -- unreachable, authentication refused, no runtime
+on it, a run that does not finish -- is exit 2 with one line, and leaves nothing on the board.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from edgeport.validate.board_runtime import installed_python
+from edgeport.validate.boards import BOARDS_DIR, load_board
+
+pytestmark = pytest.mark.slow
+SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _keygen(path: Path) -> Path:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    if SSHD is None or shutil.which("ssh") is None:
+        pytest.skip("no OpenSSH server/client: apt install openssh-server openssh-client (.ci/run does)")
+    root = tmp_path_factory.mktemp("sshd")
+    host_key, client_key, stranger = _keygen(root / "host"), _keygen(root / "client"), _keygen(root / "stranger")
+    (root / "authorized_keys").write_text((root / "client.pub").read_text())
+    port = _free_port()
+    (root / "sshd_config").write_text("\n".join([
+        f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {host_key}", f"AuthorizedKeysFile {root / 'authorized_keys'}",
+        f"PidFile {root / 'sshd.pid'}", "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no",
+        "PermitRootLogin prohibit-password", "StrictModes no", "LogLevel ERROR",
+    ]) + "\n")
+    if os.geteuid() == 0:
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege-separation folder
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(root / "sshd_config")], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.skip(f"sshd did not start: {proc.stderr.read().strip()[-300:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    yield {"port": port, "key": client_key, "stranger": stranger, "root": root}
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def _profile(tmp_path: Path, sshd: dict, *, python: str, key: Path | None = None, port: int | None = None,
+             timeout_s: float = 300) -> tuple[Path, Path]:
+    """A board profile like tflite-1.13's, reached over SSH; returns it and the board's run folder root."""
+    board_dir = tmp_path / "board"
+    board_dir.mkdir(exist_ok=True)
+    text = (BOARDS_DIR / "tflite-1.13.toml").read_text().split("[install]")[0]
+    text = text.replace('name = "tflite-1.13"', 'name = "ssh-board"')
+    text = text.replace('op_table = "tflite-1.13.ops.toml"', f'op_table = "{BOARDS_DIR / "tflite-1.13.ops.toml"}"')
+    options = ["StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "LogLevel=ERROR"]
+    text += "\n".join([
+        "[runner]",
+        f'url = "ssh://{getpass.getuser()}@127.0.0.1:{port or sshd["port"]}"',
+        f'python = "{python}"',
+        f'identity = "{key or sshd["key"]}"',
+        f"options = {json.dumps(options)}",
+        f"timeout_s = {timeout_s}",
+        f'workdir = "{board_dir}"',
+    ]) + "\n"
+    path = tmp_path / "ssh-board.toml"
+    path.write_text(text)
+    return path, board_dir
+
+
+def _script(path: Path, body: str) -> str:
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def _one_line_exit_2(proc, *needles: str) -> None:
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_a_board_over_ssh_runs_the_model_on_its_own_runtime(tmp_path, sshd, random_checkpoint, cli):
+    python = installed_python(load_board("tflite-1.13"))
+    if python is None:
+        pytest.skip("the real TFLite 1.13.1 is not installed: `make setup-boards` (needs a python3.7)")
+    profile, board_dir = _profile(tmp_path, sshd, python=str(python))
+    out = tmp_path / "out"
+    proc = cli("convert", str(random_checkpoint("pdet-n-bilinear", 2)), "--imgsz", "64", "--board", str(profile),
+               "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    rows = {r["runtime"]: r for r in report["results"]}
+    assert rows["board:ssh-board (TFLite 1.13.1)"]["passed"], sorted(rows)
+    assert rows["board:ssh-board (emulated)"]["passed"]
+    assert report["board_runtime"]["via"].startswith("board ssh://")
+    assert list(board_dir.iterdir()) == []  # nothing left on the board
+
+
+def test_an_unreachable_board(tmp_path, sshd, cli):
+    profile, board_dir = _profile(tmp_path, sshd, python="python3", port=_free_port())
+    proc = cli("boards", "probe", str(profile))
+    _one_line_exit_2(proc, "is unreachable", "Connection refused", "check the host, the port")
+    assert list(board_dir.iterdir()) == []
+
+
+def test_authentication_refused(tmp_path, sshd, cli):
+    profile, board_dir = _profile(tmp_path, sshd, python="python3", key=sshd["stranger"])
+    proc = cli("boards", "probe", str(profile))
+    _one_line_exit_2(proc, "authentication to ssh://", "failed", "Permission denied")
+    assert list(board_dir.iterdir()) == []
+
+
+def test_a_board_without_a_runtime(tmp_path, sshd, cli):
+    bare = _script(tmp_path / "bare-python", f'exec "{sys.executable}" -S "$@"')  # no site-packages: no numpy, no TFLite
+    profile, board_dir = _profile(tmp_path, sshd, python=bare)
+    _one_line_exit_2(cli("boards", "probe", str(profile)), "cannot run TFLite", "install tflite-runtime there")
+    assert list(board_dir.iterdir()) == []
+    profile, board_dir = _profile(tmp_path, sshd, python="/nonexistent/python3")
+    _one_line_exit_2(cli("boards", "probe", str(profile)), "has no '/nonexistent/python3'", "set python")
+    assert list(board_dir.iterdir()) == []
+
+
+def test_a_run_that_does_not_finish(tmp_path, sshd, cli):
+    hang = _script(tmp_path / "hanging-python", "sleep 60")
+    profile, board_dir = _profile(tmp_path, sshd, python=hang, timeout_s=2)
+    t0 = time.monotonic()
+    proc = cli("boards", "probe", str(profile))
+    _one_line_exit_2(proc, "did not finish within 2 s", "timeout_s")
+    assert time.monotonic() - t0 < 30
+    assert list(board_dir.iterdir()) == []
