@@ -182,10 +182,15 @@ def run_boards(args: argparse.Namespace) -> int:
     from edgeport.validate.tflite_model import read_tflite
 
     if args.boards_command is None:
+        from edgeport.validate.board_runtime import installed_python
+
         for name in board_names():
             b = load_board(name)
+            real = ""
+            if b.install is not None:
+                real = " [real runtime installed]" if installed_python(b) else f" [emulated: `edgeport boards install {b.name}`]"
             print(f"{b.name:<14} {b.runtime:<6} {b.version:<9} {','.join(b.dtypes):<14} "
-                  f"RAM {b.ram_bytes / 1024:>9,.0f} KiB  flash {b.flash_bytes / 1024:>9,.0f} KiB  {b.description}")
+                  f"RAM {b.ram_bytes / 1024:>9,.0f} KiB  flash {b.flash_bytes / 1024:>9,.0f} KiB  {b.description}{real}")
         return 0
     if args.boards_command == "install":
         from edgeport.validate.board_runtime import install

@@ -19,6 +19,15 @@ from edgeport.validate.tflite_model import read_tflite
 
 pytestmark = pytest.mark.slow
 
+EMULATED, REAL = "board:tflite-1.13 (emulated)", "board:tflite-1.13 (TFLite 1.13.1)"
+
+
+def _real_runtime() -> bool:
+    """Whether the real TFLite 1.13.1 is installed (`make setup-boards`): its rows join the emulator's."""
+    from edgeport.validate.board_runtime import installed_python
+
+    return installed_python(load_board("tflite-1.13")) is not None
+
 
 @pytest.fixture(scope="module")
 def bilinear(tmp_path_factory, cli_session, random_checkpoint):
@@ -37,9 +46,12 @@ def test_legacy_resize_fails_on_the_old_board_emulator_at_the_resize(bilinear, t
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "first divergence at reference node" in proc.stdout and "(Resize)" in proc.stdout
     report = json.loads((out / "report.json").read_text())
-    (board_row,) = [r for r in report["results"] if r["runtime"] == "board:tflite-1.13"]
+    (board_row,) = [r for r in report["results"] if r["runtime"] == EMULATED]
     assert board_row["emulator"]["runnable"] and not board_row["passed"]
     assert board_row["divergence"]["first"]["reference_type"] == "Resize"
+    if _real_runtime():  # the real TFLite 1.13.1 runs it too, and computes the same wrong thing
+        (real,) = [r for r in report["results"] if r["runtime"] == REAL]
+        assert not real["passed"] and real["divergence"]["first"]["reference_type"] == "Resize"
     assert "Where it diverges" in (out / "report.md").read_text()
 
 
@@ -52,7 +64,12 @@ def test_naive_model_cannot_run_on_the_old_board(bilinear, tmp_path, cli):
     if installed_backend().generation >= 2:  # v1 with the flag set: refused for the flag
         assert "only RESIZE_BILINEAR v3 kernels honour half_pixel_centers" in proc.stderr
     else:
-        assert "RESIZE_BILINEAR v3 (half_pixel_centers) needs runtime 2.2.0" in proc.stderr
+        assert "RESIZE_BILINEAR v3 (half_pixel_centers) is not in tflite-1.13's runtime: it has RESIZE_BILINEAR v1" in proc.stderr
+        if _real_runtime():  # and the runtime itself refuses to load it, in its own words
+            report = json.loads((tmp_path / "v" / "report.json").read_text())
+            (real,) = [r for r in report["results"] if r["runtime"] == REAL]
+            assert real["emulator"]["reasons"] == ["TFLite 1.13.1 refused the model: Didn't find op for builtin opcode "
+                                                   "'RESIZE_BILINEAR' version '3'"]
 
 
 def test_a_board_that_ignores_half_pixel_centres_is_emulated(bilinear, tmp_path):
@@ -96,8 +113,9 @@ def test_shipped_detector_passes_on_the_old_board_with_labels(demo_ckpt, tmp_pat
     report = json.loads((tmp_path / "v" / "report.json").read_text())
     assert report["inputs"]["labelled"] and report["inputs"]["random"] == 2
     rows = {r["runtime"]: r for r in report["results"]}
-    assert set(rows) == {"pytorch", "tflite", "tflite-ref", "board:tflite-1.13"}
-    assert rows["board:tflite-1.13"]["map"]["map50"] == pytest.approx(rows["pytorch"]["map"]["map50"], abs=0.01)
+    assert set(rows) == {"pytorch", "tflite", "tflite-ref", EMULATED} | ({REAL} if _real_runtime() else set())
+    for board_row in {EMULATED, REAL} & set(rows):
+        assert rows[board_row]["map"]["map50"] == pytest.approx(rows["pytorch"]["map"]["map50"], abs=0.01)
     html = (tmp_path / "v" / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 2  # error histograms and the sample; no row failed: no layer curve
     _render_in_browser(tmp_path / "v" / "report.html", tmp_path)
@@ -131,7 +149,8 @@ def test_shipped_bilinear_detector_passes_on_every_shipped_board(board, variants
     report = json.loads((out / "report.json").read_text())
     assert report["passed"] and set(report["board"]["checks"]) == variants
     rows = [r for r in report["results"] if r["variant"] in variants]
-    assert len(rows) == 3 * len(variants) and all(r["passed"] for r in rows)
+    per_variant = 4 if board == "tflite-1.13" and _real_runtime() else 3  # + the board's own runtime
+    assert len(rows) == per_variant * len(variants) and all(r["passed"] for r in rows)
     assert all(r["detections"]["recall"] >= 0.9 for r in rows), [r["detections"] for r in rows]
 
 

@@ -68,7 +68,7 @@ def table_toml(board: str, runtime: dict, table: dict[str, list[int]], *, comman
     lines = [
         f"# The builtin op versions {runtime['runtime']} {runtime['version']} has: each op and version was",
         "# asked of the runtime with a one-op model (validate/op_probe.py); what it loaded is listed.",
-        f"# Written by `{command}`; re-checked by tests/validate/test_op_tables.py where the runtime is installed.",
+        f"# Written by `{command}`; re-checked against the runtime by tests/validate/test_real_tflite113.py and test_board_runtime.py.",
         "[provenance]",
         f'board = "{board}"',
         f'runtime = "{runtime["runtime"]}"',

@@ -66,7 +66,7 @@ def _first_divergence(report, variant, runtime="tflite-ref"):
 def test_legacy_resize_on_the_old_board_is_caught_at_the_resize(checkpoints, tmp_path):
     report = _convert(checkpoints["pdet-n-bilinear"], tmp_path, list(PIPELINE), board=load_board("tflite-1.13"), legacy_resize=True)
     assert report["passed"] is False and report["board"]["runnable"] is True
-    first = _first_divergence(report, "float32", "board:tflite-1.13")
+    first = _first_divergence(report, "float32", "board:tflite-1.13 (emulated)")
     assert first["reference_type"] == "Resize" and "up" in first["reference"]
     assert first["candidate_type"] == "RESIZE_BILINEAR"
 

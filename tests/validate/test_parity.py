@@ -48,6 +48,7 @@ def test_rows_pass_and_fail_on_what_the_runners_compute(tmp_path):
 def test_a_board_that_cannot_run_the_file_is_a_failed_row_with_its_reasons(tmp_path):
     class Board:
         name = "tiny"
+        has_real_runtime = False
 
     verdict = {"runnable": False, "reasons": ["CONV_2D has no kernel"], "differences": {}, "arena_bytes": None, "model_bytes": 1}
     report = run_parity(_subject(tmp_path, board=Board()), row_runners=lambda s, shapes: [("int8", None, None, verdict)])
@@ -60,3 +61,47 @@ def test_divergence_is_computed_for_failing_rows_only(tmp_path):
     subject = _subject(tmp_path, export_reference=exported.append)
     report = run_parity(subject, row_runners=lambda s, shapes: [("float32", FakeRunner("exact"), Path("unused.tflite"), None)])
     assert exported == [] and report["results"][1]["divergence"] is None
+
+
+class RefusingBoard(Runner):
+    """A board's own runtime that refuses the file, as TFLite 1.13.1 refuses CONV_2D v2."""
+
+    runtime = "board:old"
+    board_runtime = True
+
+    def _run_one(self, x):
+        from edgeport.validate.runners import RuntimeRefused
+
+        self.runtime = "board:old (TFLite 1.13.1)"
+        raise RuntimeRefused("TFLite 1.13.1 refused the model: Didn't find op for builtin opcode 'CONV_2D' version '2'")
+
+
+def test_the_board_runtime_is_the_judge_of_its_row(tmp_path):
+    class Old:
+        name = "old"
+        has_real_runtime = True
+        install = runner = None
+
+    rows = lambda subject, shapes: [("float32", FakeRunner("board:old (emulated)"), None, None),  # noqa: E731
+                                    ("float32", RefusingBoard(), None, None)]
+    report = run_parity(_subject(tmp_path, board=Old()), row_runners=rows)
+    by = {r["runtime"]: r for r in report["results"]}
+    assert by["board:old (emulated)"]["passed"]
+    refused = by["board:old (TFLite 1.13.1)"]
+    assert refused["passed"] is False and refused["emulator"]["judge"] == "runtime"
+    assert refused["emulator"]["reasons"] == ["TFLite 1.13.1 refused the model: Didn't find op for builtin opcode 'CONV_2D' version '2'"]
+    assert not report["passed"] and report["board_runtime"] == {"real": False, "via": None, "install": None}
+
+
+def test_a_failing_board_runtime_row_has_its_divergence_located_on_the_emulator(tmp_path, monkeypatch):
+    from edgeport.validate import parity
+
+    class OffBoard(FakeRunner):
+        board_runtime = True
+
+    monkeypatch.setattr(parity, "_reference_tensors", lambda subject, x: {"fake": True})
+    monkeypatch.setattr(parity, "_divergence", lambda ref, path, x, tol: {"found": False, "file": str(path)})
+    rows = lambda subject, shapes: [("float32", OffBoard("board:old (TFLite 1.13.1)", offset=0.1), Path("emulated.tflite"), None)]  # noqa: E731
+    (_, row) = run_parity(_subject(tmp_path), row_runners=rows)["results"]
+    assert row["divergence"] == {"found": False, "file": "emulated.tflite",
+                                 "located_on": "the emulator: the board's runtime exposes no intermediate tensors"}

@@ -103,3 +103,11 @@ def test_tflite_113_rows_come_from_the_real_runtime_and_match_the_emulator(tmp_p
         scale = float(np.abs(ref).max())
         assert float(np.abs(got - emu).max()) / scale <= 1e-6
         assert float(np.abs(got - ref).max()) / scale <= 1e-5  # and PyTorch's ONNX export, as the gate says
+
+
+def test_the_shipped_tflite_113_op_table_is_what_the_real_runtime_has():
+    from edgeport.validate.op_probe import probe
+
+    runtime, table = probe(LocalPython(_runtime(), what="TFLite 1.13.1"))
+    assert (runtime["runtime"], runtime["version"]) == ("TFLite", "1.13.1")
+    assert {op: frozenset(vs) for op, vs in table.items()} == load_board("tflite-1.13").op_table.versions

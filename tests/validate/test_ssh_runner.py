@@ -122,9 +122,10 @@ def test_a_board_over_ssh_runs_the_model_on_its_own_runtime(tmp_path, sshd, rand
 
 
 def test_an_unreachable_board(tmp_path, sshd, cli):
-    profile, board_dir = _profile(tmp_path, sshd, python="python3", port=_free_port())
-    proc = cli("boards", "probe", str(profile))
-    _one_line_exit_2(proc, "is unreachable", "Connection refused", "check the host, the port")
+    profile, board_dir = _profile(tmp_path, sshd, python="python3")
+    closed = f"ssh://{getpass.getuser()}@127.0.0.1:{_free_port()}"  # --runner replaces the profile's url
+    proc = cli("boards", "probe", str(profile), "--runner", closed)
+    _one_line_exit_2(proc, f"board {closed} is unreachable", "Connection refused", "check the host, the port")
     assert list(board_dir.iterdir()) == []
 
 
