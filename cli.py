@@ -278,14 +278,25 @@ def run_check(args: argparse.Namespace) -> int:
 COMMANDS = {"convert": run_convert, "data": run_data, "boards": run_boards, "validate": run_validate, "check": run_check}
 
 
+def _ignore_further_signals() -> None:
+    """Once unwound, exit with the code said: a signal still pending (or a second one) must not
+    turn it into a death by signal or a traceback during interpreter shutdown."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def _dispatch(args: argparse.Namespace, prog: str) -> int:
     handle_sigterm()
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
+        _ignore_further_signals()
         print(f"{prog}: interrupted; nothing was left behind", file=sys.stderr)
         return 130
     except Terminated:
+        _ignore_further_signals()
         print(f"{prog}: terminated; nothing was left behind", file=sys.stderr)
         return 143
     except Exception as exc:  # one line and an honest exit code, never a traceback
