@@ -3,14 +3,17 @@
 ``y = gamma * (conv(x) - mean) / sqrt(var + eps) + beta`` is itself a convolution with
 scaled weights and a new bias, so after folding the graph has no BatchNormalization for
 the converter to handle. Pairs are found on the traced graph (torch.fx), so models that
-call ``self.bn(self.conv(x))`` fold as well as ``nn.Sequential(conv, bn)``; when tracing
-fails the pass falls back to consecutive children of containers. A BatchNorm whose input
-is not a convolution used only by it is left in place, and stays correct.
+call ``self.bn(self.conv(x))`` fold as well as ``nn.Sequential(conv, bn)``; a model fx
+cannot trace as a whole (Ultralytics' layer loop) is folded block by block. The fold is
+made in place, so the model keeps its classes. A norm+act layer (timm's ``BatchNormAct2d``)
+folds too, its dropout and activation kept. A BatchNorm whose input is not a convolution
+used only by it is left in place, stays correct, and the summary counts it.
 """
 
 from __future__ import annotations
 
 import copy
+from collections import Counter
 
 from torch import fx, nn
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -32,52 +35,75 @@ def _set_submodule(root: nn.Module, target: str, new: nn.Module) -> None:
     setattr(parent, attr, new)
 
 
-def _fold_traced(module: nn.Module) -> tuple[nn.Module, int]:
+def bn_tail(bn: _BatchNorm) -> nn.Module | None:
+    """What stays of ``bn`` once its normalisation is folded away: nothing for torch's own
+    BatchNorm; the dropout and activation of a norm+act layer (timm's ``BatchNormAct2d``,
+    edgeport's ``BatchNormAct``); None -- not foldable -- for a subclass doing anything else."""
+    if type(bn).forward in _PLAIN_FORWARDS:
+        return nn.Identity()
+    act, drop = getattr(bn, "act", None), getattr(bn, "drop", None)
+    if isinstance(act, nn.Module) and isinstance(drop, nn.Module) and set(dict(bn.named_children())) <= {"act", "drop"}:
+        return nn.Sequential(drop, act)
+    return None
+
+
+_PLAIN_FORWARDS = {nn.BatchNorm1d.forward, nn.BatchNorm2d.forward, nn.BatchNorm3d.forward, _BatchNorm.forward}
+
+
+def conv_bn_pairs(module: nn.Module) -> list[tuple[str, str]]:
+    """(conv, bn) submodule names where the BatchNorm's only input is that convolution's
+    output and each is called once, found on ``module``'s fx graph (raises if untraceable)."""
     gm = trace(module)
     mods = dict(gm.named_modules())
-    folded = 0
-    for node in list(gm.graph.nodes):
+    calls = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
+    pairs = []
+    for node in gm.graph.nodes:
         if node.op != "call_module" or not isinstance(mods.get(node.target), _BatchNorm):
             continue
         src = node.args[0] if node.args else None
         if not isinstance(src, fx.Node) or src.op != "call_module" or len(src.users) != 1:
             continue
-        conv, bn = mods.get(src.target), mods[node.target]
-        if not isinstance(conv, CONV_TYPES) or not bn.track_running_stats:
-            continue
-        _set_submodule(gm, src.target, fuse_conv_bn_eval(conv, bn))
-        _set_submodule(gm, node.target, nn.Identity())
-        node.replace_all_uses_with(src)
-        gm.graph.erase_node(node)
-        folded += 1
-    gm.graph.lint()
-    gm.delete_all_unused_submodules()
-    gm.recompile()
-    return gm, folded
+        if isinstance(mods.get(src.target), CONV_TYPES) and calls[src.target] == 1 and calls[node.target] == 1:
+            pairs.append((src.target, node.target))
+    return pairs
 
 
-def _fold_sequential(module: nn.Module) -> tuple[nn.Module, int]:
+def _fold_pairs(module: nn.Module, pairs: list[tuple[str, str]]) -> int:
+    """Fold in place: the module keeps its own classes and forward (no GraphModule in its
+    place: frameworks such as Ultralytics read attributes of their layers at run time)."""
     folded = 0
-    for parent in list(module.modules()):
-        children = list(parent.named_children())
-        for (cname, conv), (bname, bn) in zip(children, children[1:]):
-            if isinstance(parent, nn.Sequential) and isinstance(conv, CONV_TYPES) and isinstance(bn, _BatchNorm):
-                if bn.track_running_stats:
-                    setattr(parent, cname, fuse_conv_bn_eval(conv, bn))
-                    setattr(parent, bname, nn.Identity())
-                    folded += 1
-    return module, folded
+    for conv_name, bn_name in pairs:
+        conv, bn = module.get_submodule(conv_name), module.get_submodule(bn_name)
+        tail = bn_tail(bn)
+        if tail is None or not bn.track_running_stats or bn.running_mean is None:
+            continue
+        plain = nn.BatchNorm2d(bn.num_features, eps=bn.eps, affine=bn.affine).eval()
+        plain.load_state_dict({k: v for k, v in bn.state_dict().items() if k in plain.state_dict()}, strict=True)
+        _set_submodule(module, conv_name, fuse_conv_bn_eval(conv, plain))
+        _set_submodule(module, bn_name, tail)
+        folded += 1
+    return folded
+
+
+def _fold(module: nn.Module) -> tuple[int, str]:
+    """Fold on the whole model's graph, else on the graph of each largest submodule fx can
+    trace (a model whose forward has control flow usually has traceable blocks)."""
+    try:
+        return _fold_pairs(module, conv_bn_pairs(module)), "fx"
+    except Exception:  # noqa: BLE001 - fx cannot trace every model: go one level down
+        pass
+    folded = 0
+    for child in module.children():
+        n, _ = _fold(child)
+        folded += n
+    return folded, "fx per block"
 
 
 def fold_batchnorm(module: nn.Module) -> tuple[nn.Module, int, str]:
     """Return (folded copy, number folded, method). The input module is not modified."""
     module = copy.deepcopy(module).eval()
-    try:
-        gm, n = _fold_traced(module)
-        return gm, n, "fx"
-    except Exception:  # noqa: BLE001 - fx cannot trace every model; fall back
-        m, n = _fold_sequential(copy.deepcopy(module))
-        return m, n, "sequential"
+    n, method = _fold(module)
+    return module, n, method
 
 
 def conv_bn_pairs_left(module: nn.Module) -> int:

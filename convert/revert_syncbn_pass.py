@@ -4,6 +4,11 @@ In eval mode SyncBatchNorm computes exactly what BatchNorm does from its running
 statistics; reverting it lets the BN-fold pass (whose fuser matches BatchNorm2d) see it,
 and lets export run without a process group. Weight, bias, running statistics, eps,
 momentum, affine, track_running_stats and num_batches_tracked are kept.
+
+A subclass that adds a dropout and an activation (timm's ``SyncBatchNormAct``, from
+``timm.layers.convert_sync_batchnorm``) becomes its non-sync counterpart,
+``BatchNormAct2d``, keeping both; any other subclass that changes ``forward`` is refused
+with its class name: swapping it for a plain BatchNorm would silently drop what it adds.
 """
 
 from __future__ import annotations
@@ -14,7 +19,19 @@ from torch import nn
 
 from edgeport.convert.base import Pass, PassResult, State
 from edgeport.convert.modelcheck import assert_same_outputs
-from edgeport.errors import PassCheckError
+from edgeport.errors import BadInputError, PassCheckError
+
+
+class BatchNormAct2d(nn.BatchNorm2d):
+    """BatchNorm2d followed by its own dropout and activation: what timm's ``SyncBatchNormAct``
+    computes in eval mode, without timm (the BN fold keeps ``drop`` and ``act``)."""
+
+    def __init__(self, num_features: int, *, drop: nn.Module, act: nn.Module, **kw):
+        super().__init__(num_features, **kw)
+        self.drop, self.act = drop, act
+
+    def forward(self, x):
+        return self.act(self.drop(super().forward(x)))
 
 
 def sync_bn_types() -> tuple[type, ...]:
@@ -29,16 +46,20 @@ def sync_bn_types() -> tuple[type, ...]:
     return tuple(types)
 
 
-def to_batchnorm2d(sbn: nn.Module) -> nn.BatchNorm2d:
-    bn = nn.BatchNorm2d(
-        sbn.num_features,
-        eps=sbn.eps,
-        momentum=sbn.momentum,
-        affine=sbn.affine,
-        track_running_stats=sbn.track_running_stats,
-    )
+def to_batchnorm2d(sbn: nn.Module, name: str = "") -> nn.BatchNorm2d:
+    kw = {"eps": sbn.eps, "momentum": sbn.momentum, "affine": sbn.affine, "track_running_stats": sbn.track_running_stats}
+    cls = type(sbn)
+    if cls in sync_bn_types() or cls.forward in {t.forward for t in sync_bn_types()}:
+        bn = nn.BatchNorm2d(sbn.num_features, **kw)
+    elif set(dict(sbn.named_children())) == {"drop", "act"}:
+        bn = BatchNormAct2d(sbn.num_features, drop=sbn.drop, act=sbn.act, **kw)
+    else:
+        raise BadInputError(
+            f"{name or 'the model'} is a {cls.__module__}.{cls.__name__}, a SyncBatchNorm subclass with its own forward "
+            f"edgeport cannot revert without changing what it computes; build the model with its non-sync counterpart "
+            f"(load the checkpoint into a model that uses it, --arch module:callable) and convert again")
     # load_state_dict copies weight, bias, running_mean, running_var, num_batches_tracked
-    bn.load_state_dict(sbn.state_dict(), strict=True)
+    bn.load_state_dict({k: v for k, v in sbn.state_dict().items() if k in bn.state_dict()}, strict=True)
     bn.train(sbn.training)
     for p_new, p_old in zip(bn.parameters(), sbn.parameters()):
         p_new.requires_grad_(p_old.requires_grad)
@@ -52,10 +73,10 @@ def revert_sync_batchnorm(module: nn.Module) -> tuple[nn.Module, int]:
     if isinstance(module, types):
         return to_batchnorm2d(module), 1
     count = 0
-    for parent in list(module.modules()):
+    for pname, parent in list(module.named_modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, types):
-                setattr(parent, name, to_batchnorm2d(child))
+                setattr(parent, name, to_batchnorm2d(child, f"{pname}.{name}" if pname else name))
                 count += 1
     return module, count
 

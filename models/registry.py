@@ -113,11 +113,24 @@ def _build_from_callable(target: str) -> nn.Module:
 
 
 def model_stride(model: nn.Module) -> int:
-    """The largest downsampling factor: the input size must be a multiple of it."""
+    """The largest downsampling factor: the input size must be a multiple of it.
+
+    ``stride`` may be an int, a list or a tensor of per-level strides (Ultralytics keeps
+    ``tensor([8., 16., 32.])``); the largest counts. Without one, 32, the common backbone's.
+    """
     stride = getattr(model, "stride", None)
     if stride is None and hasattr(model, "cfg"):
         stride = getattr(model.cfg, "stride", None)
-    return int(stride) if stride else 32
+    if stride is None:
+        return 32
+    try:
+        import torch
+
+        values = torch.as_tensor(stride, dtype=torch.float64).flatten().tolist()
+    except (TypeError, ValueError, RuntimeError):
+        return 32
+    values = [v for v in values if v > 0]
+    return int(max(values)) if values else 32
 
 
 def model_output_names(model: nn.Module, n_outputs: int) -> list[str]:

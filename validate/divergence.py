@@ -63,6 +63,11 @@ def onnx_intermediates(path: Path, x: np.ndarray) -> list[Tensor]:
     onnx = require("onnx")
     ort = require("onnxruntime")
     model = onnx.load(str(path))
+    # each intermediate declared with its own dtype: a Shape's int64 declared FLOAT makes ONNX
+    # Runtime refuse the whole graph; only float activations are compared
+    inferred = onnx.shape_inference.infer_shapes(model)
+    dtypes = {vi.name: vi.type.tensor_type.elem_type
+              for vi in [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]}
     consumers: dict[str, list[str]] = {}
     for node in model.graph.node:
         for name in node.input:
@@ -74,6 +79,8 @@ def onnx_intermediates(path: Path, x: np.ndarray) -> list[Tensor]:
             users = consumers.get(out, [])
             if len(users) == 1 and users[0] in FUSED_CONSUMERS and out not in existing:
                 continue
+            if dtypes.get(out) != onnx.TensorProto.FLOAT:
+                continue  # an index, a shape, a mask -- or a tensor of unknown type: nothing to compare
             keep.append((out, node.name or out, node.op_type))
             if out not in existing:
                 model.graph.output.append(onnx.helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, None))

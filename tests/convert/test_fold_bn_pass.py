@@ -66,11 +66,82 @@ class Untraceable(nn.Module):
         return x
 
 
-def test_falls_back_to_sequential_scan(make_bn_stats):
+def test_an_untraceable_model_is_folded_block_by_block(make_bn_stats):
     model = make_bn_stats(Untraceable()).eval()
     folded, n, method = fold_batchnorm(model)
-    assert (n, method) == (1, "sequential")
+    assert (n, method) == (1, "fx per block")
     assert _rel_err(model, folded) < 1e-5
+
+
+class Conv(nn.Module):
+    """Ultralytics' block: conv and bn attributes, act(bn(conv(x))); its layer index in ``i``."""
+
+    def __init__(self, c1, c2, i):
+        super().__init__()
+        self.conv, self.bn, self.act, self.i = nn.Conv2d(c1, c2, 3, padding=1, bias=False), nn.BatchNorm2d(c2), nn.SiLU(), i
+
+    def forward(self, x):
+        return self.act(self.bn(self.conv(x)))
+
+
+class LayerLoop(nn.Module):
+    """Ultralytics' model: a loop over layers reading their attributes, which fx cannot trace."""
+
+    def __init__(self):
+        super().__init__()
+        self.model = nn.ModuleList([Conv(3, 8, 0), Conv(8, 8, 1)])
+
+    def forward(self, x):
+        for m in self.model:
+            x = m(x) if x.shape[1] > 0 and m.i < len(self.model) else x  # a tensor in a branch: untraceable
+        return x
+
+
+def test_a_layer_loop_model_keeps_its_classes_and_attributes(make_bn_stats):
+    model = make_bn_stats(LayerLoop()).eval()
+    folded, n, method = fold_batchnorm(model)
+    assert (n, method) == (2, "fx per block") and _bn_count(folded) == 0
+    assert all(type(m) is Conv and m.i == i for i, m in enumerate(folded.model))  # folded in place, not replaced
+    assert _rel_err(model, folded) < 1e-5
+
+
+class BatchNormAct(nn.BatchNorm2d):
+    """timm's BatchNormAct2d: a BatchNorm with its dropout and activation inside."""
+
+    def __init__(self, c):
+        super().__init__(c)
+        self.drop, self.act = nn.Identity(), nn.Hardswish()
+
+    def forward(self, x):
+        return self.act(self.drop(super().forward(x)))
+
+
+class Odd(nn.BatchNorm2d):
+    def forward(self, x):
+        return super().forward(x) * 2.0
+
+
+def test_norm_act_layers_fold_keeping_their_activation_and_unknown_subclasses_stay(make_bn_stats):
+    model = make_bn_stats(nn.Sequential(nn.Conv2d(3, 8, 3), BatchNormAct(8), nn.Conv2d(8, 8, 1), Odd(8))).eval()
+    folded, n, _ = fold_batchnorm(model)
+    assert n == 1 and isinstance(folded[1], nn.Sequential) and isinstance(folded[1][1], nn.Hardswish)
+    assert isinstance(folded[3], Odd)  # a subclass doing something else is left, and stays correct
+    assert _rel_err(model, folded) < 1e-5
+
+
+class SharedConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 3, 1), nn.BatchNorm2d(3)
+
+    def forward(self, x):
+        return self.bn(self.conv(x)) + self.conv(x)  # one conv module called twice
+
+
+def test_a_conv_called_twice_is_not_folded(make_bn_stats):
+    model = make_bn_stats(SharedConv()).eval()
+    folded, n, _ = fold_batchnorm(model)
+    assert n == 0 and _rel_err(model, folded) < 1e-6
 
 
 def test_check_catches_a_wrong_fold(pdet_n, tmp_path):

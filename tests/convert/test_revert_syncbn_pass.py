@@ -76,3 +76,44 @@ def test_pass_check_catches_changed_outputs(pdet_n, tmp_path, images):
         broken.backbone.stem[1].running_mean.add_(0.5)
     with pytest.raises(PassCheckError, match="changed by"):
         RevertSyncBNPass().check(state, result.state.evolve(module=broken.eval()))
+
+
+class SyncBatchNormAct(nn.SyncBatchNorm):
+    """timm's SyncBatchNormAct (timm.layers.norm_act): SyncBN, then its dropout and activation."""
+
+    def __init__(self, c):
+        super().__init__(c)
+        self.drop, self.act = nn.Identity(), nn.Hardswish()
+
+    def forward(self, x):
+        return self.act(self.drop(super().forward(x)))
+
+
+class Scaled(nn.SyncBatchNorm):
+    def forward(self, x):
+        return super().forward(x) * 2.0
+
+
+def test_a_norm_act_subclass_becomes_its_non_sync_counterpart_keeping_act_and_drop(images):
+    from edgeport.convert.fold_bn_pass import fold_batchnorm
+    from edgeport.convert.revert_syncbn_pass import BatchNormAct2d
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), SyncBatchNormAct(8)).eval()
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-1, 1)
+        model[1].running_var.uniform_(0.5, 2)
+    reverted, n = revert_sync_batchnorm(model)
+    assert n == 1 and type(reverted[1]) is BatchNormAct2d and isinstance(reverted[1].act, nn.Hardswish)
+    x = torch.from_numpy(images)
+    with torch.no_grad():
+        assert torch.equal(model(x), reverted(x))  # the activation was not dropped
+        folded, folds, _ = fold_batchnorm(reverted)
+        assert folds == 1 and torch.allclose(folded(x), model(x), atol=1e-5)
+
+
+def test_an_unknown_syncbn_subclass_is_refused_by_name():
+    from edgeport.errors import BadInputError
+
+    with pytest.raises(BadInputError, match=r"1 is a .*Scaled, a SyncBatchNorm subclass with its own forward"):
+        revert_sync_batchnorm(nn.Sequential(nn.Conv2d(3, 8, 3), Scaled(8)))

@@ -43,3 +43,17 @@ def test_num_classes_changes_head_width():
     with torch.no_grad():
         outs = model.eval()(torch.zeros(1, 3, 64, 64))
     assert outs[0].shape[1] == 4 + 1 + 4
+
+
+@pytest.mark.parametrize("stride, expected", [(16, 16), (32.0, 32), ([8, 16, 32], 32), ((8, 16), 16),
+                                              ("tensor", 32), (None, 32), ([], 32), ("junk", 32)])
+def test_any_form_of_stride(stride, expected):
+    import torch
+
+    class M(torch.nn.Module):
+        pass
+
+    m = M()
+    if stride is not None:
+        m.stride = torch.tensor([8.0, 16.0, 32.0]) if stride == "tensor" else stride  # Ultralytics keeps a tensor
+    assert model_stride(m) == expected

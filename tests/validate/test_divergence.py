@@ -34,3 +34,29 @@ def test_int8_criterion_uses_cosine():
     noisy = a + rng.normal(scale=0.02, size=a.shape)
     assert not locate([_t("a", a)], [_t("q", noisy)], max_abs_rel=None, min_cosine=0.99).found
     assert locate([_t("a", a)], [_t("q", rng.normal(size=a.shape))], max_abs_rel=None, min_cosine=0.99).found
+
+
+def test_intermediates_of_every_dtype_are_handled(tmp_path):
+    """A graph with Shape (int64) and a float path: ONNX Runtime runs it, only floats come back."""
+    import torch
+
+    from edgeport.validate.divergence import onnx_intermediates
+
+    class WithShape(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x):
+            y = torch.sigmoid(self.conv(x))
+            return y.reshape(x.shape[0], 4, x.shape[2], -1) * 2.0  # Shape, Gather, Concat: int64 intermediates
+
+    path = tmp_path / "m.onnx"
+    torch.onnx.export(WithShape().eval(), torch.zeros(1, 3, 8, 8), str(path), opset_version=17, dynamo=False,
+                      input_names=["images"], dynamic_axes={"images": {0: "n"}})
+    import onnx
+
+    assert "Shape" in {n.op_type for n in onnx.load(str(path)).graph.node}
+    tensors = onnx_intermediates(path, np.zeros((1, 3, 8, 8), np.float32))
+    assert tensors and all(t.value.dtype == np.float32 and t.value.ndim == 4 for t in tensors)
+    assert {t.op_type for t in tensors} >= {"Conv", "Sigmoid"}
