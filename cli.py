@@ -18,6 +18,7 @@ from edgeport.cliargs import Parser, int_range, positive_int
 from edgeport.errors import BadInputError, report
 from edgeport.runs import Terminated, handle_sigterm
 
+HEAD_CHOICES = ("auto", "pdet", "yolov8", "yolov5", "raw")  # models.heads.HEADS, without importing numpy at start-up
 # the TorchScript ONNX exporter's range, from the lowest opset onnx2tf converts well
 OPSETS = (11, 20)
 
@@ -33,6 +34,10 @@ def _add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trust-checkpoint", action="store_true",
                    help="allow full unpickling (runs code from the file): only for checkpoints you trust")
     p.add_argument("--board", default="default", help="target board profile: a name from `edgeport boards` or a .toml path (default: default)")
+    p.add_argument("--outputs", metavar="SPEC", help="which tensors are the outputs when the model returns a dict or nested tuple: flatten, or keys/indices "
+                        "such as 0 or out,aux (default: the model must return a tensor or a tuple of tensors)")
+    p.add_argument("--head", default="auto", choices=HEAD_CHOICES, help="the detector head whose boxes are compared: pdet, yolov8 (Ultralytics v8/11/v5u: "
+                        "(N, 4+nc, A)), yolov5 ((N, A, 5+nc)), raw (tensors only); default auto, from the output shapes")
     p.add_argument("--runner", metavar="URL", help="run the board's rows on a real board over SSH: ssh://user@host[:port] (default: the profile's [runner], "
                         "else the runtime `edgeport boards install` made, else the emulator only)")
     p.add_argument("--legacy-resize", action="store_true",
@@ -60,6 +65,10 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
     val.add_argument("--arch", help="as for convert; not needed for edgeport trainer checkpoints")
     val.add_argument("--imgsz", type=positive_int, help="must match the TFLite input (default: read from it)")
     val.add_argument("--board", default="default", help="board profile for the emulator and the gate (default: default)")
+    val.add_argument("--outputs", metavar="SPEC", help="which tensors are the outputs when the model returns a dict or nested tuple: flatten, or keys/indices "
+                        "such as 0 or out,aux (default: the model must return a tensor or a tuple of tensors)")
+    val.add_argument("--head", default="auto", choices=HEAD_CHOICES, help="the detector head whose boxes are compared: pdet, yolov8 (Ultralytics v8/11/v5u: "
+                        "(N, 4+nc, A)), yolov5 ((N, A, 5+nc)), raw (tensors only); default auto, from the output shapes")
     val.add_argument("--runner", metavar="URL", help="run the board's rows on a real board over SSH: ssh://user@host[:port] (default: the profile's [runner], "
                         "else the runtime `edgeport boards install` made, else the emulator only)")
     val.add_argument("--data", type=Path, help="a dataset folder (val split with labels: mAP against ground truth) or a folder of images")
@@ -152,6 +161,8 @@ def run_convert(args: argparse.Namespace) -> int:
         int8=not args.no_int8,
         board=board,
         legacy_resize=args.legacy_resize,
+        head=args.head,
+        outputs=args.outputs,
     )
     return _finish(out, report, "artifacts and report")
 
@@ -253,7 +264,8 @@ def run_validate(args: argparse.Namespace) -> int:
 
     board = _board(args)
     out, report = validate(args.checkpoint, args.tflite, out=args.out, force=args.force, arch=args.arch, imgsz=args.imgsz,
-                           board=board, data=args.data, trust_checkpoint=args.trust_checkpoint, console=_console())
+                           board=board, data=args.data, trust_checkpoint=args.trust_checkpoint, console=_console(),
+                           head=args.head, outputs=args.outputs)
     return _finish(out, report, "report")
 
 

@@ -59,7 +59,8 @@ def _tflite_input_size(path: Path) -> tuple[int, str]:
 
 
 def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, arch: str | None, imgsz: int | None,
-             board, data: Path | None, trust_checkpoint: bool, console=None) -> tuple[Path, dict]:
+             board, data: Path | None, trust_checkpoint: bool, console=None, head: str = "auto",
+             outputs: str | None = None) -> tuple[Path, dict]:
     import functools
 
     from edgeport.convert.board_gate_pass import board_check, board_section
@@ -82,7 +83,7 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
         if imgsz is not None and imgsz != size:
             raise BadInputError(f"--imgsz {imgsz} but the TFLite model takes {size}x{size}; drop --imgsz or pass {size}")
         config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=stage.work, arch=arch, imgsz=size,
-                               trust_checkpoint=trust_checkpoint, board=board)
+                               trust_checkpoint=trust_checkpoint, board=board, outputs=outputs)
         progress = Progress(console)
         try:
             state, records = run_pipeline(config, (LoadCheckpointPass(), UnwrapPrefixesPass(), BuildModelPass(), PrepareInputsPass()),
@@ -96,7 +97,7 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
         subject = ParitySubject(
             reference_module=state.reference_module, folded_module=None, onnx_path=None,
             tflite={variant: Path(tflite)}, output_names=state.output_names, strides=state.strides,
-            inputs=inputs, inputs_source=source, board=board, workdir=stage.work, ground_truth=truth, letterboxes=letterboxes,
+            inputs=inputs, inputs_source=source, board=board, head=head, workdir=stage.work, ground_truth=truth, letterboxes=letterboxes,
             export_reference=functools.partial(export_onnx, state.reference_module, size, output_names=list(state.output_names),
                                                opset=17),
             model_info={"checkpoint": str(checkpoint), "layout": state.layout, "arch": state.arch, "config": state.arch_config,

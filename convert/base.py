@@ -37,6 +37,10 @@ class ConvertConfig:
     board: Any = None
     # reproduce older converters' resize (inexact, for showing the bug)
     legacy_resize: bool = False
+    # the detector head whose boxes are compared (models.heads); auto: from the output shapes
+    head: str = "auto"
+    # which tensors of a non-tensor forward result are the outputs (models/outputs.py)
+    outputs: str | None = None
 
     def __post_init__(self) -> None:
         if self.board is None:

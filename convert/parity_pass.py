@@ -28,6 +28,7 @@ class ParityPass(Pass):
             inputs=state.val_inputs,
             inputs_source=state.val_source,
             board=cfg.board,
+            head=cfg.head,
             workdir=cfg.work_dir,
             seed=cfg.seed,
             export_reference=functools.partial(export_onnx, state.reference_module, state.imgsz,

@@ -36,8 +36,17 @@ class PrepareInputsPass(Pass):
             val, val_source = load_calibration(None, imgsz, limit=cfg.max_validate, seed=cfg.seed + 1)
         else:
             val, val_source = calib[: cfg.max_validate], f"the first {min(len(calib), cfg.max_validate)} --calib images"
+        from edgeport.models.outputs import OutputSelector, require_tensors
+
+        module, reference = state.module, state.reference_module
         with torch.no_grad():
-            out = state.module(torch.from_numpy(calib[:1]))
+            out = module(torch.from_numpy(calib[:1]))
+        require_tensors(out, cfg.outputs)
+        if cfg.outputs is not None:  # export and parity see the tensors --outputs picks
+            module = OutputSelector(module, cfg.outputs).eval()
+            reference = OutputSelector(reference, cfg.outputs).eval() if reference is not None else None
+            with torch.no_grad():
+                out = module(torch.from_numpy(calib[:1]))
         outputs = out if isinstance(out, (tuple, list)) else (out,)
         names = tuple(model_output_names(state.module, len(outputs)))
         strides = state.strides
@@ -46,7 +55,7 @@ class PrepareInputsPass(Pass):
         return PassResult(
             state.evolve(
                 imgsz=imgsz, calib=calib, calib_source=source, val_inputs=val, val_source=val_source,
-                output_names=names, strides=strides,
+                output_names=names, strides=strides, module=module, reference_module=reference,
             ),
             changed=False,
             summary=f"{imgsz}px, calibration: {source}",

@@ -83,26 +83,27 @@ def nms(boxes: np.ndarray, scores: np.ndarray, iou_thres: float) -> np.ndarray:
     return np.asarray(keep, dtype=np.int64)
 
 
+def select(boxes: np.ndarray, scores: np.ndarray, protocol: DecodeProtocol) -> Detections:
+    """Candidates of one image -- boxes ``(A, 4)`` xyxy and class scores ``(A, C)`` -- to the
+    detections ``protocol`` keeps: every (box, class) over the threshold, class-aware NMS."""
+    idx, cls = np.nonzero(scores > protocol.conf_thres)
+    b, s = boxes[idx], scores[idx, cls]
+    # Class-aware NMS by offsetting each class into its own coordinate range.
+    offset = cls[:, None].astype(np.float32) * (np.abs(boxes).max(initial=1.0) + 1.0) * 2
+    keep = nms(b + offset, s, protocol.iou_thres)[: protocol.max_det]
+    return Detections(b[keep].astype(np.float32), s[keep].astype(np.float32), cls[keep].astype(np.int64))
+
+
 def decode(
     outputs: list[np.ndarray],
     strides: tuple[int, ...] | list[int],
     protocol: DecodeProtocol = DETECT,
 ) -> list[Detections]:
     """Raw per-level outputs (NCHW float) -> per-image class-aware NMS'd detections."""
-    conf_thres, iou_thres, max_det = protocol.conf_thres, protocol.iou_thres, protocol.max_det
     if len(outputs) != len(strides):
         raise ValueError(f"{len(outputs)} outputs but {len(strides)} strides")
-    batch = outputs[0].shape[0]
     results = []
-    for n in range(batch):
+    for n in range(outputs[0].shape[0]):
         level_boxes, level_scores = zip(*(decode_level(o[n], s) for o, s in zip(outputs, strides)))
-        boxes, scores = np.concatenate(level_boxes), np.concatenate(level_scores)
-        idx, cls = np.nonzero(scores > conf_thres)
-        b, s = boxes[idx], scores[idx, cls]
-        # Class-aware NMS by offsetting each class into its own coordinate range.
-        offset = cls[:, None].astype(np.float32) * (np.abs(boxes).max(initial=1.0) + 1.0) * 2
-        keep = nms(b + offset, s, iou_thres)[:max_det]
-        results.append(
-            Detections(b[keep].astype(np.float32), s[keep].astype(np.float32), cls[keep].astype(np.int64))
-        )
+        results.append(select(np.concatenate(level_boxes), np.concatenate(level_scores), protocol))
     return results

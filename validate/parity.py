@@ -19,7 +19,8 @@ from typing import Callable
 import numpy as np
 
 from edgeport._lazy import installed_versions
-from edgeport.models.decode import COCO_EVAL, DETECT, DecodeProtocol, Detections, decode
+from edgeport.models.decode import COCO_EVAL, DETECT, DecodeProtocol, Detections
+from edgeport.models.heads import channel_groups, decode_head, resolve_head
 from edgeport.validate.compare import TOLERANCES, compare_tensors, error_histogram
 from edgeport.validate.detections import compare_detections
 from edgeport.validate.report import SCHEMA, ResultRow
@@ -50,25 +51,37 @@ class ParitySubject:
     seed: int = 0
     # writes the reference model as ONNX to the path given (for the divergence analysis)
     export_reference: Callable[[Path], None] | None = None
+    head: str | None = None  # models.heads.HEADS; None: auto, from the output shapes
 
 
-def _detections(outputs: list[np.ndarray], strides: tuple[int, ...], protocol: DecodeProtocol = DETECT) -> list[Detections] | None:
-    if not strides or len(strides) != len(outputs) or any(o.ndim != 4 or o.shape[1] < 6 for o in outputs):
-        return None  # not a PDet-style detector head: tensor parity only
-    return decode(outputs, strides, protocol)
+def _detections(outputs: list[np.ndarray], head: str, strides: tuple[int, ...],
+                protocol: DecodeProtocol = DETECT) -> list[Detections] | None:
+    return decode_head(head, outputs, strides, protocol)  # None: no detector head, tensor parity only
 
 
-def _map_vs_truth(subject: ParitySubject, outputs: list[np.ndarray]) -> dict | None:
+def _map_vs_truth(subject: ParitySubject, head: str, outputs: list[np.ndarray]) -> dict | None:
     """mAP against ground truth, by the same protocol (``COCO_EVAL``) as the trainer's."""
     if not subject.ground_truth or not subject.letterboxes:
         return None
-    dets = _detections(outputs, subject.strides, COCO_EVAL)
+    dets = _detections(outputs, head, subject.strides, COCO_EVAL)
     if dets is None:
         return None
     from edgeport.validate.metrics import coco_map
 
     mapped = [Detections(lb.to_original(d.boxes), d.scores, d.classes) for d, lb in zip(dets, subject.letterboxes)]
     return coco_map(subject.ground_truth, mapped)
+
+
+def _comparisons(names, head: str, refs: list[np.ndarray], gots: list[np.ndarray], tol) -> list:
+    """Per output, and per channel group where one output mixes scales (box pixels against
+    scores): a collapsed score channel then fails by name instead of hiding in the boxes' range."""
+    out = []
+    for name, r, g in zip(names, refs, gots, strict=True):
+        out.append(compare_tensors(name, r, g, tol))
+        for group, sl, axis in channel_groups(head, r.shape):
+            index = (slice(None),) * axis + (sl,)
+            out.append(compare_tensors(f"{name}[{group}]", r[index], g[index], tol))
+    return out
 
 
 def emulator_label(board) -> str:
@@ -118,9 +131,10 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, row_runners=_
     ref_run = TorchRunner(subject.reference_module).run(all_inputs)
     ref_out = ref_run.outputs
     ref_real = [o[:n_real] for o in ref_out]
-    ref_dets = _detections(ref_real, subject.strides)
+    head = resolve_head(subject.head, [o.shape for o in ref_out], subject.strides)
+    ref_dets = _detections(ref_real, head, subject.strides)
     expected_shapes = [(1, *o.shape[1:]) for o in ref_out]
-    results = [ResultRow("reference", "pytorch", True, ms_per_image=ref_run.ms_per_image, map=_map_vs_truth(subject, ref_real))]
+    results = [ResultRow("reference", "pytorch", True, ms_per_image=ref_run.ms_per_image, map=_map_vs_truth(subject, head, ref_real))]
     reference_tensors = None
     sample = None
     runs: dict = {}
@@ -143,9 +157,9 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, row_runners=_
         real = getattr(runner, "board_runtime", False)
         if real:
             verdict = {"runnable": True, "reasons": [], "judge": "runtime"}
-        comparisons = [compare_tensors(name, r, g, tol) for name, r, g in zip(subject.output_names, ref_out, run.outputs, strict=True)]
+        comparisons = _comparisons(subject.output_names, head, ref_out, run.outputs, tol)
         real_images = [o[:n_real] for o in run.outputs]
-        dets = _detections(real_images, subject.strides)
+        dets = _detections(real_images, head, subject.strides)
         passed = all(c.passed for c in comparisons)
         found = None
         if divergence and not passed and analysis_file is not None:
@@ -158,7 +172,7 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, row_runners=_
         results.append(ResultRow(
             variant, runner.runtime, passed, ms_per_image=run.ms_per_image, outputs=tuple(c.to_dict() for c in comparisons),
             detections=compare_detections(ref_dets, dets).to_dict() if ref_dets is not None and dets is not None else None,
-            map=_map_vs_truth(subject, real_images), emulator=verdict, divergence=found,
+            map=_map_vs_truth(subject, head, real_images), emulator=verdict, divergence=found,
             error_histogram=error_histogram(ref_out, run.outputs),
         ))
         if dets is not None and ref_dets is not None and (runner.runtime.startswith("board:") or sample is None):
@@ -172,7 +186,7 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, row_runners=_
         "schema": SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "passed": all(r.passed for r in results),
-        "model": dict(subject.model_info, outputs=list(subject.output_names), strides=list(subject.strides)),
+        "model": dict(subject.model_info, outputs=list(subject.output_names), strides=list(subject.strides), head=head),
         "inputs": {"source": subject.inputs_source, "count": int(n_real), "random": RANDOM_INPUTS,
                    "random_seed": subject.seed + 7, "shape": list(subject.inputs.shape[1:]),
                    "labelled": bool(subject.ground_truth)},

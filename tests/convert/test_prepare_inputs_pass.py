@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from edgeport.convert.base import ConvertConfig, State
@@ -58,3 +59,40 @@ def test_calibration_folder_errors(tmp_path):
     (bad / "broken.jpg").write_bytes(b"not a jpeg at all")
     with pytest.raises(CalibrationError, match="broken.jpg.*unreadable"):
         load_calibration(bad, 64, limit=4, seed=0)
+
+
+class Nested(torch.nn.Module):
+    """Ultralytics outside export mode: (decoded, [per-level raw]); torchvision segmenters: a dict."""
+
+    def __init__(self, as_dict=False):
+        super().__init__()
+        self.conv, self.as_dict = torch.nn.Conv2d(3, 5, 1), as_dict
+
+    def forward(self, x):
+        y = self.conv(x)
+        if self.as_dict:
+            return {"out": y, "aux": y * 2}
+        return y.flatten(2), [y[:, :, ::8, ::8], y[:, :, ::16, ::16]]
+
+
+def test_a_nested_result_is_described_in_one_line(tmp_path):
+    with pytest.raises(BadInputError, match=r"the model returns tuple\(Tensor\(1, 5, 4096\), list\(Tensor\(1, 5, 8, 8\), "
+                                            r"Tensor\(1, 5, 4, 4\)\)\), not a tensor .* pass --outputs"):
+        PrepareInputsPass().run(State(ConvertConfig(checkpoint=tmp_path / "x", work_dir=tmp_path, imgsz=64), module=Nested(),
+                                      stride=32))
+
+
+@pytest.mark.parametrize("spec, shapes", [("0", [(1, 5, 4096)]), ("1.1", [(1, 5, 4, 4)]), ("flatten", [(1, 5, 4096), (1, 5, 8, 8), (1, 5, 4, 4)])])
+def test_outputs_picks_the_tensors(tmp_path, spec, shapes):
+    from edgeport.models.inference import forward
+
+    config = ConvertConfig(checkpoint=tmp_path / "x", work_dir=tmp_path, imgsz=64, outputs=spec)
+    state = PrepareInputsPass().run(State(config, module=Nested(), reference_module=Nested(), stride=32)).state
+    assert [o.shape for o in forward(state.module, state.calib[:1])] == shapes
+    assert len(state.output_names) == len(shapes)
+
+
+def test_outputs_names_what_is_missing(tmp_path):
+    config = ConvertConfig(checkpoint=tmp_path / "x", work_dir=tmp_path, imgsz=64, outputs="out,masks")
+    with pytest.raises(BadInputError, match=r"--outputs 'masks': no 'masks' in dict\{out: Tensor\(1, 5, 64, 64\), aux: Tensor"):
+        PrepareInputsPass().run(State(config, module=Nested(as_dict=True), stride=32))
