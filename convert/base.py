@@ -79,6 +79,8 @@ class State:
     onnx_path: Path | None = None
     tflite: dict[str, Path] = field(default_factory=dict)  # variant -> file
     converter: str = ""  # which onnx2tf wrote them, and how (to_tflite)
+    # per output, the channel ranges the int8 model has divided (convert/int8_groups.py); None: none
+    int8_plans: Any = None
     upsample_decisions: tuple[dict, ...] = ()
     board_checks: dict[str, dict] = field(default_factory=dict)  # variant -> {runnable, reasons, ...}
     report: dict | None = None

@@ -29,6 +29,7 @@ class ParityPass(Pass):
             inputs_source=state.val_source,
             board=cfg.board,
             head=cfg.head,
+            normalised={"int8": state.int8_plans} if state.int8_plans else {},
             workdir=cfg.work_dir,
             seed=cfg.seed,
             export_reference=functools.partial(export_onnx, state.reference_module, state.imgsz,
@@ -48,6 +49,9 @@ class ParityPass(Pass):
         board = cfg.board
         report["board"] = board_section(board, state.board_checks)
         report["upsample"] = {"legacy_resize": cfg.legacy_resize, "sites": list(state.upsample_decisions)}
+        if state.int8_plans:
+            # per output: [axis, first channel, end, factor] the int8 file's values are divided by
+            report["int8_normalised"] = [[list(r) for r in plan] for plan in state.int8_plans]
         report["passed"] = bool(report["passed"] and report["board"]["runnable"])
         failed = failures(report)
         summary = "all passed" if not failed else f"FAILED: {', '.join(f.what for f in failed)}"

@@ -183,10 +183,24 @@ class ToTFLitePass(Pass):
             )
         work = cfg.work_dir / "onnx2tf"
         backend = installed_backend()
+        plans = None
+        if "int8" in variants:
+            from edgeport.convert.int8_groups import normalise_onnx, plan_for
+
+            plans = plan_for(state.module, state.calib[:4], state.strides, state.imgsz, cfg.head)
+            normalised = cfg.work_dir / "int8" / "model.onnx"  # onnx2tf names what it writes after the file
+            if plans is not None:
+                normalised.parent.mkdir(exist_ok=True)
+                if not normalise_onnx(state.onnx_path, normalised, plans):
+                    plans = None  # the groups are not joined by one Concat: int8 as it is; parity says what it costs
         files, seconds = run_onnx2tf(
-            state.onnx_path, state.calib, work, int8="int8" in variants, input_name=INPUT_NAME,
+            state.onnx_path, state.calib, work, int8="int8" in variants and plans is None, input_name=INPUT_NAME,
             timeout_s=cfg.onnx2tf_timeout_s, backend=backend,
         )
+        if plans is not None:  # int8 from the graph with its groups normalised; float32 keeps the model's values
+            int8_files, more = run_onnx2tf(normalised, state.calib, cfg.work_dir / "onnx2tf-int8", int8=True,
+                                           input_name=INPUT_NAME, timeout_s=cfg.onnx2tf_timeout_s, backend=backend)
+            files["int8"], seconds = int8_files["int8"], seconds + more
         tflite = {}
         fixed = 0
         for variant, src in files.items():
@@ -200,7 +214,9 @@ class ToTFLitePass(Pass):
             tflite[variant] = dst
         sizes = ", ".join(f"{v} {p.stat().st_size / 1024:.0f} KiB" for v, p in tflite.items())
         note = f"; {fixed} int8 resize outputs given their input's quantisation" if fixed else ""
-        return PassResult(state.evolve(tflite=tflite, converter=backend.describe()), changed=True,
+        if plans is not None:
+            note += "; int8 output groups normalised before their Concat (boxes by the input size)"
+        return PassResult(state.evolve(tflite=tflite, converter=backend.describe(), int8_plans=plans), changed=True,
                           summary=f"{sizes} ({backend.describe()}: {seconds:.1f} s{note})")
 
     def check(self, before: State, after: State) -> None:

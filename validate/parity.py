@@ -24,7 +24,7 @@ from edgeport.models.heads import channel_groups, decode_head, resolve_head
 from edgeport.validate.compare import TOLERANCES, compare_tensors, error_histogram
 from edgeport.validate.detections import compare_detections
 from edgeport.validate.report import SCHEMA, ResultRow
-from edgeport.validate.runners import OnnxRuntimeRunner, RuntimeRefused, TorchRunner
+from edgeport.validate.runners import OnnxRuntimeRunner, RunOutput, RuntimeRefused, TorchRunner
 
 VERSION_PACKAGES = ("edgeport", "torch", "onnx", "onnxruntime", "onnxslim", "onnx2tf", "tensorflow", "ai-edge-litert",
                     "tflite-micro", "numpy")
@@ -52,6 +52,8 @@ class ParitySubject:
     # writes the reference model as ONNX to the path given (for the divergence analysis)
     export_reference: Callable[[Path], None] | None = None
     head: str | None = None  # models.heads.HEADS; None: auto, from the output shapes
+    # variant -> per output, channel ranges the file divides (convert/int8_groups.py): multiplied back
+    normalised: dict = field(default_factory=dict)
 
 
 def _detections(outputs: list[np.ndarray], head: str, strides: tuple[int, ...],
@@ -157,6 +159,10 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, row_runners=_
         real = getattr(runner, "board_runtime", False)
         if real:
             verdict = {"runnable": True, "reasons": [], "judge": "runtime"}
+        if subject.normalised.get(variant):
+            from edgeport.validate.tensors import denormalise
+
+            run = RunOutput(denormalise(run.outputs, subject.normalised[variant]), run.ms_per_image)
         comparisons = _comparisons(subject.output_names, head, ref_out, run.outputs, tol)
         real_images = [o[:n_real] for o in run.outputs]
         dets = _detections(real_images, head, subject.strides)

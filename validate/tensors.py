@@ -48,6 +48,18 @@ def from_model_output(y: np.ndarray, dtype, quant: tuple[float, int], nhwc: bool
     return nhwc_to_nchw(y) if nhwc else y
 
 
+def denormalise(outputs: list[np.ndarray], plans) -> list[np.ndarray]:
+    """An int8 file whose output groups were divided before conversion (``convert/int8_groups.py``:
+    per output, ``(axis, start, stop, factor)``) -> its outputs in the model's own units."""
+    restored = []
+    for out, plan in zip(outputs, plans):
+        out = out.copy()
+        for axis, start, stop, factor in plan:
+            out[(slice(None),) * axis + (slice(start, stop),)] *= factor
+        restored.append(out)
+    return restored
+
+
 class AmbiguousOutputs(BadInputError):
     """Two converted outputs have the shape of one PyTorch output: no way to pair them."""
 

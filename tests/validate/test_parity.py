@@ -105,3 +105,14 @@ def test_a_failing_board_runtime_row_has_its_divergence_located_on_the_emulator(
     (_, row) = run_parity(_subject(tmp_path), row_runners=rows)["results"]
     assert row["divergence"] == {"found": False, "file": "emulated.tflite",
                                  "located_on": "the emulator: the board's runtime exposes no intermediate tensors"}
+
+
+def test_a_normalised_int8_file_is_compared_in_the_model_units(tmp_path):
+    """A file whose channel was divided by 4 (convert/int8_groups.py): parity multiplies it back.
+    (float32 here: int8 is judged on cosine, which a uniform factor leaves at 1.)"""
+    quarter = FakeRunner("tflite", scale=2.0 / 4.0)  # the reference doubles; this file returns a quarter of that
+    rows = lambda subject, shapes: [("float32", quarter, None, None)]  # noqa: E731
+    plain = run_parity(_subject(tmp_path), row_runners=rows)
+    assert not plain["results"][1]["passed"]
+    restored = run_parity(_subject(tmp_path, normalised={"float32": [[(1, 0, 1, 4.0)]]}), row_runners=rows)
+    assert restored["results"][1]["passed"] and restored["results"][1]["outputs"][0]["max_abs"] < 1e-6

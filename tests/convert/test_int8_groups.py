@@ -1,0 +1,72 @@
+"""int8 output groups: planned from the model's own ranges, applied before the joining Concat,
+restored exactly for parity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from edgeport.convert.export_onnx_pass import export_onnx, run_onnxruntime, simplify
+from edgeport.convert.int8_groups import MAX_GROUP_RATIO, group_factor, group_scales, normalise_onnx
+from edgeport.validate.tensors import denormalise
+
+
+class Yoloish(torch.nn.Module):
+    """One (1, 4+nc, A) output: box pixels concatenated with sigmoid scores, as YOLOv8 exports."""
+
+    def __init__(self, nc=2):
+        super().__init__()
+        self.box, self.cls = torch.nn.Conv2d(3, 4, 8, 8), torch.nn.Conv2d(3, nc, 8, 8)
+
+    def forward(self, x):
+        boxes = torch.relu(self.box(x)).flatten(2) * 100.0 + 50.0
+        return torch.cat([boxes, torch.sigmoid(self.cls(x)).flatten(2)], 1)
+
+
+def test_groups_far_apart_are_planned_and_close_ones_are_not():
+    boxes_and_scores = np.concatenate([np.full((1, 4, 10), 300.0), np.full((1, 1, 10), 0.9)], 1).astype(np.float32)
+    assert group_scales([boxes_and_scores], "yolov8", 320) == [[(1, 0, 4, 320.0)]]
+    close = boxes_and_scores.copy()
+    close[:, :4] = 0.9 * MAX_GROUP_RATIO / 2
+    assert group_scales([close], "yolov8", 320) == [[]]
+    assert group_scales([np.zeros((1, 6, 4, 4), np.float32)], "pdet", 320) == [[]]
+    # an untrained head's scores (Ultralytics' prior: ~1e-4) are raised by a power of two, exactly
+    assert group_factor("scores", 0.014, 320) == 2.0**-6 and group_factor("scores", 0.9, 320) == 1.0
+
+
+def test_the_graph_divides_each_group_before_the_concat(tmp_path):
+    torch.manual_seed(0)
+    model = Yoloish().eval()
+    src, dst = tmp_path / "m.onnx", tmp_path / "n.onnx"
+    export_onnx(model, 64, src, output_names=["output0"], opset=17)
+    simplify(src)  # as the pipeline does: static shapes for every tensor
+    plan = [[(1, 0, 4, 64.0), (1, 4, 6, 0.5)]]
+    assert normalise_onnx(src, dst, plan)
+    import onnx
+
+    nodes = onnx.load(str(dst)).graph.node
+    concat = next(i for i, n in enumerate(nodes) if n.op_type == "Concat" and "output0" in n.output)
+    assert sum(n.op_type == "Mul" and n.name.startswith("edgeport_int8_scale") for n in nodes[:concat]) == 2
+    x = np.random.default_rng(0).random((1, 3, 64, 64), dtype=np.float32)  # the export is static: batch 1
+    (ref,) = run_onnxruntime(src, x)
+    (got,) = run_onnxruntime(dst, x)
+    np.testing.assert_allclose(got[:, :4], ref[:, :4] / 64.0, rtol=1e-6)
+    np.testing.assert_allclose(got[:, 4:], ref[:, 4:] / 0.5, rtol=1e-6)
+    (back,) = denormalise([got], plan)
+    np.testing.assert_allclose(back, ref, rtol=1e-6)
+
+
+def test_a_group_that_straddles_two_concat_inputs_is_not_rewritten(tmp_path):
+    src, dst = tmp_path / "m.onnx", tmp_path / "n.onnx"
+    export_onnx(Yoloish().eval(), 64, src, output_names=["output0"], opset=17)
+    simplify(src)
+    assert not normalise_onnx(src, dst, [[(1, 0, 5, 64.0)]])  # channels 0-4 span the boxes and one score
+    assert not dst.exists()
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 10)])
+def test_restore_leaves_unplanned_outputs_alone(shape):
+    y = np.ones(shape, np.float32)
+    (same,) = denormalise([y], [[]])
+    assert same is not y and np.array_equal(same, y)
