@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYBIN) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c $(CONSTRAINTS) $(TORCH)
-	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[dev]"
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[dev,zoo]"
 	touch $(STAMP)
 
 # The write-up's board runtime, the real TensorFlow Lite 1.13.1, in its own Python 3.7

@@ -89,3 +89,15 @@ def test_the_layers_go_down():
     assert graph["ops"] <= {"errors"}
     assert "train" not in graph["convert"] | graph["validate"] | graph["models"]
     assert "convert" not in graph["validate"] | graph["models"] | graph["train"]
+
+
+def test_edgeport_never_imports_ultralytics_or_timm():
+    """Ultralytics is AGPL-3.0: the tests may build models with it, edgeport's code never imports
+    it (its decoders are written from the published output formats, models/heads.py)."""
+    import re
+
+    pattern = re.compile(r"^\s*(import|from)\s+(ultralytics|timm)\b", re.MULTILINE)
+    offenders = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
+                 if "tests" not in p.relative_to(ROOT).parts and ".venv" not in str(p.relative_to(ROOT))
+                 and not p.relative_to(ROOT).parts[0].startswith(".") and pattern.search(p.read_text())]
+    assert offenders == []
