@@ -1,6 +1,6 @@
 """Models whose forward returns more than a tensor: say what it returns, and pick tensors out.
 
-Ultralytics outside export mode returns ``(tensor, [per-level tensors])``; torchvision's
+Ultralytics outside export mode returns ``(decoded, {"boxes", "scores", "feats"})``; torchvision's
 segmenters return ``{"out": ..., "aux": ...}``. ``--outputs`` says which tensors are the
 model's outputs: ``flatten`` (every tensor, depth first, dict keys in order) or a comma list
 of paths, each a key or index per level (``out``, ``0``, ``1.2``). Without it, a forward
