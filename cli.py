@@ -23,6 +23,16 @@ HEAD_CHOICES = ("auto", "pdet", "yolov8", "yolov5", "raw")  # models.heads.HEADS
 OPSETS = (11, 20)
 
 
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    """What convert and validate both need to know about the model's outputs and the board."""
+    p.add_argument("--outputs", metavar="SPEC", help="which tensors are the outputs when the model returns a dict or nested "
+                   "tuple: flatten, or keys/indices such as 0 or out,aux (default: the model must return a tensor or a tuple of tensors)")
+    p.add_argument("--head", default="auto", choices=HEAD_CHOICES, help="the detector head whose boxes are compared: pdet, yolov8 "
+                   "(Ultralytics v8/11/v5u: (N, 4+nc, A)), yolov5 ((N, A, 5+nc)), raw (tensors only); default auto, from the output shapes")
+    p.add_argument("--runner", metavar="URL", help="run the board's rows on a real board over SSH: ssh://user@host[:port] (default: "
+                   "the profile's [runner], else the runtime `edgeport boards install` made, else the emulator only)")
+
+
 def _add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", type=Path, help="the .pt/.pth checkpoint (state_dict, training dict or, trusted, a pickled module)")
     p.add_argument("--arch", help="registry name (pdet-n, pdet-s, ...; an unknown name lists them all) or package.module:callable; "
@@ -34,12 +44,7 @@ def _add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trust-checkpoint", action="store_true",
                    help="allow full unpickling (runs code from the file): only for checkpoints you trust")
     p.add_argument("--board", default="default", help="target board profile: a name from `edgeport boards` or a .toml path (default: default)")
-    p.add_argument("--outputs", metavar="SPEC", help="which tensors are the outputs when the model returns a dict or nested tuple: flatten, or keys/indices "
-                        "such as 0 or out,aux (default: the model must return a tensor or a tuple of tensors)")
-    p.add_argument("--head", default="auto", choices=HEAD_CHOICES, help="the detector head whose boxes are compared: pdet, yolov8 (Ultralytics v8/11/v5u: "
-                        "(N, 4+nc, A)), yolov5 ((N, A, 5+nc)), raw (tensors only); default auto, from the output shapes")
-    p.add_argument("--runner", metavar="URL", help="run the board's rows on a real board over SSH: ssh://user@host[:port] (default: the profile's [runner], "
-                        "else the runtime `edgeport boards install` made, else the emulator only)")
+    _add_model_args(p)
     p.add_argument("--legacy-resize", action="store_true",
                    help="emit bilinear resizes the way older converters did (half_pixel_centers off): reproduces the board bug")
     p.add_argument("--opset", type=int_range(*OPSETS), default=17, help=f"ONNX opset, {OPSETS[0]}-{OPSETS[1]} (default 17)")
@@ -65,12 +70,7 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
     val.add_argument("--arch", help="as for convert; not needed for edgeport trainer checkpoints")
     val.add_argument("--imgsz", type=positive_int, help="must match the TFLite input (default: read from it)")
     val.add_argument("--board", default="default", help="board profile for the emulator and the gate (default: default)")
-    val.add_argument("--outputs", metavar="SPEC", help="which tensors are the outputs when the model returns a dict or nested tuple: flatten, or keys/indices "
-                        "such as 0 or out,aux (default: the model must return a tensor or a tuple of tensors)")
-    val.add_argument("--head", default="auto", choices=HEAD_CHOICES, help="the detector head whose boxes are compared: pdet, yolov8 (Ultralytics v8/11/v5u: "
-                        "(N, 4+nc, A)), yolov5 ((N, A, 5+nc)), raw (tensors only); default auto, from the output shapes")
-    val.add_argument("--runner", metavar="URL", help="run the board's rows on a real board over SSH: ssh://user@host[:port] (default: the profile's [runner], "
-                        "else the runtime `edgeport boards install` made, else the emulator only)")
+    _add_model_args(val)
     val.add_argument("--data", type=Path, help="a dataset folder (val split with labels: mAP against ground truth) or a folder of images")
     val.add_argument("--out", type=Path, help="report folder (default: a new numbered folder under runs/validate/)")
     val.add_argument("--force", action="store_true", help="replace an earlier validate result in --out (never other files)")
