@@ -181,7 +181,10 @@ def _make_parents(path: Path) -> list[Path]:
     created = []
     for parent in reversed(path.parents):
         if not parent.exists():
-            parent.mkdir()
+            try:
+                parent.mkdir()
+            except FileExistsError:  # a run started at the same moment made it: not ours to remove
+                continue
             created.append(parent)
     return created
 

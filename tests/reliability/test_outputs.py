@@ -229,3 +229,22 @@ def test_data_synth_force_refuses_a_user_folder(workspace, run_inproc):
     r = run_inproc("data", "synth", "--out", "ds", "--n", "2", "--force")
     assert_one_line(r, 2, "was not made by edgeport data")
     assert inventory(workspace) == before
+
+
+def test_a_parent_made_by_a_concurrent_run_is_neither_an_error_nor_ours(tmp_path, monkeypatch):
+    """Two runs start at once: both see no ``runs/``, one makes it first. The other carries on, and
+    does not count it among the folders it would remove on failure."""
+    from edgeport import runs as runs_module
+
+    target = tmp_path / "runs" / "convert" / "x"
+    real_exists = Path.exists
+
+    def racing_exists(self):
+        if self == tmp_path / "runs" and not real_exists(self):
+            self.mkdir()  # the other run, between our look and our mkdir
+            return False
+        return real_exists(self)
+
+    monkeypatch.setattr(Path, "exists", racing_exists)
+    created = runs_module._make_parents(target)
+    assert created == [tmp_path / "runs" / "convert"] and (tmp_path / "runs" / "convert").is_dir()
