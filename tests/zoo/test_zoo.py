@@ -37,6 +37,16 @@ for _package in ("ultralytics", "timm", "torchvision"):
         pytest.skip(f"{_package} is not installed: the zoo extra, pip install -e '.[zoo]' (make setup does)",
                     allow_module_level=True)
 
+from edgeport.convert.to_tflite_pass import installed_backend  # noqa: E402
+
+if installed_backend().generation >= 2:
+    # measured on onnx2tf 2.6.9 (Python 3.12): its flatbuffer_direct writer fails on these models
+    # ("flatbuffer_direct fast path failed": int8 calibration builds an ADD of unbroadcastable
+    # shapes), and for YOLO11n and the Ultralytics checkpoint writes files XNNPACK cannot prepare.
+    # The documented outcomes are the 1.28 line's (Python 3.10-3.11); README, "Honest limits".
+    pytest.skip("the zoo's documented outcomes are onnx2tf 1.28's: onnx2tf 2.6.9 fails on these models "
+                "(README, Honest limits)", allow_module_level=True)
+
 import zoo_models  # noqa: E402
 
 # The untrained Ultralytics head keeps every class score under 0.015 (its prior,
