@@ -140,6 +140,7 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, row_runners=_
     reference_tensors = None
     sample = None
     runs: dict = {}
+    located: dict = {}  # analysis file -> where it diverges: rows on one file share one analysis
     for variant, runner, analysis_file, verdict in row_runners(subject, expected_shapes):
         tol = TOLERANCES[variant]
         if runner is None:  # the board cannot run it: a failed row with the reasons
@@ -172,7 +173,10 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, row_runners=_
             # where it stops computing what the trained model computes: only for rows that fail
             if reference_tensors is None:
                 reference_tensors = _reference_tensors(subject, all_inputs[:1])
-            found = _divergence(reference_tensors, analysis_file, all_inputs[:1], tol) if reference_tensors else None
+            if analysis_file not in located:
+                located[analysis_file] = (_divergence(reference_tensors, analysis_file, all_inputs[:1], tol)
+                                          if reference_tensors else None)
+            found = dict(located[analysis_file]) if located[analysis_file] is not None else None
             if found is not None and real:
                 found["located_on"] = "the emulator: the board's runtime exposes no intermediate tensors"
         results.append(ResultRow(

@@ -107,6 +107,23 @@ def test_a_failing_board_runtime_row_has_its_divergence_located_on_the_emulator(
                                  "located_on": "the emulator: the board's runtime exposes no intermediate tensors"}
 
 
+def test_failing_rows_on_one_file_share_one_divergence_analysis(tmp_path, monkeypatch):
+    """int8 on the optimised kernels, the reference kernels and an emulator that changes nothing:
+    three failing rows, one file, one analysis (it reruns the file with every intermediate kept)."""
+    from edgeport.validate import parity
+
+    analysed = []
+    monkeypatch.setattr(parity, "_reference_tensors", lambda subject, x: {"fake": True})
+    monkeypatch.setattr(parity, "_divergence", lambda ref, path, x, tol: analysed.append(path) or {"file": str(path)})
+    off = lambda runtime: FakeRunner(runtime, offset=0.5)  # noqa: E731
+    rows = lambda subject, shapes: [("float32", off("tflite"), Path("a.tflite"), None),  # noqa: E731
+                                    ("float32", off("tflite-ref"), Path("a.tflite"), None),
+                                    ("float32", off("board:x"), Path("b.tflite"), None)]
+    report = run_parity(_subject(tmp_path), row_runners=rows)
+    assert analysed == [Path("a.tflite"), Path("b.tflite")]
+    assert [r["divergence"] for r in report["results"][1:]] == [{"file": "a.tflite"}, {"file": "a.tflite"}, {"file": "b.tflite"}]
+
+
 def test_a_normalised_int8_file_is_compared_in_the_model_units(tmp_path):
     """A file whose channel was divided by 4 (convert/int8_groups.py): parity multiplies it back.
     (float32 here: int8 is judged on cosine, which a uniform factor leaves at 1.)"""
