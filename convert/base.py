@@ -79,6 +79,7 @@ class State:
     onnx_path: Path | None = None
     tflite: dict[str, Path] = field(default_factory=dict)  # variant -> file
     converter: str = ""  # which onnx2tf wrote them, and how (to_tflite)
+    not_converted: dict[str, str] = field(default_factory=dict)  # variant -> why the converter wrote no file
     # per output, the channel ranges the int8 model has divided (convert/int8_groups.py); None: none
     int8_plans: Any = None
     upsample_decisions: tuple[dict, ...] = ()

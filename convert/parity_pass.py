@@ -23,6 +23,7 @@ class ParityPass(Pass):
             folded_module=state.module,
             onnx_path=state.onnx_path,
             tflite=dict(state.tflite),
+            not_converted=dict(state.not_converted),
             output_names=state.output_names,
             strides=state.strides,
             inputs=state.val_inputs,
@@ -62,7 +63,7 @@ class ParityPass(Pass):
         # reference, folded, onnx, then per TFLite variant: optimised, reference kernels, board emulator,
         # and the board's own runtime where it can be reached
         per_variant = 4 if (report.get("board_runtime") or {}).get("real") else 3
-        expected = 3 + per_variant * len(after.tflite)
+        expected = 3 + per_variant * len(after.tflite) + len(after.not_converted)
         if len(report["results"]) != expected:
             raise PassCheckError(f"parity report has {len(report['results'])} results, expected {expected}")
         for r in report["results"]:

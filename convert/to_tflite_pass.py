@@ -130,8 +130,13 @@ def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: s
     return cmd
 
 
+_CAUSED = "The above exception was the direct cause of the following exception"
+
+
 def condense(output: str, limit: int = 240) -> str:
-    """The most telling line of onnx2tf's output, for a one-line error."""
+    """The most telling line of onnx2tf's output, for a one-line error: in a chain of Python
+    exceptions, the first one (the cause), not the wrapper that re-raised it."""
+    output = output.split(_CAUSED, 1)[0]
     lines = [_ANSI.sub("", line).strip() for line in output.splitlines()]
     lines = [line for line in lines if line]
     for pattern in (r"^\w*(Error|Exception)\b.*:", r"ERROR:", r"Error", r"error"):
@@ -141,9 +146,30 @@ def condense(output: str, limit: int = 240) -> str:
     return (lines[-1] if lines else "no output")[:limit]
 
 
+class Onnx2tfFailed(ConversionError):
+    """onnx2tf exited non-zero or did not write a file it had to write."""
+
+    def __init__(self, returncode: int, output: str, missing: list[str]):
+        self.returncode, self.output = returncode, output
+        what = f"exit {returncode}" if returncode else f"wrote no {', '.join(missing)}"
+        super().__init__(f"onnx2tf failed ({what}): {condense(output)}")
+
+    def with_log(self) -> ConversionError:
+        """The error for a run that ends here: the output folder is removed, so the full log is
+        kept in the system temp dir and named."""
+        fd, log = tempfile.mkstemp(prefix="edgeport-onnx2tf-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            f.write(self.output)
+        return ConversionError(f"{self}; full log: {log}")
+
+
 def run_onnx2tf(onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str, timeout_s: float,
-                backend: Onnx2tfBackend | None = None) -> tuple[dict[str, Path], float]:
-    """Convert; return {variant: tflite path} and onnx2tf's wall time in seconds."""
+                backend: Onnx2tfBackend | None = None, require: tuple[str, ...] | None = None) -> tuple[dict[str, Path], float]:
+    """Convert; return {variant: tflite path} and onnx2tf's wall time in seconds.
+
+    Raises ``Onnx2tfFailed`` when onnx2tf fails or a variant in ``require`` (default: every
+    variant asked for) was not written; a variant asked for but not required may be absent.
+    """
     work.mkdir(parents=True, exist_ok=True)
     write_calibration(work, calib)
     work = work.resolve()
@@ -155,18 +181,48 @@ def run_onnx2tf(onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, i
     except subprocess.TimeoutExpired as exc:
         raise ConversionError(f"onnx2tf did not finish within {timeout_s:.0f} s; the model may be too large") from exc
     elapsed = time.perf_counter() - t0
-    (work / "onnx2tf.log").write_text(proc.stdout + "\n" + proc.stderr)
-    wanted = {k: v for k, v in ONNX2TF_OUTPUTS.items() if int8 or k == "float32"}
-    missing = [f for f in wanted.values() if not (out_dir / f).is_file()]
+    output = proc.stdout + "\n" + proc.stderr
+    (work / "onnx2tf.log").write_text(output)
+    wanted = {k: out_dir / v for k, v in ONNX2TF_OUTPUTS.items() if int8 or k == "float32"}
+    missing = [k for k in (wanted if require is None else require) if not wanted[k].is_file()]
     if proc.returncode != 0 or missing:
-        # the output folder is removed on failure: keep the full log in the system temp dir
-        fd, log = tempfile.mkstemp(prefix="edgeport-onnx2tf-", suffix=".log")
-        with os.fdopen(fd, "w") as f:
-            f.write(proc.stdout + "\n" + proc.stderr)
-        raise ConversionError(
-            f"onnx2tf failed (exit {proc.returncode}): {condense(proc.stdout + proc.stderr)}; full log: {log}"
-        )
-    return {k: out_dir / v for k, v in wanted.items()}, elapsed
+        raise Onnx2tfFailed(proc.returncode, output, missing)
+    return {k: p for k, p in wanted.items() if p.is_file()}, elapsed
+
+
+def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray, work: Path, *, input_name: str,
+                     timeout_s: float, backend: Onnx2tfBackend) -> tuple[dict[str, Path], dict[str, str], float]:
+    """float32 from ``onnx_path``, and int8 from ``int8_onnx`` when given (the same file, or one
+    with its output groups normalised). Returns (files, {variant: why it was not written}, seconds).
+
+    Only a float32 that cannot be written ends the run: an int8 the converter cannot quantise is
+    reported as a failed row with the converter's reason, beside a float32 that ships.
+    """
+    not_written: dict[str, str] = {}
+    together = int8_onnx == onnx_path  # one run writes both (1.28 only warns when its int8 fails)
+    try:
+        files, seconds = run_onnx2tf(onnx_path, calib, work / "onnx2tf", int8=together, input_name=input_name,
+                                     timeout_s=timeout_s, backend=backend, require=("float32",))
+    except Onnx2tfFailed as exc:
+        if not together:
+            raise exc.with_log() from exc
+        # 2.x fails the whole run when its quantiser fails: float32 again, alone
+        not_written["int8"] = str(exc)
+        try:
+            files, seconds = run_onnx2tf(onnx_path, calib, work / "onnx2tf-float32", int8=False, input_name=input_name,
+                                         timeout_s=timeout_s, backend=backend)
+        except Onnx2tfFailed as again:
+            raise again.with_log() from again
+    if together and "int8" not in files and "int8" not in not_written:
+        not_written["int8"] = str(Onnx2tfFailed(0, (work / "onnx2tf" / "onnx2tf.log").read_text(), ["int8"]))
+    if int8_onnx is not None and not together:
+        try:
+            more_files, more = run_onnx2tf(int8_onnx, calib, work / "onnx2tf-int8", int8=True, input_name=input_name,
+                                           timeout_s=timeout_s, backend=backend, require=("int8",))
+            files["int8"], seconds = more_files["int8"], seconds + more
+        except Onnx2tfFailed as exc:
+            not_written["int8"] = str(exc)
+    return files, not_written, seconds
 
 
 class ToTFLitePass(Pass):
@@ -181,26 +237,25 @@ class ToTFLitePass(Pass):
             raise BadInputError(
                 f"board {cfg.board.name} runs only {', '.join(cfg.board.dtypes)}; drop --no-int8 or choose another --board"
             )
-        work = cfg.work_dir / "onnx2tf"
         backend = installed_backend()
         plans = None
-        if "int8" in variants:
+        int8_onnx = state.onnx_path if "int8" in variants else None
+        if int8_onnx is not None:
             from edgeport.convert.int8_groups import normalise_onnx, plan_for
 
             plans = plan_for(state.module, state.calib[:4], state.strides, state.imgsz, cfg.head)
             normalised = cfg.work_dir / "int8" / "model.onnx"  # onnx2tf names what it writes after the file
             if plans is not None:
                 normalised.parent.mkdir(exist_ok=True)
-                if not normalise_onnx(state.onnx_path, normalised, plans):
+                if normalise_onnx(state.onnx_path, normalised, plans):
+                    int8_onnx = normalised  # int8 from the graph with its groups normalised; float32 keeps the model's values
+                else:
                     plans = None  # the groups are not joined by one Concat: int8 as it is; parity says what it costs
-        files, seconds = run_onnx2tf(
-            state.onnx_path, state.calib, work, int8="int8" in variants and plans is None, input_name=INPUT_NAME,
-            timeout_s=cfg.onnx2tf_timeout_s, backend=backend,
-        )
-        if plans is not None:  # int8 from the graph with its groups normalised; float32 keeps the model's values
-            int8_files, more = run_onnx2tf(normalised, state.calib, cfg.work_dir / "onnx2tf-int8", int8=True,
-                                           input_name=INPUT_NAME, timeout_s=cfg.onnx2tf_timeout_s, backend=backend)
-            files["int8"], seconds = int8_files["int8"], seconds + more
+        files, not_written, seconds = convert_variants(state.onnx_path, int8_onnx, state.calib, cfg.work_dir,
+                                                       input_name=INPUT_NAME, timeout_s=cfg.onnx2tf_timeout_s,
+                                                       backend=backend)
+        if "int8" in not_written:
+            plans = None
         tflite = {}
         fixed = 0
         for variant, src in files.items():
@@ -216,14 +271,22 @@ class ToTFLitePass(Pass):
         note = f"; {fixed} int8 resize outputs given their input's quantisation" if fixed else ""
         if plans is not None:
             note += "; int8 output groups normalised before their Concat (boxes by the input size)"
-        return PassResult(state.evolve(tflite=tflite, converter=backend.describe(), int8_plans=plans), changed=True,
+        for variant, why in not_written.items():
+            note += f"; {variant} NOT written: {why}"
+        return PassResult(state.evolve(tflite=tflite, not_converted=not_written, converter=backend.describe(),
+                                       int8_plans=plans), changed=True,
                           summary=f"{sizes} ({backend.describe()}: {seconds:.1f} s{note})")
 
     def check(self, before: State, after: State) -> None:
         from edgeport.validate.tflite_runner import load_interpreter
 
         for variant, path in after.tflite.items():
-            interp = load_interpreter(path)
+            # the file's own structure, on the reference kernels: whether the optimised runtime (its
+            # delegates) can prepare it is a verdict on the file, which parity reports as a failed row
+            try:
+                interp = load_interpreter(path, kernels="reference")
+            except (RuntimeError, ValueError):
+                continue  # a file no runtime can prepare: parity's rows say so, in the runtime's words
             (inp,) = interp.get_input_details()
             want = (1, after.imgsz, after.imgsz, 3)
             if tuple(inp["shape"]) != want:

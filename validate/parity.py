@@ -54,6 +54,8 @@ class ParitySubject:
     head: str | None = None  # models.heads.HEADS; None: auto, from the output shapes
     # variant -> per output, channel ranges the file divides (convert/int8_groups.py): multiplied back
     normalised: dict = field(default_factory=dict)
+    # variant -> why the converter wrote no file: a failed row each, with that reason
+    not_converted: dict = field(default_factory=dict)
 
 
 def _detections(outputs: list[np.ndarray], head: str, strides: tuple[int, ...],
@@ -188,6 +190,8 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, row_runners=_
         if dets is not None and ref_dets is not None and (runner.runtime.startswith("board:") or sample is None):
             # the first image's boxes, preferably as the board computes them
             sample = {"row": f"{variant} / {runner.runtime}", "image": 0, "reference": _boxes(ref_dets[0]), "candidate": _boxes(dets[0])}
+    for variant, why in subject.not_converted.items():
+        results.append(ResultRow.not_runnable(variant, "converter", {"runnable": False, "reasons": [why], "judge": "converter"}))
     artifacts = {}
     for label, path in [("model.onnx", subject.onnx_path), *[(f"model_{v}.tflite", p) for v, p in subject.tflite.items()]]:
         if path is not None:

@@ -138,7 +138,9 @@ def _board_md(report: dict) -> list[str]:
         lines.append(f"- `{variant}`: {status} (min_runtime_version {check.get('min_runtime_version')}, {check['size_bytes']:,} bytes)")
     for r in report["results"]:
         em = r.get("emulator")
-        if em:
+        if em and em.get("judge") == "converter":
+            lines.append(f"- the converter wrote no `{r['variant']}` file: {'; '.join(em['reasons'])}")
+        elif em:
             arena = f", arena {em['arena_bytes']:,} of {board['ram_bytes']:,} bytes" if em.get("arena_bytes") else ""
             diffs = f", differences {em['differences']}" if em.get("differences") else ""
             why = "" if em["runnable"] else ": " + "; ".join(em["reasons"])

@@ -58,12 +58,18 @@ def failures(report: dict) -> list[Failure]:
     The one place the failed rows are listed: the pipeline's summary, the gate's error and
     the renderers all read this.
     """
-    out = [Failure(f"{r['variant']}/{r['runtime']}") for r in report["results"] if not r["passed"]]
+    out = [Failure(f"{r['variant']}/{r['runtime']}", tuple(_converter_reasons(r))) for r in report["results"] if not r["passed"]]
     board = report.get("board") or {}
     for variant, check in (board.get("checks") or {}).items():
         if not check["runnable"]:
             out.append(Failure(f"{variant} not runnable on {board['name']}", tuple(check["reasons"])))
     return out
+
+
+def _converter_reasons(row: dict) -> list[str]:
+    """Why the converter wrote no file for a row's variant: said where the row is named."""
+    verdict = row.get("emulator") or {}
+    return list(verdict["reasons"]) if verdict.get("judge") == "converter" else []
 
 
 def gate(out, report: dict) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeport._lazy import require
-from edgeport.validate.runners import Runner
+from edgeport.validate.runners import Runner, RuntimeRefused
 from edgeport.validate.tensors import from_model_output, match_outputs, to_model_input
 
 KERNELS = ("optimized", "reference")
@@ -44,7 +44,10 @@ class TFLiteRunner(Runner):
         self.interp = None
 
     def _load(self) -> None:
-        self.interp = load_interpreter(self.path, kernels=self.kernels)
+        try:
+            self.interp = load_interpreter(self.path, kernels=self.kernels)
+        except (RuntimeError, ValueError) as exc:  # the runtime's verdict on the file (e.g. a delegate that cannot prepare it)
+            raise RuntimeRefused(f"LiteRT ({self.kernels} kernels) refused the file: {' '.join(str(exc).split())}") from exc
         (self.inp,) = self.interp.get_input_details()
         outs = self.interp.get_output_details()
         self.mapping = [(outs[i], nhwc) for i, nhwc in match_outputs(self.expected, [tuple(o["shape"]) for o in outs])]
@@ -54,7 +57,10 @@ class TFLiteRunner(Runner):
             self._load()
         inp = self.inp
         self.interp.set_tensor(inp["index"], to_model_input(x, inp["shape"], inp["dtype"], inp["quantization"]))
-        self.interp.invoke()
+        try:
+            self.interp.invoke()
+        except RuntimeError as exc:  # a kernel or delegate that cannot prepare or run the file: its verdict
+            raise RuntimeRefused(f"LiteRT ({self.kernels} kernels) failed on the file: {' '.join(str(exc).split())}") from exc
         return [
             from_model_output(self.interp.get_tensor(d["index"]), d["dtype"], d["quantization"], is_nhwc)
             for d, is_nhwc in self.mapping

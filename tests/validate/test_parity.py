@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from edgeport.validate.parity import ParitySubject, run_parity
@@ -133,3 +134,24 @@ def test_a_normalised_int8_file_is_compared_in_the_model_units(tmp_path):
     assert not plain["results"][1]["passed"]
     restored = run_parity(_subject(tmp_path, normalised={"float32": [[(1, 0, 1, 4.0)]]}), row_runners=rows)
     assert restored["results"][1]["passed"] and restored["results"][1]["outputs"][0]["max_abs"] < 1e-6
+
+
+def test_a_variant_the_converter_did_not_write_is_a_failed_row_that_says_why(tmp_path):
+    why = "onnx2tf failed (exit 1): StrictFullIntegerQuantizationError: Unsupported op: PADV2"
+    report = run_parity(_subject(tmp_path, not_converted={"int8": why}),
+                        row_runners=lambda s, shapes: [("float32", FakeRunner("tflite"), None, None)])
+    by = {(r["variant"], r["runtime"]): r for r in report["results"]}
+    assert by[("float32", "tflite")]["passed"]
+    row = by[("int8", "converter")]
+    assert row["passed"] is False and row["outputs"] == [] and row["emulator"]["reasons"] == [why]
+    assert not report["passed"] and [str(f) for f in failures(report)] == [f"int8/converter: {why}"]
+
+
+def test_a_file_the_runtime_cannot_prepare_is_its_refusal_not_a_crash(tmp_path):
+    from edgeport.validate.runners import RuntimeRefused
+    from edgeport.validate.tflite_runner import TFLiteRunner
+
+    bad = tmp_path / "model_float32.tflite"
+    bad.write_bytes(b"TFL3 but not a flatbuffer model")
+    with pytest.raises(RuntimeRefused, match=r"^LiteRT \(optimized kernels\) refused the file: "):
+        TFLiteRunner(bad, [(1, 1, 8, 8)]).run(np.zeros((1, 3, 8, 8), np.float32))

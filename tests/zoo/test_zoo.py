@@ -37,34 +37,56 @@ for _package in ("ultralytics", "timm", "torchvision"):
         pytest.skip(f"{_package} is not installed: the zoo extra, pip install -e '.[zoo]' (make setup does)",
                     allow_module_level=True)
 
+import zoo_models  # noqa: E402
+
 from edgeport.convert.to_tflite_pass import installed_backend  # noqa: E402
 
-if installed_backend().generation >= 2:
-    # measured on onnx2tf 2.6.9 (Python 3.12): its flatbuffer_direct writer fails on these models
-    # ("flatbuffer_direct fast path failed": int8 calibration builds an ADD of unbroadcastable
-    # shapes), and for YOLO11n and the Ultralytics checkpoint writes files XNNPACK cannot prepare.
-    # The documented outcomes are the 1.28 line's (Python 3.10-3.11); README, "Honest limits".
-    pytest.skip("the zoo's documented outcomes are onnx2tf 1.28's: onnx2tf 2.6.9 fails on these models "
-                "(README, Honest limits)", allow_module_level=True)
-
-import zoo_models  # noqa: E402
+ONNX2TF_LINE = installed_backend().generation  # 1: 1.28.x (Python 3.10-3.11); 2: 2.x (3.12+)
 
 # The untrained Ultralytics head keeps every class score under 0.015 (its prior,
 # log(5 / nc / (640 / stride)^2)): TFLite's int8 LOGISTIC has a fixed output step of 1/256, so
 # those scores get four steps, and the score group's cosine stays under 0.99 however the
 # output is scaled. The gate says so, by name. (A head as training leaves it: test below.)
 INT8_SCORES = "int8/tflite, int8/tflite-ref, int8/board:default"
+HARD_SWISH = "HARD_SWISH v1 is not in tflite-1.13's runtime: it has no HARD_SWISH kernel at all"
 EXPECTED = {
     # name: (default board: "passes" or the failed rows; tflite-1.13: "passes" or the refusal)
     "yolov8n": (INT8_SCORES, "passes"),
     "yolo11n": (INT8_SCORES, "BATCH_MATMUL v1 is not in tflite-1.13's runtime: it has no BATCH_MATMUL kernel at all"),
     "yolov5nu": (INT8_SCORES, "passes"),
     "resnet18": ("passes", "passes"),
-    "mobilenet_v3_large": ("passes", "HARD_SWISH v1 is not in tflite-1.13's runtime: it has no HARD_SWISH kernel at all"),
-    "lraspp_mobilenet_v3_large": ("passes", "HARD_SWISH v1 is not in tflite-1.13's runtime: it has no HARD_SWISH kernel at all"),
-    "mobilenetv3_small_100": ("passes", "HARD_SWISH v1 is not in tflite-1.13's runtime: it has no HARD_SWISH kernel at all"),
+    "mobilenet_v3_large": ("passes", HARD_SWISH),
+    "lraspp_mobilenet_v3_large": ("passes", HARD_SWISH),
+    "mobilenetv3_small_100": ("passes", HARD_SWISH),
     "efficientnet_b0": ("passes", "passes"),
 }
+if ONNX2TF_LINE >= 2:
+    # onnx2tf 2.6.9 (flatbuffer_direct), measured: its quantiser fails on seven of the eight, and
+    # for YOLOv8n and YOLO11n it writes a float32 file with an ADD of unbroadcastable shapes that
+    # no runtime prepares. edgeport ships what was written, and the gate names the rest in the
+    # converter's and the runtime's own words (README, "Honest limits").
+    def _int8_not_written(cause: str) -> str:
+        return f"int8/converter: onnx2tf failed (exit 1): {cause}"
+
+    _QUANT = "onnx2tf.tflite_builder.quantization.StrictFullIntegerQuantizationError: Unsupported op for strict full integer quantization: "
+    _FLOAT32_BROKEN = "float32/tflite, float32/tflite-ref, float32/board:default, "
+    _ADD = "RuntimeError: Given shapes, [1,128,8,4] and [1,64,8,4], are not broadcastable.Node number {} (ADD) failed to prepare."
+    _OLD_BROKEN = "float32/tflite, float32/tflite-ref, float32/board:tflite-1.13 (emulated)"
+    EXPECTED = {
+        "yolov8n": (_FLOAT32_BROKEN + _int8_not_written(_ADD.format(66)), _OLD_BROKEN),
+        "yolo11n": (_FLOAT32_BROKEN + _int8_not_written(_ADD.format(173)), _OLD_BROKEN),
+        "yolov5nu": (INT8_SCORES, "passes"),
+        "resnet18": (_int8_not_written(_QUANT + "index=2 op_type=PADV2"), "passes"),
+        "mobilenet_v3_large": (_int8_not_written(_QUANT + "index=20 op_type=RELU_0_TO_1"), HARD_SWISH),
+        "lraspp_mobilenet_v3_large": (_int8_not_written(_QUANT + "index=20 op_type=RELU_0_TO_1"), HARD_SWISH),
+        "mobilenetv3_small_100": (_int8_not_written(_QUANT + "index=8 op_type=RELU_0_TO_1"), HARD_SWISH),
+        "efficientnet_b0": (_int8_not_written("ValueError: quantized_dimension must be in range [0, 1). Was 3.Tensor 9 has "
+                                              "invalid quantization parameters.quantized_dimension must be in range [0, 1). "
+                                              "Was 3.Tensor 36 has invalid quantization parameters.quantized_dimension must "
+                                              "be in rang"), "passes"),
+    }
+ONLY_ON_1_28 = pytest.mark.skipif(ONNX2TF_LINE >= 2, reason="onnx2tf 2.6.9 writes YOLOv8n's float32 with an ADD no runtime "
+                                  "prepares (EXPECTED above; README, Honest limits)")
 
 
 def _checkpoint(name: str, folder: Path, *, trained_head: bool = False) -> Path:
@@ -121,10 +143,10 @@ def test_zoo_model_ends_as_documented(name, tmp_path, cli):
     assert "left as BatchNorm" not in stages["fold_bn"], stages["fold_bn"]  # every BN folded, DDP keys unwrapped
     assert stages["unwrap"].endswith("keys renamed")
     for row in report["results"]:
-        if row["variant"] == "float32":  # float32 matches PyTorch per channel group: 1e-4 x max|output|
+        if row["variant"] == "float32" and "float32/" not in default:  # float32 matches PyTorch per channel group: 1e-4 x max|output|
             assert row["passed"] and all(o["max_abs"] <= 1e-4 * o["ref_max_abs"] for o in row["outputs"]), row
     if zoo_models.ZOO[name][0] == "ultralytics":
-        assert report["model"]["head"] == "yolov8" and all(r["detections"] is not None for r in report["results"][1:])
+        assert report["model"]["head"] == "yolov8" and all(r["detections"] is not None for r in report["results"][1:] if r["outputs"])
     val = cli("validate", str(ckpt), "--arch", f"zoo_models:{name}", "--tflite", str(out / "model_float32.tflite"),
               "--board", "tflite-1.13", "--out", str(tmp_path / "old"), *zoo_models.ZOO[name][2], cwd=HERE)
     assert "Traceback" not in val.stderr
@@ -134,6 +156,7 @@ def test_zoo_model_ends_as_documented(name, tmp_path, cli):
         assert val.returncode == 1 and old_board in val.stderr, val.stderr[-3000:]
 
 
+@ONLY_ON_1_28
 def test_int8_of_a_trained_yolo_head_detects(tmp_path, cli):
     """Box pixels and scores share YOLOv8's one output; int8 gives each group its range
     (convert/int8_groups.py): the score group keeps its shape instead of collapsing to 0."""
@@ -164,5 +187,9 @@ def test_an_ultralytics_training_checkpoint(tmp_path, cli):
     assert not (tmp_path / "x").exists()
     proc = cli("convert", str(ckpt), "--trust-checkpoint", "--imgsz", "128", "--no-int8", "--outputs", "0",
                "--out", str(tmp_path / "y"), cwd=HERE)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    if ONNX2TF_LINE >= 2:  # the decoded tensor converts; onnx2tf 2.6.9's float32 has YOLOv8's broken ADD (EXPECTED)
+        assert proc.returncode == 1 and _failed_rows(proc) == "float32/tflite, float32/tflite-ref, float32/board:default", \
+            proc.stderr[-3000:]
+    else:
+        assert proc.returncode == 0, proc.stderr[-3000:]
     shutil.rmtree(tmp_path / "y")
