@@ -163,65 +163,97 @@ class Onnx2tfFailed(ConversionError):
         return ConversionError(f"{self}; full log: {log}")
 
 
+class Onnx2tfRun:
+    """One onnx2tf child process, started at once; ``finish`` waits for it and collects its files.
+
+    Its output goes to ``onnx2tf.log`` in its work folder (no pipes), so two runs can proceed
+    side by side; ``kill`` ends a run that is no longer wanted (Ctrl-C, an error elsewhere),
+    so no child outlives the run and writes into a folder that is being removed.
+    """
+
+    def __init__(self, onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str,
+                 backend: Onnx2tfBackend | None = None):
+        work.mkdir(parents=True, exist_ok=True)
+        write_calibration(work, calib)
+        self.work = work.resolve()
+        self.int8 = int8
+        self.log = self.work / "onnx2tf.log"
+        cmd = onnx2tf_command(onnx_path.resolve(), self.work / "tf", int8=int8, input_name=input_name, backend=backend)
+        self.t0 = time.perf_counter()
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(cmd, cwd=self.work, env=offline_env(), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+
+    def finish(self, timeout_s: float, require: tuple[str, ...] | None = None) -> tuple[dict[str, Path], float]:
+        """{variant: tflite path} and the wall time. Raises ``Onnx2tfFailed`` when onnx2tf fails or a
+        variant in ``require`` (default: every variant asked for) was not written."""
+        try:
+            returncode = self.proc.wait(timeout=max(1.0, timeout_s - (time.perf_counter() - self.t0)))
+        except subprocess.TimeoutExpired as exc:
+            self.kill()
+            raise ConversionError(f"onnx2tf did not finish within {timeout_s:.0f} s; the model may be too large") from exc
+        elapsed = time.perf_counter() - self.t0
+        wanted = {k: self.work / "tf" / v for k, v in ONNX2TF_OUTPUTS.items() if self.int8 or k == "float32"}
+        missing = [k for k in (wanted if require is None else require) if not wanted[k].is_file()]
+        if returncode != 0 or missing:
+            raise Onnx2tfFailed(returncode, self.log.read_text(errors="replace"), missing)
+        return {k: p for k, p in wanted.items() if p.is_file()}, elapsed
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
 def run_onnx2tf(onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str, timeout_s: float,
                 backend: Onnx2tfBackend | None = None, require: tuple[str, ...] | None = None) -> tuple[dict[str, Path], float]:
-    """Convert; return {variant: tflite path} and onnx2tf's wall time in seconds.
-
-    Raises ``Onnx2tfFailed`` when onnx2tf fails or a variant in ``require`` (default: every
-    variant asked for) was not written; a variant asked for but not required may be absent.
-    """
-    work.mkdir(parents=True, exist_ok=True)
-    write_calibration(work, calib)
-    work = work.resolve()
-    out_dir = work / "tf"
-    cmd = onnx2tf_command(onnx_path.resolve(), out_dir, int8=int8, input_name=input_name, backend=backend)
-    t0 = time.perf_counter()
+    """Convert; return {variant: tflite path} and onnx2tf's wall time in seconds (``Onnx2tfRun``)."""
+    run = Onnx2tfRun(onnx_path, calib, work, int8=int8, input_name=input_name, backend=backend)
     try:
-        proc = subprocess.run(cmd, cwd=work, env=offline_env(), capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        raise ConversionError(f"onnx2tf did not finish within {timeout_s:.0f} s; the model may be too large") from exc
-    elapsed = time.perf_counter() - t0
-    output = proc.stdout + "\n" + proc.stderr
-    (work / "onnx2tf.log").write_text(output)
-    wanted = {k: out_dir / v for k, v in ONNX2TF_OUTPUTS.items() if int8 or k == "float32"}
-    missing = [k for k in (wanted if require is None else require) if not wanted[k].is_file()]
-    if proc.returncode != 0 or missing:
-        raise Onnx2tfFailed(proc.returncode, output, missing)
-    return {k: p for k, p in wanted.items() if p.is_file()}, elapsed
+        return run.finish(timeout_s, require)
+    finally:
+        run.kill()
 
 
 def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray, work: Path, *, input_name: str,
                      timeout_s: float, backend: Onnx2tfBackend) -> tuple[dict[str, Path], dict[str, str], float]:
     """float32 from ``onnx_path``, and int8 from ``int8_onnx`` when given (the same file, or one
-    with its output groups normalised). Returns (files, {variant: why it was not written}, seconds).
+    with its output groups normalised, converted side by side). Returns (files, {variant: why it
+    was not written}, seconds).
 
     Only a float32 that cannot be written ends the run: an int8 the converter cannot quantise is
     reported as a failed row with the converter's reason, beside a float32 that ships.
     """
     not_written: dict[str, str] = {}
     together = int8_onnx == onnx_path  # one run writes both (1.28 only warns when its int8 fails)
+    runs = [Onnx2tfRun(onnx_path, calib, work / "onnx2tf", int8=together, input_name=input_name, backend=backend)]
     try:
-        files, seconds = run_onnx2tf(onnx_path, calib, work / "onnx2tf", int8=together, input_name=input_name,
-                                     timeout_s=timeout_s, backend=backend, require=("float32",))
-    except Onnx2tfFailed as exc:
-        if not together:
-            raise exc.with_log() from exc
-        # 2.x fails the whole run when its quantiser fails: float32 again, alone
-        not_written["int8"] = str(exc)
+        if int8_onnx is not None and not together:
+            runs.append(Onnx2tfRun(int8_onnx, calib, work / "onnx2tf-int8", int8=True, input_name=input_name,
+                                   backend=backend))
         try:
-            files, seconds = run_onnx2tf(onnx_path, calib, work / "onnx2tf-float32", int8=False, input_name=input_name,
-                                         timeout_s=timeout_s, backend=backend)
-        except Onnx2tfFailed as again:
-            raise again.with_log() from again
-    if together and "int8" not in files and "int8" not in not_written:
-        not_written["int8"] = str(Onnx2tfFailed(0, (work / "onnx2tf" / "onnx2tf.log").read_text(), ["int8"]))
-    if int8_onnx is not None and not together:
-        try:
-            more_files, more = run_onnx2tf(int8_onnx, calib, work / "onnx2tf-int8", int8=True, input_name=input_name,
-                                           timeout_s=timeout_s, backend=backend, require=("int8",))
-            files["int8"], seconds = more_files["int8"], seconds + more
+            files, seconds = runs[0].finish(timeout_s, require=("float32",))
         except Onnx2tfFailed as exc:
+            if not together:
+                raise exc.with_log() from exc
+            # 2.x fails the whole run when its quantiser fails: float32 again, alone
             not_written["int8"] = str(exc)
+            try:
+                files, seconds = run_onnx2tf(onnx_path, calib, work / "onnx2tf-float32", int8=False,
+                                             input_name=input_name, timeout_s=timeout_s, backend=backend)
+            except Onnx2tfFailed as again:
+                raise again.with_log() from again
+        if together and "int8" not in files and "int8" not in not_written:
+            not_written["int8"] = str(Onnx2tfFailed(0, runs[0].log.read_text(errors="replace"), ["int8"]))
+        if len(runs) == 2:
+            try:
+                more_files, more = runs[1].finish(timeout_s, require=("int8",))
+                files["int8"], seconds = more_files["int8"], max(seconds, more)
+            except Onnx2tfFailed as exc:
+                not_written["int8"] = str(exc)
+    finally:
+        for run in runs:
+            run.kill()
     return files, not_written, seconds
 
 

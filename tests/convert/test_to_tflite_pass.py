@@ -63,30 +63,41 @@ def test_onnx2tf_failure_is_condensed(tmp_path):
 
 
 class FakeOnnx2tf:
-    """run_onnx2tf as the two onnx2tf lines behave when their quantiser fails on a model:
+    """Onnx2tfRun as the two onnx2tf lines behave when their quantiser fails on a model:
     1.28 warns and writes float32 only (exit 0); 2.x fails the whole run (exit 1)."""
 
     def __init__(self, *, line: int, int8_fails: bool = True, float32_fails: bool = False):
         self.line, self.int8_fails, self.float32_fails = line, int8_fails, float32_fails
-        self.calls = []
+        self.calls, self.killed = [], []
 
-    def __call__(self, onnx_path, calib, work, *, int8, input_name, timeout_s, backend=None, require=None):
-        from edgeport.convert.to_tflite_pass import Onnx2tfFailed
+    def __call__(self, onnx_path, calib, work, *, int8, input_name, backend=None):
+        fake = self
+        fake.calls.append((onnx_path.name, int8))
 
-        self.calls.append((onnx_path.name, int8))
-        if self.float32_fails:
-            raise Onnx2tfFailed(1, "ValueError: Unsupported op Foo", [])
-        files = {"float32": work / "model_float32.tflite"}
-        if int8 and self.int8_fails:
-            if self.line >= 2:
-                raise Onnx2tfFailed(1, "StrictFullIntegerQuantizationError: Unsupported op: PADV2", [])
-            work.mkdir(parents=True, exist_ok=True)
-            (work / "onnx2tf.log").write_text("WARNING: Full INT8 Quantization tflite output failed.")
-            if "int8" in (require or ("float32", "int8")):
-                raise Onnx2tfFailed(0, "WARNING: Full INT8 Quantization tflite output failed.", ["int8"])
-        elif int8:
-            files["int8"] = work / "model_full_integer_quant.tflite"
-        return files, 1.0
+        class Run:
+            log = work / "onnx2tf.log"
+
+            def finish(self, timeout_s, require=None):
+                from edgeport.convert.to_tflite_pass import Onnx2tfFailed
+
+                if fake.float32_fails:
+                    raise Onnx2tfFailed(1, "ValueError: Unsupported op Foo", [])
+                files = {"float32": work / "model_float32.tflite"}
+                if int8 and fake.int8_fails:
+                    if fake.line >= 2:
+                        raise Onnx2tfFailed(1, "StrictFullIntegerQuantizationError: Unsupported op: PADV2", [])
+                    work.mkdir(parents=True, exist_ok=True)
+                    self.log.write_text("WARNING: Full INT8 Quantization tflite output failed.")
+                    if "int8" in (require or ("float32", "int8")):
+                        raise Onnx2tfFailed(0, self.log.read_text(), ["int8"])
+                elif int8:
+                    files["int8"] = work / "model_full_integer_quant.tflite"
+                return files, 1.0
+
+            def kill(self):
+                fake.killed.append(onnx_path.name)
+
+        return Run()
 
 
 @pytest.mark.parametrize("line", [1, 2])
@@ -95,7 +106,7 @@ def test_an_int8_the_converter_cannot_write_leaves_float32_and_says_why(tmp_path
     from edgeport.convert.to_tflite_pass import Onnx2tfBackend, convert_variants
 
     fake = FakeOnnx2tf(line=line)
-    monkeypatch.setattr(to_tflite_pass, "run_onnx2tf", fake)
+    monkeypatch.setattr(to_tflite_pass, "Onnx2tfRun", fake)
     onnx = tmp_path / "model.onnx"
     files, not_written, _ = convert_variants(onnx, onnx, np.zeros((1, 3, 8, 8), np.float32), tmp_path, input_name="images",
                                              timeout_s=60, backend=Onnx2tfBackend(f"{line}.0.0"))
@@ -113,19 +124,20 @@ def test_a_normalised_int8_graph_that_fails_leaves_float32(tmp_path, monkeypatch
     from edgeport.convert.to_tflite_pass import Onnx2tfBackend, convert_variants
 
     fake = FakeOnnx2tf(line=2)
-    monkeypatch.setattr(to_tflite_pass, "run_onnx2tf", fake)
+    monkeypatch.setattr(to_tflite_pass, "Onnx2tfRun", fake)
     files, not_written, _ = convert_variants(tmp_path / "model.onnx", tmp_path / "int8" / "norm.onnx",
                                              np.zeros((1, 3, 8, 8), np.float32), tmp_path, input_name="images",
                                              timeout_s=60, backend=Onnx2tfBackend("2.6.9"))
-    assert fake.calls == [("model.onnx", False), ("norm.onnx", True)]
+    assert fake.calls == [("model.onnx", False), ("norm.onnx", True)]  # started side by side
     assert list(files) == ["float32"] and "PADV2" in not_written["int8"]
+    assert sorted(fake.killed) == ["model.onnx", "norm.onnx"], "no child outlives the conversion"
 
 
 def test_a_float32_the_converter_cannot_write_ends_the_run_with_its_log(tmp_path, monkeypatch):
     from edgeport.convert import to_tflite_pass
     from edgeport.convert.to_tflite_pass import Onnx2tfBackend, convert_variants
 
-    monkeypatch.setattr(to_tflite_pass, "run_onnx2tf", FakeOnnx2tf(line=1, float32_fails=True))
+    monkeypatch.setattr(to_tflite_pass, "Onnx2tfRun", FakeOnnx2tf(line=1, float32_fails=True))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     with pytest.raises(ConversionError, match=r"^onnx2tf failed \(exit 1\): ValueError: Unsupported op Foo; full log: ") as info:
         convert_variants(tmp_path / "m.onnx", None, np.zeros((1, 3, 8, 8), np.float32), tmp_path, input_name="images",
