@@ -101,6 +101,18 @@ class Onnx2tfBackend:
         # 2.x: say which writer, so a changed default never changes what edgeport ships
         return ["-tb", "flatbuffer_direct"] if self.generation >= 2 else []
 
+    def prepare(self, onnx_path: Path, work: Path) -> Path:
+        """The graph this line converts: for 2.x, a copy with the exact rewrites that steer it
+        around its known bugs (``onnx_rewrites``), named like the original, since onnx2tf names
+        its files after it; 1.28 takes the file as it is."""
+        if self.generation < 2:
+            return onnx_path
+        from edgeport.convert.onnx_rewrites import rewrite_file
+
+        copy = work / onnx_path.name
+        rewrite_file(onnx_path, copy)
+        return copy
+
 
 def installed_backend() -> Onnx2tfBackend:
     import importlib.metadata as md
@@ -178,7 +190,9 @@ class Onnx2tfRun:
         self.work = work.resolve()
         self.int8 = int8
         self.log = self.work / "onnx2tf.log"
-        cmd = onnx2tf_command(onnx_path.resolve(), self.work / "tf", int8=int8, input_name=input_name, backend=backend)
+        backend = backend or installed_backend()
+        onnx_path = backend.prepare(onnx_path.resolve(), self.work)
+        cmd = onnx2tf_command(onnx_path, self.work / "tf", int8=int8, input_name=input_name, backend=backend)
         self.t0 = time.perf_counter()
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(cmd, cwd=self.work, env=offline_env(), stdout=log, stderr=subprocess.STDOUT,

@@ -61,32 +61,35 @@ EXPECTED = {
     "efficientnet_b0": ("passes", "passes"),
 }
 if ONNX2TF_LINE >= 2:
-    # onnx2tf 2.6.9 (flatbuffer_direct), measured: its quantiser fails on seven of the eight, and
-    # for YOLOv8n and YOLO11n it writes a float32 file with an ADD of unbroadcastable shapes that
-    # no runtime prepares. edgeport ships what was written, and the gate names the rest in the
-    # converter's and the runtime's own words (README, "Honest limits").
+    # onnx2tf 2.6.9 (flatbuffer_direct), measured. float32 converts for all eight (YOLOv8n and
+    # YOLO11n thanks to convert/onnx_rewrites.py) and passes. Its int8 does not: its quantiser
+    # refuses seven of the eight, each for its own reason, and YOLOv8n's int8 file is refused
+    # by both TFLite's kernels (XNNPACK: TRANSPOSE and CONCATENATION inputs quantised apart).
+    # edgeport ships what was written, and the gate names the rest in the converter's and the
+    # runtimes' own words (README, "Honest limits").
     def _int8_not_written(cause: str) -> str:
         return f"int8/converter: onnx2tf failed (exit 1): {cause}"
 
-    _QUANT = "onnx2tf.tflite_builder.quantization.StrictFullIntegerQuantizationError: Unsupported op for strict full integer quantization: "
-    _FLOAT32_BROKEN = "float32/tflite, float32/tflite-ref, float32/board:default, "
-    _ADD = "RuntimeError: Given shapes, [1,128,8,4] and [1,64,8,4], are not broadcastable.Node number {} (ADD) failed to prepare."
-    _OLD_BROKEN = "float32/tflite, float32/tflite-ref, float32/board:tflite-1.13 (emulated)"
+    _QUANT = "onnx2tf.tflite_builder.quantization.StrictFullIntegerQuantizationError: "
+    _UNSUPPORTED = _QUANT + "Unsupported op for strict full integer quantization: "
     EXPECTED = {
-        "yolov8n": (_FLOAT32_BROKEN + _int8_not_written(_ADD.format(66)), _OLD_BROKEN),
-        "yolo11n": (_FLOAT32_BROKEN + _int8_not_written(_ADD.format(173)), _OLD_BROKEN),
+        "yolov8n": ("int8/tflite, int8/tflite-ref, int8/board:default", "passes"),  # refused: INT8_REFUSED
+        "yolo11n": (_int8_not_written(_QUANT + "Weight tensor must be constant for strict full integer quantization: "
+                                      "wa/model.10/m/m.0/attn/Split_output_1"), EXPECTED["yolo11n"][1]),
         "yolov5nu": (INT8_SCORES, "passes"),
-        "resnet18": (_int8_not_written(_QUANT + "index=2 op_type=PADV2"), "passes"),
-        "mobilenet_v3_large": (_int8_not_written(_QUANT + "index=20 op_type=RELU_0_TO_1"), HARD_SWISH),
-        "lraspp_mobilenet_v3_large": (_int8_not_written(_QUANT + "index=20 op_type=RELU_0_TO_1"), HARD_SWISH),
-        "mobilenetv3_small_100": (_int8_not_written(_QUANT + "index=8 op_type=RELU_0_TO_1"), HARD_SWISH),
+        "resnet18": (_int8_not_written(_UNSUPPORTED + "index=2 op_type=PADV2"), "passes"),
+        "mobilenet_v3_large": (_int8_not_written(_UNSUPPORTED + "index=20 op_type=RELU_0_TO_1"), HARD_SWISH),
+        "lraspp_mobilenet_v3_large": (_int8_not_written(_UNSUPPORTED + "index=20 op_type=RELU_0_TO_1"), HARD_SWISH),
+        "mobilenetv3_small_100": (_int8_not_written(_UNSUPPORTED + "index=8 op_type=RELU_0_TO_1"), HARD_SWISH),
         "efficientnet_b0": (_int8_not_written("ValueError: quantized_dimension must be in range [0, 1). Was 3.Tensor 9 has "
                                               "invalid quantization parameters.quantized_dimension must be in range [0, 1). "
                                               "Was 3.Tensor 36 has invalid quantization parameters.quantized_dimension must "
                                               "be in rang"), "passes"),
     }
-ONLY_ON_1_28 = pytest.mark.skipif(ONNX2TF_LINE >= 2, reason="onnx2tf 2.6.9 writes YOLOv8n's float32 with an ADD no runtime "
-                                  "prepares (EXPECTED above; README, Honest limits)")
+# int8 files written but refused by the runtimes (their rows carry the runtime's words, no metrics)
+INT8_REFUSED = {"yolov8n"} if ONNX2TF_LINE >= 2 else set()
+ONLY_ON_1_28 = pytest.mark.skipif(ONNX2TF_LINE >= 2, reason="onnx2tf 2.6.9 writes YOLOv8n's int8 with TRANSPOSE and "
+                                  "CONCATENATION quantisations no runtime prepares (EXPECTED above; README, Honest limits)")
 
 
 def _checkpoint(name: str, folder: Path, *, trained_head: bool = False) -> Path:
@@ -143,8 +146,10 @@ def test_zoo_model_ends_as_documented(name, tmp_path, cli):
     assert "left as BatchNorm" not in stages["fold_bn"], stages["fold_bn"]  # every BN folded, DDP keys unwrapped
     assert stages["unwrap"].endswith("keys renamed")
     for row in report["results"]:
-        if row["variant"] == "float32" and "float32/" not in default:  # float32 matches PyTorch per channel group: 1e-4 x max|output|
+        if row["variant"] == "float32":  # float32 matches PyTorch per channel group: 1e-4 x max|output|
             assert row["passed"] and all(o["max_abs"] <= 1e-4 * o["ref_max_abs"] for o in row["outputs"]), row
+        if row["variant"] == "int8" and name in INT8_REFUSED:
+            assert not row["outputs"] and "LiteRT (" in row["emulator"]["reasons"][0], row
     if zoo_models.ZOO[name][0] == "ultralytics":
         assert report["model"]["head"] == "yolov8" and all(r["detections"] is not None for r in report["results"][1:] if r["outputs"])
     val = cli("validate", str(ckpt), "--arch", f"zoo_models:{name}", "--tflite", str(out / "model_float32.tflite"),
@@ -187,9 +192,5 @@ def test_an_ultralytics_training_checkpoint(tmp_path, cli):
     assert not (tmp_path / "x").exists()
     proc = cli("convert", str(ckpt), "--trust-checkpoint", "--imgsz", "128", "--no-int8", "--outputs", "0",
                "--out", str(tmp_path / "y"), cwd=HERE)
-    if ONNX2TF_LINE >= 2:  # the decoded tensor converts; onnx2tf 2.6.9's float32 has YOLOv8's broken ADD (EXPECTED)
-        assert proc.returncode == 1 and _failed_rows(proc) == "float32/tflite, float32/tflite-ref, float32/board:default", \
-            proc.stderr[-3000:]
-    else:
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:]
     shutil.rmtree(tmp_path / "y")
