@@ -80,6 +80,7 @@ class State:
     tflite: dict[str, Path] = field(default_factory=dict)  # variant -> file
     converter: str = ""  # which onnx2tf wrote them, and how (to_tflite)
     not_converted: dict[str, str] = field(default_factory=dict)  # variant -> why the converter wrote no file
+    converter_notes: dict[str, str] = field(default_factory=dict)  # variant -> how it was made, when not as asked first
     # per output, the channel ranges the int8 model has divided (convert/int8_groups.py); None: none
     int8_plans: Any = None
     upsample_decisions: tuple[dict, ...] = ()

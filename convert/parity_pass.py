@@ -47,6 +47,8 @@ class ParityPass(Pass):
         report = run_parity(subject)
         if state.converter:
             report["versions"]["onnx2tf"] = state.converter  # version and writer (flatbuffer_direct or tensorflow)
+        if state.converter_notes:
+            report["converter_notes"] = dict(state.converter_notes)  # e.g. int8 per-tensor, and why
         board = cfg.board
         report["board"] = board_section(board, state.board_checks)
         report["upsample"] = {"legacy_resize": cfg.legacy_resize, "sites": list(state.upsample_decisions)}

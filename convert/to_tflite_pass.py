@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeport.convert.base import Pass, PassResult, State
-from edgeport.convert.tflite_fixes import share_resize_quantization
+from edgeport.convert.tflite_fixes import requantize_int8_constraints, share_resize_quantization
 from edgeport.errors import BadInputError, ConversionError, MissingDependencyError, PassCheckError
 
 ONNX2TF_SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
@@ -101,17 +101,31 @@ class Onnx2tfBackend:
         # 2.x: say which writer, so a changed default never changes what edgeport ships
         return ["-tb", "flatbuffer_direct"] if self.generation >= 2 else []
 
-    def prepare(self, onnx_path: Path, work: Path) -> Path:
+    @property
+    def keeps_validated_files(self) -> bool:
+        """2.x checks each quantised file in an interpreter and moves it into place before it
+        starts the next variant, so a later variant's failure (its int16-activation files,
+        which edgeport does not use) leaves the files already written good. 1.28 exits
+        non-zero only when the run as a whole failed."""
+        return self.generation >= 2
+
+    @property
+    def int8_granularities(self) -> tuple[str, ...]:
+        """Per-channel first; 2.x's per-channel quantiser fails where per-tensor does not (the
+        bias of every depthwise convolution gets an out-of-range quantized_dimension)."""
+        return ("per-channel", "per-tensor") if self.generation >= 2 else ("per-channel",)
+
+    def prepare(self, onnx_path: Path, work: Path, *, int8: bool) -> Path:
         """The graph this line converts: for 2.x, a copy with the exact rewrites that steer it
-        around its known bugs (``onnx_rewrites``), named like the original, since onnx2tf names
-        its files after it; 1.28 takes the file as it is."""
+        around its known bugs (``onnx_rewrites``; for int8, its quantiser's too), named like the
+        original, since onnx2tf names its files after it; 1.28 takes the file as it is."""
         if self.generation < 2:
             return onnx_path
-        from edgeport.convert.onnx_rewrites import rewrite_file
+        from edgeport.convert.onnx_rewrites import INT8_REWRITES, REWRITES, rewrite_file
 
         copy = work / onnx_path.name
-        rewrite_file(onnx_path, copy)
-        return copy
+        changed = rewrite_file(onnx_path, copy, INT8_REWRITES if int8 else REWRITES)
+        return copy if changed and any(changed.values()) else onnx_path
 
 
 def installed_backend() -> Onnx2tfBackend:
@@ -124,7 +138,7 @@ def installed_backend() -> Onnx2tfBackend:
 
 
 def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: str, backend: Onnx2tfBackend | None = None,
-                    python: str = sys.executable) -> list[str]:
+                    python: str = sys.executable, granularity: str = "per-channel") -> list[str]:
     backend = backend or installed_backend()
     cmd = [
         python, "-m", "onnx2tf",
@@ -137,7 +151,7 @@ def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: s
     ]
     if int8:
         # inputs are already in [0, 1]: mean 0, std 1 so onnx2tf does not renormalise
-        cmd += ["-oiqt", "-qt", "per-channel", "-iqd", "int8", "-oqd", "int8",
+        cmd += ["-oiqt", "-qt", granularity, "-iqd", "int8", "-oqd", "int8",
                 "-cind", input_name, CALIB_FILE, "[[[[0.0,0.0,0.0]]]]", "[[[[1.0,1.0,1.0]]]]"]
     return cmd
 
@@ -184,23 +198,26 @@ class Onnx2tfRun:
     """
 
     def __init__(self, onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str,
-                 backend: Onnx2tfBackend | None = None):
+                 backend: Onnx2tfBackend | None = None, granularity: str = "per-channel"):
         work.mkdir(parents=True, exist_ok=True)
         write_calibration(work, calib)
         self.work = work.resolve()
         self.int8 = int8
         self.log = self.work / "onnx2tf.log"
-        backend = backend or installed_backend()
-        onnx_path = backend.prepare(onnx_path.resolve(), self.work)
-        cmd = onnx2tf_command(onnx_path, self.work / "tf", int8=int8, input_name=input_name, backend=backend)
+        self.backend = backend or installed_backend()
+        self.failure: Onnx2tfFailed | None = None  # what failed in a run whose files were still taken
+        onnx_path = self.backend.prepare(onnx_path.resolve(), self.work, int8=int8)
+        cmd = onnx2tf_command(onnx_path, self.work / "tf", int8=int8, input_name=input_name, backend=self.backend,
+                              granularity=granularity)
         self.t0 = time.perf_counter()
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(cmd, cwd=self.work, env=offline_env(), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL)
 
     def finish(self, timeout_s: float, require: tuple[str, ...] | None = None) -> tuple[dict[str, Path], float]:
-        """{variant: tflite path} and the wall time. Raises ``Onnx2tfFailed`` when onnx2tf fails or a
-        variant in ``require`` (default: every variant asked for) was not written."""
+        """{variant: tflite path} and the wall time. Raises ``Onnx2tfFailed`` when a variant in
+        ``require`` (default: every variant asked for) was not written, or onnx2tf failed and its
+        line does not keep validated files; otherwise ``failure`` says what else failed."""
         try:
             returncode = self.proc.wait(timeout=max(1.0, timeout_s - (time.perf_counter() - self.t0)))
         except subprocess.TimeoutExpired as exc:
@@ -208,10 +225,13 @@ class Onnx2tfRun:
             raise ConversionError(f"onnx2tf did not finish within {timeout_s:.0f} s; the model may be too large") from exc
         elapsed = time.perf_counter() - self.t0
         wanted = {k: self.work / "tf" / v for k, v in ONNX2TF_OUTPUTS.items() if self.int8 or k == "float32"}
-        missing = [k for k in (wanted if require is None else require) if not wanted[k].is_file()]
-        if returncode != 0 or missing:
+        written = {k: p for k, p in wanted.items() if p.is_file()}
+        missing = [k for k in (wanted if require is None else require) if k not in written]
+        if missing or (returncode != 0 and not self.backend.keeps_validated_files):
             raise Onnx2tfFailed(returncode, self.log.read_text(errors="replace"), missing)
-        return {k: p for k, p in wanted.items() if p.is_file()}, elapsed
+        if returncode != 0 or len(written) < len(wanted):
+            self.failure = Onnx2tfFailed(returncode, self.log.read_text(errors="replace"), sorted(set(wanted) - set(written)))
+        return written, elapsed
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -220,27 +240,40 @@ class Onnx2tfRun:
 
 
 def run_onnx2tf(onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str, timeout_s: float,
-                backend: Onnx2tfBackend | None = None, require: tuple[str, ...] | None = None) -> tuple[dict[str, Path], float]:
+                backend: Onnx2tfBackend | None = None, require: tuple[str, ...] | None = None,
+                granularity: str = "per-channel") -> tuple[dict[str, Path], float]:
     """Convert; return {variant: tflite path} and onnx2tf's wall time in seconds (``Onnx2tfRun``)."""
-    run = Onnx2tfRun(onnx_path, calib, work, int8=int8, input_name=input_name, backend=backend)
+    run = Onnx2tfRun(onnx_path, calib, work, int8=int8, input_name=input_name, backend=backend, granularity=granularity)
     try:
         return run.finish(timeout_s, require)
     finally:
         run.kill()
 
 
-def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray, work: Path, *, input_name: str,
-                     timeout_s: float, backend: Onnx2tfBackend) -> tuple[dict[str, Path], dict[str, str], float]:
-    """float32 from ``onnx_path``, and int8 from ``int8_onnx`` when given (the same file, or one
-    with its output groups normalised, converted side by side). Returns (files, {variant: why it
-    was not written}, seconds).
+@dataclass
+class Converted:
+    """What ``convert_variants`` got: the files, why a variant has none, how a variant was made
+    when not as asked first, and onnx2tf's wall time."""
 
-    Only a float32 that cannot be written ends the run: an int8 the converter cannot quantise is
-    reported as a failed row with the converter's reason, beside a float32 that ships.
+    files: dict[str, Path]
+    not_written: dict[str, str]
+    notes: dict[str, str]
+    seconds: float
+
+
+def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray, work: Path, *, input_name: str,
+                     timeout_s: float, backend: Onnx2tfBackend) -> Converted:
+    """float32 from ``onnx_path``, and int8 from ``int8_onnx`` when given (the same file, or one
+    with its output groups normalised, converted side by side).
+
+    Only a float32 that cannot be written ends the run. An int8 the converter cannot quantise
+    per channel is tried per tensor where the line offers it (noted), and otherwise reported
+    as a failed row with the converter's reason, beside a float32 that ships.
     """
-    not_written: dict[str, str] = {}
     together = int8_onnx == onnx_path  # one run writes both (1.28 only warns when its int8 fails)
     runs = [Onnx2tfRun(onnx_path, calib, work / "onnx2tf", int8=together, input_name=input_name, backend=backend)]
+    notes: dict[str, str] = {}
+    why = None  # why there is no int8 yet
     try:
         if int8_onnx is not None and not together:
             runs.append(Onnx2tfRun(int8_onnx, calib, work / "onnx2tf-int8", int8=True, input_name=input_name,
@@ -248,27 +281,31 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
         try:
             files, seconds = runs[0].finish(timeout_s, require=("float32",))
         except Onnx2tfFailed as exc:
-            if not together:
-                raise exc.with_log() from exc
-            # 2.x fails the whole run when its quantiser fails: float32 again, alone
-            not_written["int8"] = str(exc)
+            raise exc.with_log() from exc
+        if together and "int8" not in files:
+            why = str(runs[0].failure)
+        elif len(runs) == 2:
             try:
-                files, seconds = run_onnx2tf(onnx_path, calib, work / "onnx2tf-float32", int8=False,
-                                             input_name=input_name, timeout_s=timeout_s, backend=backend)
-            except Onnx2tfFailed as again:
-                raise again.with_log() from again
-        if together and "int8" not in files and "int8" not in not_written:
-            not_written["int8"] = str(Onnx2tfFailed(0, runs[0].log.read_text(errors="replace"), ["int8"]))
-        if len(runs) == 2:
-            try:
-                more_files, more = runs[1].finish(timeout_s, require=("int8",))
-                files["int8"], seconds = more_files["int8"], max(seconds, more)
+                more, more_s = runs[1].finish(timeout_s, require=("int8",))
+                files["int8"], seconds = more["int8"], max(seconds, more_s)
             except Onnx2tfFailed as exc:
-                not_written["int8"] = str(exc)
+                why = str(exc)
+        for granularity in backend.int8_granularities[1:]:
+            if why is None:
+                break
+            try:
+                more, more_s = run_onnx2tf(int8_onnx, calib, work / f"onnx2tf-int8-{granularity}", int8=True,
+                                           input_name=input_name, timeout_s=timeout_s, backend=backend,
+                                           require=("int8",), granularity=granularity)
+                files["int8"], seconds = more["int8"], seconds + more_s
+                notes["int8"] = f"{granularity} ({backend.int8_granularities[0]} failed: {why})"
+                why = None
+            except Onnx2tfFailed as exc:
+                why = f"{why}; {granularity} too: {exc}"
     finally:
         for run in runs:
             run.kill()
-    return files, not_written, seconds
+    return Converted(files, {"int8": why} if why else {}, notes, seconds)
 
 
 class ToTFLitePass(Pass):
@@ -297,13 +334,13 @@ class ToTFLitePass(Pass):
                     int8_onnx = normalised  # int8 from the graph with its groups normalised; float32 keeps the model's values
                 else:
                     plans = None  # the groups are not joined by one Concat: int8 as it is; parity says what it costs
-        files, not_written, seconds = convert_variants(state.onnx_path, int8_onnx, state.calib, cfg.work_dir,
-                                                       input_name=INPUT_NAME, timeout_s=cfg.onnx2tf_timeout_s,
-                                                       backend=backend)
+        converted = convert_variants(state.onnx_path, int8_onnx, state.calib, cfg.work_dir, input_name=INPUT_NAME,
+                                     timeout_s=cfg.onnx2tf_timeout_s, backend=backend)
+        files, not_written, seconds = converted.files, converted.not_written, converted.seconds
         if "int8" in not_written:
             plans = None
         tflite = {}
-        fixed = 0
+        fixed = requantized = 0
         for variant, src in files.items():
             if variant not in variants:
                 continue  # the board does not run it: do not ship it
@@ -311,15 +348,21 @@ class ToTFLitePass(Pass):
             model = src.read_bytes()
             if variant == "int8":
                 model, fixed = share_resize_quantization(model)
+                model, requantized = requantize_int8_constraints(model)
             dst.write_bytes(model)
             tflite[variant] = dst
         sizes = ", ".join(f"{v} {p.stat().st_size / 1024:.0f} KiB" for v, p in tflite.items())
         note = f"; {fixed} int8 resize outputs given their input's quantisation" if fixed else ""
+        if requantized:
+            note += f"; {requantized} int8 requantise ops inserted where the converter broke a kernel's quantisation constraint"
         if plans is not None:
             note += "; int8 output groups normalised before their Concat (boxes by the input size)"
+        for variant, how in converted.notes.items():
+            note += f"; {variant} {how}"
         for variant, why in not_written.items():
             note += f"; {variant} NOT written: {why}"
-        return PassResult(state.evolve(tflite=tflite, not_converted=not_written, converter=backend.describe(),
+        return PassResult(state.evolve(tflite=tflite, not_converted=not_written, converter_notes=converted.notes,
+                                       converter=backend.describe(),
                                        int8_plans=plans), changed=True,
                           summary=f"{sizes} ({backend.describe()}: {seconds:.1f} s{note})")
 

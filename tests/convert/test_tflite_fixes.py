@@ -6,6 +6,7 @@ import struct
 from pathlib import Path
 
 import pytest
+import torch
 
 from edgeport.convert.base import ConvertConfig
 from edgeport.convert.pipeline import PIPELINE, run_pipeline
@@ -53,3 +54,101 @@ def test_skewed_resize_quantisation_is_shared_again_and_xnnpack_prepares_it(int8
     assert share_resize_quantization(model) == (model, 0)
     (tmp_path / "fixed.tflite").write_bytes(fixed)
     load_interpreter(tmp_path / "fixed.tflite")
+
+
+def _outputs(path: Path, x) -> list:
+    from edgeport.validate.tensors import to_model_input
+    from edgeport.validate.tflite_runner import load_interpreter
+
+    interp = load_interpreter(path, kernels="reference")
+    (inp,) = interp.get_input_details()
+    interp.set_tensor(inp["index"], to_model_input(x, inp["shape"], inp["dtype"], inp["quantization"]))
+    interp.invoke()
+    return [(interp.get_tensor(d["index"]).astype("float32") - d["quantization"][1]) * d["quantization"][0]
+            for d in interp.get_output_details()]
+
+
+class TwoBranches(torch.nn.Module):
+    """Two convolutions whose outputs a Concat joins, and a sigmoid: the shapes where onnx2tf
+    2.x quantises the pieces apart from the whole, and a LOGISTIC apart from its fixed scale."""
+
+    stride = 4
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.b = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.head = torch.nn.Conv2d(8, 6, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        return torch.sigmoid(self.head(torch.cat([torch.relu(self.a(x)), 3.0 * torch.relu(self.b(x))], 1)))
+
+
+def two_branches():
+    return TwoBranches()
+
+
+@pytest.fixture(scope="module")
+def int8_concat(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("concat")
+    torch.manual_seed(0)
+    torch.save({"model": TwoBranches().state_dict()}, work / "ckpt.pt")
+    cfg = ConvertConfig(checkpoint=work / "ckpt.pt", work_dir=work, imgsz=32, arch=f"{__name__}:two_branches")
+    state, _ = run_pipeline(cfg, [p for p in PIPELINE if p.name not in ("board_gate", "parity")])
+    return state.tflite["int8"]
+
+
+def test_a_concat_input_quantised_apart_from_its_output_gets_a_requantise_op(int8_concat, tmp_path):
+    """What onnx2tf 2.x writes: a tensor feeding a CONCATENATION calibrated apart from the
+    concat's output. The kernels refuse it (XNNPACK and the reference kernels); a QUANTIZE op
+    requantises it, as TensorFlow's converter would have, and the model computes what the
+    consistent model computes."""
+    import numpy as np
+
+    from edgeport.convert.tflite_fixes import requantize_int8_constraints
+    from edgeport.validate.tflite_runner import load_interpreter
+
+    model = int8_concat.read_bytes()
+    assert requantize_int8_constraints(model) == (model, 0), "a consistent model is returned byte for byte"
+    buf = bytearray(model)
+    ((_, sg, op),) = operators(model, ("CONCATENATION",))
+    scales = [_quant(sg.Tensors(op.Inputs(i))).Scale(0) for i in range(op.InputsLength())]
+    assert len(set(scales)) == 1, "TensorFlow's converter and the fix agree: one scale"
+    q = _quant(sg.Tensors(op.Inputs(0)))
+    struct.pack_into("<f", buf, q._tab.Vector(q._tab.Offset(_SCALE)), q.Scale(0) * 0.5)  # calibrated apart
+    (tmp_path / "skewed.tflite").write_bytes(bytes(buf))
+    with pytest.raises(RuntimeError, match="CONCATENATION"):
+        load_interpreter(tmp_path / "skewed.tflite", kernels="reference")
+    fixed, n = requantize_int8_constraints(bytes(buf))
+    assert n == 1
+    (tmp_path / "fixed.tflite").write_bytes(fixed)
+    x = np.random.default_rng(0).random((1, 3, 32, 32), dtype=np.float32)
+    for got, want in zip(_outputs(tmp_path / "fixed.tflite", x), _outputs(int8_concat, x)):
+        assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()  # one requantisation's rounding, at most
+    load_interpreter(tmp_path / "fixed.tflite")  # and XNNPACK prepares it
+
+
+def test_a_logistic_quantised_apart_from_its_fixed_scale_gets_a_requantise_op(int8_concat, tmp_path):
+    """What onnx2tf 2.x writes for YOLOv8's scores: a LOGISTIC whose int8 output has the scale
+    of what it feeds, not TFLite's fixed 1/256. The reference kernels refuse it; the op then
+    writes at 1/256 and a QUANTIZE takes it to the output's quantisation."""
+    import numpy as np
+
+    from edgeport.convert.tflite_fixes import requantize_int8_constraints
+    from edgeport.validate.tflite_runner import load_interpreter
+
+    model = int8_concat.read_bytes()
+    buf = bytearray(model)
+    ((_, sg, op),) = operators(model, ("LOGISTIC",))
+    q = _quant(sg.Tensors(op.Outputs(0)))
+    assert (q.Scale(0), q.ZeroPoint(0)) == (1 / 256, -128)
+    struct.pack_into("<f", buf, q._tab.Vector(q._tab.Offset(_SCALE)), 1 / 200)  # the scale of what it feeds
+    (tmp_path / "skewed.tflite").write_bytes(bytes(buf))
+    with pytest.raises(RuntimeError, match=r"1\. / 256"):
+        load_interpreter(tmp_path / "skewed.tflite", kernels="reference")
+    fixed, n = requantize_int8_constraints(bytes(buf))
+    assert n == 1
+    (tmp_path / "fixed.tflite").write_bytes(fixed)
+    x = np.random.default_rng(0).random((1, 3, 32, 32), dtype=np.float32)
+    for got, want in zip(_outputs(tmp_path / "fixed.tflite", x), _outputs(int8_concat, x)):
+        assert np.abs(got - want).max() <= 2 / 200  # the output's own grid, a step or two

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -62,85 +64,108 @@ def test_onnx2tf_failure_is_condensed(tmp_path):
     assert "\n" not in str(info.value)
 
 
-class FakeOnnx2tf:
-    """Onnx2tfRun as the two onnx2tf lines behave when their quantiser fails on a model:
-    1.28 warns and writes float32 only (exit 0); 2.x fails the whole run (exit 1)."""
-
-    def __init__(self, *, line: int, int8_fails: bool = True, float32_fails: bool = False):
-        self.line, self.int8_fails, self.float32_fails = line, int8_fails, float32_fails
-        self.calls, self.killed = [], []
-
-    def __call__(self, onnx_path, calib, work, *, int8, input_name, backend=None):
-        fake = self
-        fake.calls.append((onnx_path.name, int8))
-
-        class Run:
-            log = work / "onnx2tf.log"
-
-            def finish(self, timeout_s, require=None):
-                from edgeport.convert.to_tflite_pass import Onnx2tfFailed
-
-                if fake.float32_fails:
-                    raise Onnx2tfFailed(1, "ValueError: Unsupported op Foo", [])
-                files = {"float32": work / "model_float32.tflite"}
-                if int8 and fake.int8_fails:
-                    if fake.line >= 2:
-                        raise Onnx2tfFailed(1, "StrictFullIntegerQuantizationError: Unsupported op: PADV2", [])
-                    work.mkdir(parents=True, exist_ok=True)
-                    self.log.write_text("WARNING: Full INT8 Quantization tflite output failed.")
-                    if "int8" in (require or ("float32", "int8")):
-                        raise Onnx2tfFailed(0, self.log.read_text(), ["int8"])
-                elif int8:
-                    files["int8"] = work / "model_full_integer_quant.tflite"
-                return files, 1.0
-
-            def kill(self):
-                fake.killed.append(onnx_path.name)
-
-        return Run()
-
-
-@pytest.mark.parametrize("line", [1, 2])
-def test_an_int8_the_converter_cannot_write_leaves_float32_and_says_why(tmp_path, monkeypatch, line):
-    from edgeport.convert import to_tflite_pass
-    from edgeport.convert.to_tflite_pass import Onnx2tfBackend, convert_variants
-
-    fake = FakeOnnx2tf(line=line)
-    monkeypatch.setattr(to_tflite_pass, "Onnx2tfRun", fake)
-    onnx = tmp_path / "model.onnx"
-    files, not_written, _ = convert_variants(onnx, onnx, np.zeros((1, 3, 8, 8), np.float32), tmp_path, input_name="images",
-                                             timeout_s=60, backend=Onnx2tfBackend(f"{line}.0.0"))
-    assert list(files) == ["float32"] and list(not_written) == ["int8"]
-    if line >= 2:  # the failed run wrote nothing to trust: float32 again, alone
-        assert fake.calls == [("model.onnx", True), ("model.onnx", False)]
-        assert not_written["int8"] == "onnx2tf failed (exit 1): StrictFullIntegerQuantizationError: Unsupported op: PADV2"
+FAKE_ONNX2TF = """
+import json, pathlib, sys
+out, behaviour, what, granularity = pathlib.Path(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+out.mkdir(parents=True, exist_ok=True)
+if behaviour.get("float32") == "fail":
+    print("ValueError: Unsupported op Foo")
+    sys.exit(1)
+(out / "model_float32.tflite").write_bytes(b"float32")
+if what == "int8":
+    if behaviour.get(granularity) == "ok":
+        (out / "model_full_integer_quant.tflite").write_bytes(granularity.encode())
     else:
-        assert fake.calls == [("model.onnx", True)]
-        assert not_written["int8"] == "onnx2tf failed (wrote no int8): WARNING: Full INT8 Quantization tflite output failed."
+        print(f"StrictFullIntegerQuantizationError: {granularity} fails")
+        sys.exit(behaviour.get("exit", 1))
+"""
 
 
-def test_a_normalised_int8_graph_that_fails_leaves_float32(tmp_path, monkeypatch):
+@pytest.fixture
+def fake_onnx2tf(tmp_path, monkeypatch):
+    """onnx2tf as a child that writes what ``behaviour`` says, through the real Onnx2tfRun:
+    1.28 only warns when its int8 fails (exit 0), 2.x fails the run (exit 1) after float32."""
+    import json
+
+    import onnx
+    from onnx import TensorProto, helper
+
     from edgeport.convert import to_tflite_pass
+
+    script = tmp_path / "fake_onnx2tf.py"
+    script.write_text(FAKE_ONNX2TF)
+    graph = helper.make_graph([helper.make_node("Relu", ["images"], ["y"])], "g",
+                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])])
+    onnx_path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(onnx_path))
+    calls = []
+
+    def use(**behaviour):
+        def command(onnx_path, out_dir, *, int8, input_name, backend=None, python=sys.executable, granularity="per-channel"):
+            calls.append(("int8" if int8 else "float32", granularity))
+            return [sys.executable, str(script), str(out_dir), json.dumps(behaviour), "int8" if int8 else "float32", granularity]
+
+        monkeypatch.setattr(to_tflite_pass, "onnx2tf_command", command)
+        return onnx_path, calls
+
+    return use
+
+
+def _convert(onnx_path, tmp_path, line, int8_onnx="same"):
     from edgeport.convert.to_tflite_pass import Onnx2tfBackend, convert_variants
 
-    fake = FakeOnnx2tf(line=2)
-    monkeypatch.setattr(to_tflite_pass, "Onnx2tfRun", fake)
-    files, not_written, _ = convert_variants(tmp_path / "model.onnx", tmp_path / "int8" / "norm.onnx",
-                                             np.zeros((1, 3, 8, 8), np.float32), tmp_path, input_name="images",
-                                             timeout_s=60, backend=Onnx2tfBackend("2.6.9"))
-    assert fake.calls == [("model.onnx", False), ("norm.onnx", True)]  # started side by side
-    assert list(files) == ["float32"] and "PADV2" in not_written["int8"]
-    assert sorted(fake.killed) == ["model.onnx", "norm.onnx"], "no child outlives the conversion"
+    return convert_variants(onnx_path, onnx_path if int8_onnx == "same" else int8_onnx, np.zeros((1, 3, 8, 8), np.float32),
+                            tmp_path / "work", input_name="images", timeout_s=60, backend=Onnx2tfBackend(line))
 
 
-def test_a_float32_the_converter_cannot_write_ends_the_run_with_its_log(tmp_path, monkeypatch):
-    from edgeport.convert import to_tflite_pass
-    from edgeport.convert.to_tflite_pass import Onnx2tfBackend, convert_variants
+def test_1_28_writes_both_in_one_run(fake_onnx2tf, tmp_path):
+    onnx_path, calls = fake_onnx2tf(**{"per-channel": "ok"})
+    got = _convert(onnx_path, tmp_path, "1.28.8")
+    assert calls == [("int8", "per-channel")] and sorted(got.files) == ["float32", "int8"]
+    assert got.not_written == {} and got.notes == {}
 
-    monkeypatch.setattr(to_tflite_pass, "Onnx2tfRun", FakeOnnx2tf(line=1, float32_fails=True))
+
+def test_an_int8_1_28_cannot_write_leaves_float32_and_says_why(fake_onnx2tf, tmp_path):
+    onnx_path, calls = fake_onnx2tf(exit=0)  # 1.28: the int8 failure is a warning
+    got = _convert(onnx_path, tmp_path, "1.28.8")
+    assert calls == [("int8", "per-channel")], "1.28 has no other granularity to try"
+    assert list(got.files) == ["float32"]
+    assert got.not_written == {"int8": "onnx2tf failed (wrote no int8): StrictFullIntegerQuantizationError: per-channel fails"}
+
+
+def test_2x_keeps_the_float32_of_a_failed_run_and_tries_int8_per_tensor(fake_onnx2tf, tmp_path):
+    onnx_path, calls = fake_onnx2tf(**{"per-tensor": "ok"})
+    got = _convert(onnx_path, tmp_path, "2.6.9")
+    assert calls == [("int8", "per-channel"), ("int8", "per-tensor")]
+    assert got.files["int8"].read_bytes() == b"per-tensor" and got.files["float32"].read_bytes() == b"float32"
+    assert got.not_written == {}
+    assert got.notes == {"int8": "per-tensor (per-channel failed: onnx2tf failed (exit 1): "
+                                 "StrictFullIntegerQuantizationError: per-channel fails)"}
+
+
+def test_2x_int8_that_fails_both_ways_is_not_written_with_both_reasons(fake_onnx2tf, tmp_path):
+    onnx_path, _ = fake_onnx2tf()
+    got = _convert(onnx_path, tmp_path, "2.6.9")
+    assert list(got.files) == ["float32"]
+    assert got.not_written == {"int8": "onnx2tf failed (exit 1): StrictFullIntegerQuantizationError: per-channel fails; "
+                                       "per-tensor too: onnx2tf failed (exit 1): StrictFullIntegerQuantizationError: per-tensor fails"}
+
+
+def test_a_normalised_int8_graph_is_converted_beside_float32(fake_onnx2tf, tmp_path):
+    onnx_path, calls = fake_onnx2tf(**{"per-channel": "ok"})
+    normalised = tmp_path / "int8" / "model.onnx"
+    normalised.parent.mkdir()
+    normalised.write_bytes(onnx_path.read_bytes())
+    got = _convert(onnx_path, tmp_path, "1.28.8", int8_onnx=normalised)
+    assert calls == [("float32", "per-channel"), ("int8", "per-channel")] and sorted(got.files) == ["float32", "int8"]
+    assert got.files["int8"].parent.parent.name == "onnx2tf-int8"
+
+
+def test_a_float32_the_converter_cannot_write_ends_the_run_with_its_log(fake_onnx2tf, tmp_path, monkeypatch):
+    onnx_path, _ = fake_onnx2tf(float32="fail")
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     with pytest.raises(ConversionError, match=r"^onnx2tf failed \(exit 1\): ValueError: Unsupported op Foo; full log: ") as info:
-        convert_variants(tmp_path / "m.onnx", None, np.zeros((1, 3, 8, 8), np.float32), tmp_path, input_name="images",
-                         timeout_s=60, backend=Onnx2tfBackend("1.28.8"))
+        _convert(onnx_path, tmp_path, "2.6.9")
     log = str(info.value).split("full log: ")[1]
-    assert open(log).read() == "ValueError: Unsupported op Foo"
+    assert "ValueError: Unsupported op Foo" in open(log).read()
