@@ -98,6 +98,26 @@ def int8_concat(tmp_path_factory) -> Path:
     return state.tflite["int8"]
 
 
+def _set_scale_then_fix(model: bytes, q, scale: float, tmp_path: Path, refusal: str) -> Path:
+    """Write ``model`` with the quantisation ``q`` (a tensor's, as read from ``model``) at ``scale``,
+    check the reference kernels refuse it with ``refusal``, fix it with one QUANTIZE op, and
+    return the fixed file."""
+    from edgeport.convert.tflite_fixes import requantize_int8_constraints
+    from edgeport.validate.tflite_runner import load_interpreter
+
+    buf = bytearray(model)
+    struct.pack_into("<f", buf, q._tab.Vector(q._tab.Offset(_SCALE)), scale)
+    (tmp_path / "skewed.tflite").write_bytes(bytes(buf))
+    with pytest.raises(RuntimeError, match=refusal):
+        load_interpreter(tmp_path / "skewed.tflite", kernels="reference")
+    fixed, n = requantize_int8_constraints(bytes(buf))
+    assert n == 1
+    (tmp_path / "fixed.tflite").write_bytes(fixed)
+    load_interpreter(tmp_path / "fixed.tflite", kernels="reference")
+    load_interpreter(tmp_path / "fixed.tflite")  # and XNNPACK prepares it
+    return tmp_path / "fixed.tflite"
+
+
 def test_a_concat_input_quantised_apart_from_its_output_gets_a_requantise_op(int8_concat, tmp_path):
     """What onnx2tf 2.x writes: a tensor feeding a CONCATENATION calibrated apart from the
     concat's output. The kernels refuse it (XNNPACK and the reference kernels); a QUANTIZE op
@@ -106,26 +126,17 @@ def test_a_concat_input_quantised_apart_from_its_output_gets_a_requantise_op(int
     import numpy as np
 
     from edgeport.convert.tflite_fixes import requantize_int8_constraints
-    from edgeport.validate.tflite_runner import load_interpreter
 
     model = int8_concat.read_bytes()
     assert requantize_int8_constraints(model) == (model, 0), "a consistent model is returned byte for byte"
-    buf = bytearray(model)
     ((_, sg, op),) = operators(model, ("CONCATENATION",))
     scales = [_quant(sg.Tensors(op.Inputs(i))).Scale(0) for i in range(op.InputsLength())]
     assert len(set(scales)) == 1, "TensorFlow's converter and the fix agree: one scale"
     q = _quant(sg.Tensors(op.Inputs(0)))
-    struct.pack_into("<f", buf, q._tab.Vector(q._tab.Offset(_SCALE)), q.Scale(0) * 0.5)  # calibrated apart
-    (tmp_path / "skewed.tflite").write_bytes(bytes(buf))
-    with pytest.raises(RuntimeError, match="CONCATENATION"):
-        load_interpreter(tmp_path / "skewed.tflite", kernels="reference")
-    fixed, n = requantize_int8_constraints(bytes(buf))
-    assert n == 1
-    (tmp_path / "fixed.tflite").write_bytes(fixed)
+    fixed = _set_scale_then_fix(model, q, q.Scale(0) * 0.5, tmp_path, "CONCATENATION")  # calibrated apart
     x = np.random.default_rng(0).random((1, 3, 32, 32), dtype=np.float32)
-    for got, want in zip(_outputs(tmp_path / "fixed.tflite", x), _outputs(int8_concat, x)):
+    for got, want in zip(_outputs(fixed, x), _outputs(int8_concat, x)):
         assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()  # one requantisation's rounding, at most
-    load_interpreter(tmp_path / "fixed.tflite")  # and XNNPACK prepares it
 
 
 def test_a_logistic_quantised_apart_from_its_fixed_scale_gets_a_requantise_op(int8_concat, tmp_path):
@@ -134,21 +145,11 @@ def test_a_logistic_quantised_apart_from_its_fixed_scale_gets_a_requantise_op(in
     writes at 1/256 and a QUANTIZE takes it to the output's quantisation."""
     import numpy as np
 
-    from edgeport.convert.tflite_fixes import requantize_int8_constraints
-    from edgeport.validate.tflite_runner import load_interpreter
-
     model = int8_concat.read_bytes()
-    buf = bytearray(model)
     ((_, sg, op),) = operators(model, ("LOGISTIC",))
     q = _quant(sg.Tensors(op.Outputs(0)))
     assert (q.Scale(0), q.ZeroPoint(0)) == (1 / 256, -128)
-    struct.pack_into("<f", buf, q._tab.Vector(q._tab.Offset(_SCALE)), 1 / 200)  # the scale of what it feeds
-    (tmp_path / "skewed.tflite").write_bytes(bytes(buf))
-    with pytest.raises(RuntimeError, match=r"1\. / 256"):
-        load_interpreter(tmp_path / "skewed.tflite", kernels="reference")
-    fixed, n = requantize_int8_constraints(bytes(buf))
-    assert n == 1
-    (tmp_path / "fixed.tflite").write_bytes(fixed)
+    fixed = _set_scale_then_fix(model, q, 1 / 200, tmp_path, r"1\. / 256")  # the scale of what it feeds
     x = np.random.default_rng(0).random((1, 3, 32, 32), dtype=np.float32)
-    for got, want in zip(_outputs(tmp_path / "fixed.tflite", x), _outputs(int8_concat, x)):
+    for got, want in zip(_outputs(fixed, x), _outputs(int8_concat, x)):
         assert np.abs(got - want).max() <= 2 / 200  # the output's own grid, a step or two
