@@ -55,21 +55,17 @@ def _clamp(index: int, dim: int) -> int:
 
 def slices_to_split(model) -> int:
     """Rewrite ``model`` (an ``onnx.ModelProto``) in place; return how many Split nodes replaced Slices."""
-    onnx = require("onnx", purpose="ONNX rewrites")
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
-    inferred = onnx.shape_inference.infer_shapes(model)
-    dims = {
-        vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
-        for vi in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
-    }
-    consts = {init.name: numpy_helper.to_array(init).reshape(-1).tolist() for init in model.graph.initializer}
+    dims = _dims(model)
+    consts = _consts(model)
     by_source = defaultdict(list)
     for node in model.graph.node:
         if node.op_type == "Slice" and (site := _static_slice(node, consts)) is not None:
             by_source[node.input[0]].append((site, node))
     opset = _opset(model)
-    replaced = 0
+    index = {id(node): i for i, node in enumerate(model.graph.node)}
+    replacements: dict[int, list] = {}
     for source, slices in by_source.items():
         shape = dims.get(source)
         if len(slices) < 2 or not shape:
@@ -88,17 +84,30 @@ def slices_to_split(model) -> int:
         outputs = [node.output[0] for _, _, node in pieces]
         sizes = np.array([e - s for s, e in bounds], dtype=np.int64)
         if opset >= 13:  # the sizes are an input from opset 13 on, an attribute before
-            model.graph.initializer.append(numpy_helper.from_array(sizes, f"{name}/sizes"))
-            split = helper.make_node("Split", [source, f"{name}/sizes"], outputs, name=name, axis=axis)
+            split = helper.make_node("Split", [source, _const(model, f"{name}/sizes", sizes)], outputs, name=name, axis=axis)
         else:
             split = helper.make_node("Split", [source], outputs, name=name, axis=axis, split=sizes.tolist())
-        nodes = list(model.graph.node)
-        first = min(nodes.index(node) for _, _, node in pieces)
-        for _, _, node in pieces:
-            model.graph.node.remove(node)
-        model.graph.node.insert(first, split)
-        replaced += 1
-    return replaced
+        at = sorted(index[id(node)] for _, _, node in pieces)
+        replacements.update({at[0]: [split], **{i: [] for i in at[1:]}})  # the Split where the first Slice was
+    _replace(model, replacements)
+    return len(replacements) - sum(not nodes for nodes in replacements.values())
+
+
+def _dims(model) -> dict[str, list[int | None]]:
+    """Every value's shape as ONNX's shape inference gives it (None: a dimension it cannot tell)."""
+    onnx = require("onnx", purpose="ONNX rewrites")
+    inferred = onnx.shape_inference.infer_shapes(model)
+    return {
+        vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+        for vi in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
+    }
+
+
+def _consts(model) -> dict[str, list]:
+    """Every initializer's values, flattened."""
+    from onnx import numpy_helper
+
+    return {init.name: numpy_helper.to_array(init).reshape(-1).tolist() for init in model.graph.initializer}
 
 
 def _opset(model) -> int:
@@ -155,9 +164,9 @@ def _never_negative(node, consts: dict) -> bool:
 
 def pad_before_maxpool(model) -> int:
     """Give every padded MaxPool of a never-negative input a zero Pad node instead; return how many."""
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
-    consts = {init.name: numpy_helper.to_array(init).reshape(-1).tolist() for init in model.graph.initializer}
+    consts = _consts(model)
     producer = {out: node for node in model.graph.node for out in node.output}
     replacements = {}
     for i, node in enumerate(model.graph.node):
@@ -184,16 +193,11 @@ MAX_PRODUCT = 1 << 26  # elements of the Mul's broadcast product (256 MiB of flo
 def matmul_as_mul_reducesum(model) -> int:
     """Rewrite every MatMul of two activations (rank >= 2 each) in place as
     ReduceSum(Unsqueeze(a, -1) * Unsqueeze(b, -3), axis=-2); return how many."""
-    onnx = require("onnx", purpose="ONNX rewrites")
     from onnx import helper
 
     if _opset(model) < 13:  # Unsqueeze's and ReduceSum's axes are inputs from opset 13
         return 0
-    inferred = onnx.shape_inference.infer_shapes(model)
-    dims = {
-        vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
-        for vi in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
-    }
+    dims = _dims(model)
     constants = {init.name for init in model.graph.initializer}
     replacements = {}
     for i, node in enumerate(model.graph.node):

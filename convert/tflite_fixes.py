@@ -1,4 +1,10 @@
-"""Corrections applied to a converter's TFLite output, each a small in-place flatbuffer edit.
+"""Corrections applied to a converter's int8 TFLite output, where it broke what TFLite's kernels require.
+
+Two kinds. A resize's output can simply take its input's quantisation (below: an in-place
+edit of two numbers, exact, since a resize never leaves its input's range). Everywhere else
+the broken quantisation is one the graph relies on (a Concat's shared scale, a sigmoid's
+fixed 1/256), so ``requantize_int8_constraints`` inserts QUANTIZE ops instead, as
+TensorFlow's converter does.
 
 ``share_resize_quantization``: onnx2tf 2.x (``flatbuffer_direct``) calibrates the int8 output
 of RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR apart from its input, so the two get slightly

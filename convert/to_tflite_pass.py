@@ -327,8 +327,8 @@ class ToTFLitePass(Pass):
             from edgeport.convert.int8_groups import normalise_onnx, plan_for
 
             plans = plan_for(state.module, state.calib[:4], state.strides, state.imgsz, cfg.head)
-            normalised = cfg.work_dir / "int8" / "model.onnx"  # onnx2tf names what it writes after the file
             if plans is not None:
+                normalised = cfg.work_dir / "int8" / "model.onnx"  # onnx2tf names what it writes after the file
                 normalised.parent.mkdir(exist_ok=True)
                 if normalise_onnx(state.onnx_path, normalised, plans):
                     int8_onnx = normalised  # int8 from the graph with its groups normalised; float32 keeps the model's values
