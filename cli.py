@@ -9,6 +9,7 @@ with nothing left behind.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -302,8 +303,9 @@ def _ignore_further_signals() -> None:
 def _exit_now(code: int) -> None:
     """Everything is cleaned up: exit with ``code`` now. Interpreter shutdown after an interrupt
     can still end in a death by SIGINT (exit -2 instead of 130; seen on Python 3.12 under load)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader that went away (`| head`), a closed stream
+            stream.flush()
     os._exit(code)
 
 
@@ -340,6 +342,26 @@ def main(argv: list[str] | None = None) -> int:
     return _dispatch(args, "edgeport")
 
 
+def entry(command=main) -> None:
+    """The process's entry point (the console scripts, ``python -m edgeport.cli``): run ``command``,
+    then exit without the interpreter's teardown of torch -- its op-library finalizers and a last
+    garbage collection cost 0.6 s a run. Every command has closed its files, cleaned its staging
+    folders and ended its child processes by then, and output is flushed first. ``train`` exits
+    normally: the distributed runtime may still have work at exit."""
+    import logging
+
+    code = command()
+    if sys.argv[1:2] == ["train"]:
+        sys.exit(code)
+    logging.shutdown()
+    _exit_now(code)
+
+
+def entry_convert() -> None:
+    """The ``convert`` console script's process entry point."""
+    entry(convert_main)
+
+
 def convert_main(argv: list[str] | None = None) -> int:
     """The ``convert`` console script: the same as ``edgeport convert``."""
     parser = Parser(prog="convert", description="The same as `edgeport convert`.")
@@ -350,4 +372,4 @@ def convert_main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

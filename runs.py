@@ -281,7 +281,7 @@ class Progress:
         self.status = None
 
     def start(self, name: str) -> None:
-        if self.console is not None:
+        if self.console is not None and self.console.is_terminal:  # a spinner's thread redraws nothing into a file
             self.status = self.console.status(f"{name} ...")
             self.status.start()
 

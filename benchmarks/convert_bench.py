@@ -79,7 +79,7 @@ def bench_lines(state, onnx2tf_cmd, pythons: list[str], tmp: Path) -> list[dict]
     return out
 
 
-def bench_demo(pythons: list[str], tmp: Path, repeat: int = 3) -> list[dict]:
+def bench_demo(pythons: list[str], tmp: Path, repeat: int = 5) -> list[dict]:
     """The demo's whole `edgeport convert` (conversion and validation), per Python: the median of
     ``repeat`` runs, the Pythons interleaved so that a busy moment of the machine hits both."""
     import statistics

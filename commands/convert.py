@@ -27,6 +27,7 @@ def convert(
 ) -> tuple[Path, dict]:
     """Convert ``checkpoint``; return (output folder, report). ``runs.gate`` turns a failed report into exit 1."""
     from edgeport.convert.pipeline import run_pipeline
+    from edgeport.validate import figures
     from edgeport.validate.render import write_reports
 
     inputs = (Path(checkpoint), options.get("calib_dir"))
@@ -34,7 +35,7 @@ def convert(
         config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=stage.work, **options)
         progress = Progress(console)
         try:
-            state, records = run_pipeline(config, on_start=progress.start, on_stage=progress.done)
+            state, records = run_pipeline(config, on_start=progress.start, on_stage=progress.done, then_imports=figures.IMPORTS)
         finally:
             progress.close()
         for name in ARTIFACTS:

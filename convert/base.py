@@ -102,6 +102,8 @@ class Pass(abc.ABC):
     """One named conversion step. Subclasses set ``name`` and implement ``run`` and ``check``."""
 
     name: ClassVar[str]
+    #: heavy modules ``run`` imports: the pipeline loads them ahead while a pass waits on a child process
+    imports: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
     def run(self, state: State) -> PassResult: ...

@@ -15,6 +15,7 @@ from edgeport.validate.report import failures
 
 class ParityPass(Pass):
     name = "parity"
+    imports = ("onnxruntime", "ai_edge_litert.interpreter")
 
     def run(self, state: State) -> PassResult:
         cfg = state.config

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from edgeport._lazy import preloading
 from edgeport.convert.base import ConvertConfig, Pass, State
 from edgeport.convert.board_gate_pass import BoardGatePass
 from edgeport.convert.build_model_pass import BuildModelPass
@@ -55,7 +56,15 @@ def run_pipeline(
     *,
     on_stage: Callable[[StageRecord], None] | None = None,
     on_start: Callable[[str], None] | None = None,
+    then_imports: Sequence[str] = (),
 ) -> tuple[State, list[StageRecord]]:
+    """Run ``passes`` in order. While a pass waits on its child process (``_lazy.idle``), the
+    modules that passes (and, after the pipeline, the caller: ``then_imports``) import are loaded."""
+    with preloading([m for p in passes for m in p.imports] + list(then_imports)):
+        return _run(config, passes, on_stage, on_start)
+
+
+def _run(config, passes, on_stage, on_start) -> tuple[State, list[StageRecord]]:
     state = State(config=config)
     records: list[StageRecord] = []
     for p in passes:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeport._lazy import idle
 from edgeport.convert.base import Pass, PassResult, State
 from edgeport.convert.tflite_fixes import requantize_int8_constraints, share_resize_quantization
 from edgeport.errors import BadInputError, ConversionError, MissingDependencyError, PassCheckError
@@ -218,6 +219,7 @@ class Onnx2tfRun:
         """{variant: tflite path} and the wall time. Raises ``Onnx2tfFailed`` when a variant in
         ``require`` (default: every variant asked for) was not written, or onnx2tf failed and its
         line does not keep validated files; otherwise ``failure`` says what else failed."""
+        idle()  # while onnx2tf works, later stages' imports load
         try:
             returncode = self.proc.wait(timeout=max(1.0, timeout_s - (time.perf_counter() - self.t0)))
         except subprocess.TimeoutExpired as exc:
@@ -310,6 +312,7 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
 
 class ToTFLitePass(Pass):
     name = "to_tflite"
+    imports = ("ai_edge_litert.schema_py_generated",)  # the int8 fixes, after onnx2tf
 
     def run(self, state: State) -> PassResult:
         from edgeport.convert.export_onnx_pass import INPUT_NAME

@@ -205,7 +205,7 @@ class BoardRunner(Runner):
     def _run_one(self, x):
         return self.run(x).outputs
 
-    def run(self, inputs: np.ndarray) -> RunOutput:
+    def run(self, inputs: np.ndarray, stop=None) -> RunOutput:  # one child call: nothing to stop between images
         from edgeport.validate.tensors import from_model_output, match_outputs, to_model_input
         from edgeport.validate.tflite_model import read_tflite
 

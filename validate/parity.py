@@ -12,6 +12,9 @@ seeded random ones. Each failing row gets its divergence point. Builds the
 from __future__ import annotations
 
 import datetime as _dt
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -123,6 +126,45 @@ def _row_runners(subject: ParitySubject, expected_shapes) -> list[tuple[str, obj
     return rows
 
 
+def _run_key(runner) -> object:
+    """Rows that compute the same thing share one run: an emulator whose board changes nothing
+    in the file computes the reference kernels' row (``cache_key``)."""
+    return getattr(runner, "cache_key", None) or id(runner)
+
+
+def _workers() -> int:
+    """The cores this process may use."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def _run_rows(runners: list, inputs: np.ndarray) -> dict[object, Future]:
+    """Every distinct run, finished: PyTorch's first, alone (it uses every core itself); then the
+    others -- each on one thread, or in a child process -- side by side, at most one per core, so
+    each row's ms/img is still its own. The reference kernels' rows, the slow ones, overlap. A
+    run's error (``RuntimeRefused``: the runtime's verdict) waits in its future for its row."""
+    runs: dict[object, Future] = {}
+    for runner in runners:
+        if not runner.side_by_side and _run_key(runner) not in runs:
+            runs[_run_key(runner)] = done = Future()
+            try:
+                done.set_result(runner.run(inputs))
+            except RuntimeRefused as exc:
+                done.set_exception(exc)
+    stop = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="edgeport-parity")
+    try:
+        for runner in runners:
+            if _run_key(runner) not in runs:
+                runs[_run_key(runner)] = pool.submit(runner.run, inputs, stop)
+        wait(runs.values())
+    finally:
+        stop.set()  # an interrupt, or an error: the others stop at their next image
+        pool.shutdown(wait=True, cancel_futures=True)
+    return runs
+
+
 def run_parity(subject: ParitySubject, *, divergence: bool = True, row_runners=_row_runners) -> dict:
     """Every runtime against PyTorch as loaded; returns the ``edgeport.parity/1`` report dict.
 
@@ -141,24 +183,20 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, row_runners=_
     results = [ResultRow("reference", "pytorch", True, ms_per_image=ref_run.ms_per_image, map=_map_vs_truth(subject, head, ref_real))]
     reference_tensors = None
     sample = None
-    runs: dict = {}
     located: dict = {}  # analysis file -> where it diverges: rows on one file share one analysis
-    for variant, runner, analysis_file, verdict in row_runners(subject, expected_shapes):
+    rows = row_runners(subject, expected_shapes)
+    runs = _run_rows([runner for _, runner, _, _ in rows if runner is not None], all_inputs)
+    for variant, runner, analysis_file, verdict in rows:
         tol = TOLERANCES[variant]
         if runner is None:  # the board cannot run it: a failed row with the reasons
             results.append(ResultRow.not_runnable(variant, emulator_label(subject.board), verdict))
             continue
-        key = getattr(runner, "cache_key", None)
-        run = runs.get(key) if key else None
-        if run is None:  # an emulator whose board changes nothing in the file computes the reference kernels' row
-            try:
-                run = runner.run(all_inputs)
-            except RuntimeRefused as exc:  # the board's own runtime refused the file: its word is final
-                results.append(ResultRow.not_runnable(variant, runner.runtime, {"runnable": False, "reasons": [str(exc)],
-                                                                                 "judge": "runtime"}))
-                continue
-            if key:
-                runs[key] = run
+        try:
+            run = runs[_run_key(runner)].result()
+        except RuntimeRefused as exc:  # the board's own runtime refused the file: its word is final
+            results.append(ResultRow.not_runnable(variant, runner.runtime, {"runnable": False, "reasons": [str(exc)],
+                                                                             "judge": "runtime"}))
+            continue
         real = getattr(runner, "board_runtime", False)
         if real:
             verdict = {"runnable": True, "reasons": [], "judge": "runtime"}

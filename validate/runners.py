@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,16 +27,25 @@ class RunOutput:
     ms_per_image: float
 
 
+class Stopped(Exception):
+    """A run was asked to stop between two images (another row failed, or the user interrupted)."""
+
+
 class Runner(abc.ABC):
     runtime: str  # "pytorch", "onnxruntime", "tflite", ...
+    #: runs on one thread (or in a child process), so it can run beside other such rows, one per
+    #: core, and still time itself truly; PyTorch uses every core itself and runs alone
+    side_by_side: bool = True
 
     @abc.abstractmethod
     def _run_one(self, x: np.ndarray) -> list[np.ndarray]:
         """One image, ``(1, 3, H, W)`` float32 -> outputs with batch 1."""
 
-    def run(self, inputs: np.ndarray) -> RunOutput:
+    def run(self, inputs: np.ndarray, stop: threading.Event | None = None) -> RunOutput:
         per_image, times = [], []
         for i in range(inputs.shape[0]):
+            if stop is not None and stop.is_set():
+                raise Stopped(self.runtime)
             t0 = time.perf_counter()
             per_image.append(self._run_one(np.ascontiguousarray(inputs[i : i + 1], dtype=np.float32)))
             times.append((time.perf_counter() - t0) * 1e3)
@@ -45,6 +55,7 @@ class Runner(abc.ABC):
 
 class TorchRunner(Runner):
     runtime = "pytorch"
+    side_by_side = False
 
     def __init__(self, module):
         self.module = module.eval()

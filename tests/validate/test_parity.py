@@ -155,3 +155,64 @@ def test_a_file_the_runtime_cannot_prepare_is_its_refusal_not_a_crash(tmp_path):
     bad.write_bytes(b"TFL3 but not a flatbuffer model")
     with pytest.raises(RuntimeRefused, match=r"^LiteRT \(optimized kernels\) refused the file: "):
         TFLiteRunner(bad, [(1, 1, 8, 8)]).run(np.zeros((1, 3, 8, 8), np.float32))
+
+
+class _Meeting(Runner):
+    """A runner whose every image waits until ``others`` runners reach the same point: it
+    returns only when they run at the same time (a timeout breaks the barrier instead)."""
+
+    def __init__(self, runtime: str, barrier, active: list, side_by_side: bool = True):
+        self.runtime, self.barrier, self.active, self.side_by_side = runtime, barrier, active, side_by_side
+
+    def _run_one(self, x):
+        self.active.append(self.runtime)
+        try:
+            if self.barrier is not None:
+                self.barrier.wait(timeout=10)
+            else:
+                assert self.active == [self.runtime], f"{self.runtime} ran beside {self.active}"
+            return [x[:, :1] * 2.0]
+        finally:
+            self.active.remove(self.runtime)
+
+
+def test_single_threaded_rows_run_side_by_side_and_pytorch_alone(tmp_path, monkeypatch):
+    import threading
+
+    import edgeport.validate.parity as parity
+
+    monkeypatch.setattr(parity, "_workers", lambda: 2)
+    active: list = []
+    both = threading.Barrier(2)
+    rows = lambda subject, shapes: [("folded", _Meeting("torch-like", None, active, side_by_side=False), None, None),  # noqa: E731
+                                    ("float32", _Meeting("a", both, active), None, None),
+                                    ("int8", _Meeting("b", both, active), None, None)]
+    report = run_parity(_subject(tmp_path), row_runners=rows)
+    assert [r["runtime"] for r in report["results"]] == ["pytorch", "torch-like", "a", "b"]
+    assert report["passed"], [r for r in report["results"] if not r["passed"]]
+
+
+def test_a_refusal_in_a_side_by_side_run_is_its_rows_verdict(tmp_path):
+    from edgeport.validate.runners import RuntimeRefused
+
+    class Refuses(FakeRunner):
+        def _run_one(self, x):
+            raise RuntimeRefused("no kernel for HARD_SWISH")
+
+    rows = lambda subject, shapes: [("float32", Refuses("picky"), None, None), ("float32", FakeRunner("exact"), None, None)]  # noqa: E731
+    by = {r["runtime"]: r for r in run_parity(_subject(tmp_path), row_runners=rows)["results"]}
+    assert by["picky"]["passed"] is False and by["picky"]["emulator"]["reasons"] == ["no kernel for HARD_SWISH"]
+    assert by["exact"]["passed"]
+
+
+def test_a_run_asked_to_stop_stops_before_its_next_image():
+    import threading
+
+    from edgeport.validate.runners import Stopped
+
+    stop = threading.Event()
+    runner = FakeRunner("exact")
+    assert runner.run(np.zeros((2, 3, 4, 4), np.float32), stop).outputs[0].shape == (2, 1, 4, 4)
+    stop.set()
+    with pytest.raises(Stopped):
+        runner.run(np.zeros((2, 3, 4, 4), np.float32), stop)
