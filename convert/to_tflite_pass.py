@@ -98,6 +98,12 @@ class Onnx2tfBackend:
     def describe(self) -> str:
         return f"onnx2tf {self.version} ({self.writer})"
 
+    @property
+    def module(self) -> str:
+        """What ``python -m`` runs: 1.28 through ``onnx2tf_lean`` (the same files, without the
+        TensorFlow conversions of variants edgeport never ships); 2.x as it is."""
+        return "onnx2tf" if self.generation >= 2 else "edgeport.convert.onnx2tf_lean"
+
     def extra_flags(self) -> list[str]:
         # 2.x: say which writer, so a changed default never changes what edgeport ships
         return ["-tb", "flatbuffer_direct"] if self.generation >= 2 else []
@@ -139,10 +145,11 @@ def installed_backend() -> Onnx2tfBackend:
 
 
 def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: str, backend: Onnx2tfBackend | None = None,
-                    python: str = sys.executable, granularity: str = "per-channel") -> list[str]:
+                    python: str = sys.executable, granularity: str = "per-channel", lean: bool = True) -> list[str]:
+    """``lean=False``: onnx2tf itself, with every file it writes (benchmarks' peers)."""
     backend = backend or installed_backend()
     cmd = [
-        python, "-m", "onnx2tf",
+        python, "-m", backend.module if lean else "onnx2tf",
         "-i", str(onnx_path),
         "-o", str(out_dir),
         "-coion",  # keep the ONNX input/output names

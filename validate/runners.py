@@ -24,7 +24,15 @@ class RuntimeRefused(Exception):
 @dataclass(frozen=True)
 class RunOutput:
     outputs: list[np.ndarray]  # per model output, (N, C, H, W) float32
-    ms_per_image: float
+    ms_per_image: float  # the median
+    image_ms: tuple[float, ...] = ()  # each image's time, where the runner timed images one by one
+
+    @staticmethod
+    def joined(parts: list["RunOutput"]) -> "RunOutput":
+        """The run of a batch split into consecutive ``parts``, as one run."""
+        times = tuple(t for p in parts for t in p.image_ms)
+        return RunOutput([np.concatenate([p.outputs[k] for p in parts]) for k in range(len(parts[0].outputs))],
+                         statistics.median(times), times)
 
 
 class Stopped(Exception):
@@ -36,6 +44,11 @@ class Runner(abc.ABC):
     #: runs on one thread (or in a child process), so it can run beside other such rows, one per
     #: core, and still time itself truly; PyTorch uses every core itself and runs alone
     side_by_side: bool = True
+
+    def split(self, parts: int) -> list["Runner"]:
+        """Runners that together compute this one's run, each on a share of the images, side by
+        side: for the slow ones (the reference kernels). By default, this runner alone."""
+        return [self]
 
     @abc.abstractmethod
     def _run_one(self, x: np.ndarray) -> list[np.ndarray]:
@@ -50,7 +63,7 @@ class Runner(abc.ABC):
             per_image.append(self._run_one(np.ascontiguousarray(inputs[i : i + 1], dtype=np.float32)))
             times.append((time.perf_counter() - t0) * 1e3)
         outputs = [np.concatenate([img[k] for img in per_image]).astype(np.float32) for k in range(len(per_image[0]))]
-        return RunOutput(outputs, statistics.median(times))
+        return RunOutput(outputs, statistics.median(times), tuple(times))
 
 
 class TorchRunner(Runner):

@@ -43,6 +43,13 @@ class TFLiteRunner(Runner):
         self.cache_key = (kernels, hashlib.sha256(self.path.read_bytes()).hexdigest())
         self.interp = None
 
+    def split(self, parts: int) -> list[Runner]:
+        """The reference kernels are slow (naive loops, one thread): their images are shared out
+        to ``parts`` interpreters of the same file. The optimised kernels take no share."""
+        if self.kernels != "reference":
+            return [self]
+        return [self] + [TFLiteRunner(self.path, self.expected, kernels=self.kernels) for _ in range(parts - 1)]
+
     def _load(self) -> None:
         try:
             self.interp = load_interpreter(self.path, kernels=self.kernels)

@@ -216,3 +216,37 @@ def test_a_run_asked_to_stop_stops_before_its_next_image():
     stop.set()
     with pytest.raises(Stopped):
         runner.run(np.zeros((2, 3, 4, 4), np.float32), stop)
+
+
+def test_a_slow_runs_images_are_shared_out_and_joined_in_order(tmp_path, monkeypatch):
+    import edgeport.validate.parity as parity
+
+    monkeypatch.setattr(parity, "_workers", lambda: 2)
+    shares: list = []
+
+    class Slow(FakeRunner):
+        def split(self, parts):
+            return [Slow(self.runtime, self.scale) for _ in range(parts)]
+
+        def run(self, inputs, stop=None):
+            shares.append(inputs.shape[0])
+            return super().run(inputs, stop)
+
+    rows = lambda subject, shapes: [("float32", Slow("slow-ref"), None, None)]  # noqa: E731
+    report = run_parity(_subject(tmp_path), row_runners=rows)
+    (row,) = [r for r in report["results"] if r["runtime"] == "slow-ref"]
+    assert sorted(shares) == [2, 2], "two real images and two random ones, two each"
+    assert row["passed"] and row["outputs"][0]["max_abs"] == 0.0, "the shares joined back in image order"
+
+
+def test_the_reference_kernels_split_and_the_optimised_do_not(tmp_path):
+    from edgeport.validate.tflite_runner import TFLiteRunner
+
+    model = tmp_path / "m.tflite"
+    model.write_bytes(b"not loaded until run")
+    ref = TFLiteRunner(model, [(1, 1, 2, 2)], kernels="reference")
+    parts = ref.split(3)
+    assert len(parts) == 3 and parts[0] is ref and len({id(p) for p in parts}) == 3
+    assert {p.cache_key for p in parts} == {ref.cache_key} and all(p.kernels == "reference" for p in parts)
+    fast = TFLiteRunner(model, [(1, 1, 2, 2)])
+    assert fast.split(3) == [fast]
