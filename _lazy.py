@@ -37,7 +37,6 @@ def require(module: str, *, package: str | None = None, purpose: str = "") -> Mo
         ) from exc
 
 
-
 _wanted: tuple[str, ...] = ()
 _loading: list[threading.Thread] = []
 

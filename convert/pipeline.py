@@ -61,35 +61,31 @@ def run_pipeline(
     """Run ``passes`` in order. While a pass waits on its child process (``_lazy.idle``), the
     modules that passes (and, after the pipeline, the caller: ``then_imports``) import are loaded."""
     with preloading([m for p in passes for m in p.imports] + list(then_imports)):
-        return _run(config, passes, on_stage, on_start)
-
-
-def _run(config, passes, on_stage, on_start) -> tuple[State, list[StageRecord]]:
-    state = State(config=config)
-    records: list[StageRecord] = []
-    for p in passes:
-        if on_start:
-            on_start(p.name)
-        t0 = time.perf_counter()
-        try:
-            result = p.run(state)
-            p.check(state, result.state)
-        except BadInputError:
-            raise  # the user's input: its message already says what to do
-        except OSError as exc:
-            if is_environment_error(exc):
-                raise  # permissions, a full disk: the CLI names the file (exit 2)
-            raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
-        except EdgeportError as exc:
-            raise type(exc)(f"{p.name}: {exc}{_after(records)}") from exc
-        except Exception as exc:  # a bug or an unsupported model: keep the pass context
-            raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
-        record = StageRecord(p.name, time.perf_counter() - t0, result.changed, result.summary)
-        records.append(record)
-        if on_stage:
-            on_stage(record)
-        state = result.state
-    return state, records
+        state = State(config=config)
+        records: list[StageRecord] = []
+        for p in passes:
+            if on_start:
+                on_start(p.name)
+            t0 = time.perf_counter()
+            try:
+                result = p.run(state)
+                p.check(state, result.state)
+            except BadInputError:
+                raise  # the user's input: its message already says what to do
+            except OSError as exc:
+                if is_environment_error(exc):
+                    raise  # permissions, a full disk: the CLI names the file (exit 2)
+                raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
+            except EdgeportError as exc:
+                raise type(exc)(f"{p.name}: {exc}{_after(records)}") from exc
+            except Exception as exc:  # a bug or an unsupported model: keep the pass context
+                raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
+            record = StageRecord(p.name, time.perf_counter() - t0, result.changed, result.summary)
+            records.append(record)
+            if on_stage:
+                on_stage(record)
+            state = result.state
+        return state, records
 
 
 def _after(records: list[StageRecord]) -> str:

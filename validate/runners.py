@@ -36,7 +36,7 @@ class RunOutput:
 
 
 class Stopped(Exception):
-    """A run was asked to stop between two images (another row failed, or the user interrupted)."""
+    """A run was asked to stop between two images: parity is ending early (an interrupt, an error)."""
 
 
 class Runner(abc.ABC):
