@@ -1,5 +1,8 @@
 """onnx2tf 1.28 through ``onnx2tf_lean``: the shipped files byte for byte as plain onnx2tf writes
-them, without the TensorFlow conversions of the files edgeport never ships."""
+them, without the TensorFlow conversions of the files edgeport never ships.
+
+TensorFlow is imported in child processes only: in the test process it breaks torch.compile's
+later import of triton (a segfault: the two bring conflicting native libraries)."""
 
 from __future__ import annotations
 
@@ -15,34 +18,6 @@ from edgeport.convert.to_tflite_pass import ONNX2TF_OUTPUTS, installed_backend, 
 pytestmark = pytest.mark.skipif(installed_backend().generation >= 2, reason="the 2.x line writes without TensorFlow")
 
 UNSHIPPED = ("dynamic_range_quant", "integer_quant_with_int16_act", "full_integer_quant_with_int16_act")
-
-
-def _converter(tf):
-    @tf.function(input_signature=[tf.TensorSpec([1, 4], tf.float32)])
-    def f(x):
-        return tf.nn.relu(x) * 2.0
-
-    return tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()])
-
-
-def test_it_declines_exactly_the_variants_edgeport_does_not_ship():
-    tf = pytest.importorskip("tensorflow")
-    from edgeport.convert.onnx2tf_lean import declined
-
-    conv = _converter(tf)
-    assert declined(conv) is None  # float32
-    conv.optimizations = [tf.lite.Optimize.DEFAULT]
-    conv.target_spec.supported_types = [tf.float16]
-    assert declined(conv) is None  # float16
-    conv.target_spec.supported_types = []
-    assert declined(conv) == "dynamic-range quantisation"
-    conv.representative_dataset = lambda: iter([[np.zeros((1, 4), np.float32)]])
-    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    assert declined(conv) is None  # integer quantisation
-    conv.inference_input_type = conv.inference_output_type = tf.int8
-    assert declined(conv) is None  # full integer: what edgeport ships
-    conv.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
-    assert declined(conv) == "integer quantisation with int16 activations"
 
 
 @pytest.mark.slow
@@ -67,3 +42,5 @@ def test_the_shipped_files_are_plain_onnx2tfs_byte_for_byte(tmp_path):
     for variant in UNSHIPPED:
         assert f"model_{variant}.tflite" in written[False], "plain onnx2tf writes it"
         assert f"model_{variant}.tflite" not in written[True], "declined: nothing reads it"
+    for variant in ("float16", "integer_quant"):  # no way out in onnx2tf's code: they must still be written
+        assert f"model_{variant}.tflite" in written[True], f"{variant} was declined"
