@@ -160,10 +160,8 @@ def _run_rows(runners: list, inputs: np.ndarray) -> dict[object, Future]:
     stop = threading.Event()
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edgeport-parity")
     try:
-        jobs = {key: [None] * len(pieces) for key, pieces in shared.items()}
-        for key, pieces in sorted(shared.items(), key=lambda kv: len(kv[1]) == 1):  # split (slow) runs first
-            for i, (piece, idx) in enumerate(pieces):
-                jobs[key][i] = pool.submit(piece.run, inputs[idx], stop)
+        jobs = {key: [pool.submit(piece.run, inputs[idx], stop) for piece, idx in pieces]
+                for key, pieces in sorted(shared.items(), key=lambda kv: len(kv[1]) == 1)}  # split (slow) runs first
         wait([f for fs in jobs.values() for f in fs])
     finally:
         stop.set()  # an interrupt, or an error: the others stop at their next image

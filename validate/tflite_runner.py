@@ -48,7 +48,15 @@ class TFLiteRunner(Runner):
         to ``parts`` interpreters of the same file. The optimised kernels take no share."""
         if self.kernels != "reference":
             return [self]
-        return [self] + [TFLiteRunner(self.path, self.expected, kernels=self.kernels) for _ in range(parts - 1)]
+        return [self] + [self._unloaded_copy() for _ in range(parts - 1)]
+
+    def _unloaded_copy(self) -> "TFLiteRunner":
+        """The same file and kernels (and ``cache_key``, not hashed again), with an interpreter of its own."""
+        import copy
+
+        clone = copy.copy(self)
+        clone.interp = None
+        return clone
 
     def _load(self) -> None:
         try:
