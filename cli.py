@@ -309,6 +309,18 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+def _stdout_gone() -> bool:
+    """Whether the reader of stdout closed its end (a pipe's write end then polls POLLERR)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), no real file behind stdout
+        return False
+
+
 def _dispatch(args: argparse.Namespace, prog: str) -> int:
     handle_sigterm()
     try:
@@ -321,6 +333,14 @@ def _dispatch(args: argparse.Namespace, prog: str) -> int:
         _ignore_further_signals()
         print(f"{prog}: terminated; nothing was left behind", file=sys.stderr)
         _exit_now(143)
+    except BrokenPipeError as exc:
+        if not _stdout_gone():
+            return report(prog, exc)  # a pipe of its own (a child, a transport): an internal error
+        # the reader of our output went away (`edgeport boards | head -1`): not an error of the
+        # run, and no one to report to; exit as a tool killed by SIGPIPE does, nothing left behind
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _exit_now(141)
     except Exception as exc:  # one line and an honest exit code, never a traceback
         if os.environ.get("EDGEPORT_DEBUG"):
             raise

@@ -184,3 +184,41 @@ def test_state_dict_trainer_layout_needs_no_arch(tmp_path, run_inproc):
     proc = cli("convert", str(ckpt), "--imgsz", "100", "--out", str(tmp_path / "o"))
     # gets past load and build without --arch: the first complaint is the input size
     assert proc.returncode == 2 and "multiple of the model's stride" in proc.stderr
+
+
+def test_a_reader_that_goes_away_is_not_an_internal_error():
+    """`edgeport boards | head -1`: the pipe's reader closes early. Exit as a tool killed by
+    SIGPIPE (141), with no 'internal error' and no traceback."""
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    try:
+        proc = subprocess.run([sys.executable, "-m", "edgeport.cli", "boards"], stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert proc.returncode == 141, proc.stderr
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_stdout_gone_tells_a_closed_reader_from_an_open_one(monkeypatch):
+    import io
+
+    from edgeport import cli
+
+    read, write = os.pipe()
+    try:
+        with os.fdopen(write, "w", closefd=False) as out:
+            monkeypatch.setattr("sys.stdout", out)
+            assert not cli._stdout_gone()
+            os.close(read)
+            read = None
+            assert cli._stdout_gone()
+    finally:
+        os.close(write)
+        if read is not None:
+            os.close(read)
+    monkeypatch.setattr("sys.stdout", io.StringIO())
+    assert not cli._stdout_gone()  # no real file behind it
