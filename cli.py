@@ -367,9 +367,13 @@ def entry(command=main) -> None:
     then exit without the interpreter's teardown of torch -- its op-library finalizers and a last
     garbage collection cost 0.6 s a run. Every command has closed its files, cleaned its staging
     folders and ended its child processes by then, and output is flushed first. ``train`` exits
-    normally: the distributed runtime may still have work at exit."""
+    normally: the distributed runtime may still have work at exit. One command, then exit: imports
+    pause the cyclic garbage collector and freeze what they leave (``_lazy.importing``)."""
     import logging
 
+    from edgeport._lazy import one_shot_process
+
+    one_shot_process()
     code = command()
     if sys.argv[1:2] == ["train"]:
         sys.exit(code)

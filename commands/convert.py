@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from edgeport._lazy import importing
 from edgeport.convert.base import ConvertConfig
 from edgeport.runs import Progress, staged_output
 
@@ -26,9 +27,10 @@ def convert(
     **options,
 ) -> tuple[Path, dict]:
     """Convert ``checkpoint``; return (output folder, report). ``runs.gate`` turns a failed report into exit 1."""
-    from edgeport.convert.pipeline import run_pipeline
-    from edgeport.validate import figures
-    from edgeport.validate.render import write_reports
+    with importing():  # torch, and the modules of every pass
+        from edgeport.convert.pipeline import run_pipeline
+        from edgeport.validate import figures
+        from edgeport.validate.render import write_reports
 
     inputs = (Path(checkpoint), options.get("calib_dir"))
     with staged_output(out, command="convert", force=force, default_root=DEFAULT_RUNS, inputs=inputs) as stage:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeport._lazy import importing
 from edgeport.convert.base import ConvertConfig
 from edgeport.errors import BadInputError
 from edgeport.runs import Progress, staged_output
@@ -63,15 +64,16 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
              outputs: str | None = None) -> tuple[Path, dict]:
     import functools
 
-    from edgeport.convert.board_gate_pass import board_check, board_section
-    from edgeport.convert.build_model_pass import BuildModelPass
-    from edgeport.convert.export_onnx_pass import export_onnx
-    from edgeport.convert.load_checkpoint_pass import LoadCheckpointPass
-    from edgeport.convert.pipeline import run_pipeline
-    from edgeport.convert.prepare_inputs_pass import PrepareInputsPass
-    from edgeport.convert.unwrap_prefixes_pass import UnwrapPrefixesPass
-    from edgeport.validate.parity import ParitySubject, run_parity
-    from edgeport.validate.render import write_reports
+    with importing():  # torch, and the modules of every pass
+        from edgeport.convert.board_gate_pass import board_check, board_section
+        from edgeport.convert.build_model_pass import BuildModelPass
+        from edgeport.convert.export_onnx_pass import export_onnx
+        from edgeport.convert.load_checkpoint_pass import LoadCheckpointPass
+        from edgeport.convert.pipeline import run_pipeline
+        from edgeport.convert.prepare_inputs_pass import PrepareInputsPass
+        from edgeport.convert.unwrap_prefixes_pass import UnwrapPrefixesPass
+        from edgeport.validate.parity import ParitySubject, run_parity
+        from edgeport.validate.render import write_reports
 
     if not Path(tflite).is_file():
         raise BadInputError(f"--tflite {str(tflite)!r} does not exist; pass a .tflite file")

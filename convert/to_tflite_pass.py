@@ -100,9 +100,9 @@ class Onnx2tfBackend:
 
     @property
     def module(self) -> str:
-        """What ``python -m`` runs: 1.28 through ``onnx2tf_lean`` (the same files, without the
-        TensorFlow conversions of variants edgeport never ships); 2.x as it is."""
-        return "onnx2tf" if self.generation >= 2 else "edgeport.convert.onnx2tf_lean"
+        """What ``python -m`` runs: ``onnx2tf_lean``, onnx2tf itself without the work on files
+        edgeport never ships (the shipped files are plain onnx2tf's, byte for byte)."""
+        return "edgeport.convert.onnx2tf_lean"
 
     def extra_flags(self) -> list[str]:
         # 2.x: say which writer, so a changed default never changes what edgeport ships
