@@ -367,15 +367,18 @@ def entry(command=main) -> None:
     then exit without the interpreter's teardown of torch -- its op-library finalizers and a last
     garbage collection cost 0.6 s a run. Every command has closed its files, cleaned its staging
     folders and ended its child processes by then, and output is flushed first. ``train`` exits
-    normally: the distributed runtime may still have work at exit. One command, then exit: imports
-    pause the cyclic garbage collector and freeze what they leave (``_lazy.importing``)."""
+    normally: the distributed runtime may still have work at exit. Any other command is the process's
+    one job: imports pause the cyclic garbage collector and freeze what they leave (``_lazy.importing``);
+    training, which makes and drops objects for hours, keeps the collector as it is."""
     import logging
 
     from edgeport._lazy import one_shot_process
 
-    one_shot_process()
+    training = sys.argv[1:2] == ["train"]
+    if not training:
+        one_shot_process()
     code = command()
-    if sys.argv[1:2] == ["train"]:
+    if training:
         sys.exit(code)
     logging.shutdown()
     _exit_now(code)

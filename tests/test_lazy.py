@@ -82,3 +82,13 @@ def test_the_cli_process_is_one_shot(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["edgeport", "boards"])
     cli.entry(lambda: 0)
     assert _lazy._one_shot
+
+
+def test_training_is_not_one_shot(monkeypatch):
+    monkeypatch.setattr(_lazy, "_one_shot", False)
+    from edgeport import cli
+
+    monkeypatch.setattr(sys, "argv", ["edgeport", "train"])
+    with pytest.raises(SystemExit):
+        cli.entry(lambda: 0)
+    assert not _lazy._one_shot
