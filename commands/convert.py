@@ -26,14 +26,20 @@ def convert(
     console=None,
     **options,
 ) -> tuple[Path, dict]:
-    """Convert ``checkpoint``; return (output folder, report). ``runs.gate`` turns a failed report into exit 1."""
-    with importing():  # torch, and the modules of every pass
-        from edgeport.convert.pipeline import run_pipeline
-        from edgeport.validate import figures
-        from edgeport.validate.render import write_reports
+    """Convert ``checkpoint``; return (output folder, report). ``runs.gate`` turns a failed report into exit 1.
+
+    The onnx2tf child starts first (``warm_converter``): it imports onnx2tf, and on 1.28
+    TensorFlow, on another core while this process imports torch and runs the passes before
+    the conversion."""
+    from edgeport.convert.to_tflite_pass import warm_converter
 
     inputs = (Path(checkpoint), options.get("calib_dir"))
-    with staged_output(out, command="convert", force=force, default_root=DEFAULT_RUNS, inputs=inputs) as stage:
+    with staged_output(out, command="convert", force=force, default_root=DEFAULT_RUNS, inputs=inputs) as stage, \
+            warm_converter():
+        with importing():  # torch, and the modules of every pass
+            from edgeport.convert.pipeline import run_pipeline
+            from edgeport.validate import figures
+            from edgeport.validate.render import write_reports
         config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=stage.work, **options)
         progress = Progress(console)
         try:

@@ -23,6 +23,12 @@ float16 and plain integer quantisation stay on both lines: onnx2tf's code gives 
 such way out (integer quantisation shares its block, or its calibration, with full integer).
 
     python -m edgeport.convert.onnx2tf_lean ONNX2TF_ARGUMENTS...
+    python -m edgeport.convert.onnx2tf_lean --await-job   # then one JSON line on stdin
+
+``--await-job`` (``to_tflite_pass.warm_converter``): import first, while the caller is still
+importing torch and exporting, then take the job -- ``{"argv": [...], "cwd": ..., "log": ...}``
+-- from one line of stdin: change to ``cwd``, write all output to ``log``, and run. Standard
+input closed without a job: exit 0, having converted nothing.
 """
 
 from __future__ import annotations
@@ -104,6 +110,26 @@ def install() -> None:
         install_tensorflow()
 
 
+AWAIT_JOB = "--await-job"
+
+
+def take_job(line: str) -> list[str]:
+    """Set this process up as the job says (working folder; stdout and stderr into its log) and
+    return onnx2tf's arguments."""
+    import json
+    import os
+
+    job = json.loads(line)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.chdir(job["cwd"])
+    return [str(a) for a in job["argv"]]
+
+
 def main() -> None:
     from edgeport._lazy import importing, one_shot_process
 
@@ -111,6 +137,11 @@ def main() -> None:
     with importing():
         install()
         importlib.import_module("onnx2tf.onnx2tf")  # the converter itself (2.x loads it on first use)
+    if sys.argv[1:] == [AWAIT_JOB]:
+        line = sys.stdin.readline()
+        if not line.strip():
+            return  # not needed after all
+        sys.argv[1:] = take_job(line)
     sys.argv[0] = "onnx2tf"
     runpy.run_module("onnx2tf", run_name="__main__", alter_sys=True)
 

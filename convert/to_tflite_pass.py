@@ -10,6 +10,9 @@ input and output, per-channel, our calibration set) and write the same file name
 
 onnx2tf runs in a child process: it calls ``sys.exit`` on errors, prints a great deal,
 and (1.28) imports TensorFlow, none of which should happen inside the caller's process.
+``convert`` starts that child first (``warm_converter``), so its imports (TensorFlow's 2 s,
+onnx2tf 2.x's 0.5 s) overlap the caller's own, and the conversion takes it when its ONNX is
+ready.
 
 Offline, on purpose: onnx2tf 1.28 downloads sample images from the internet whenever an
 input looks like an NHWC image, unless ``calibration_image_sample_data_20x128x128x3_float32.npy``
@@ -20,6 +23,8 @@ closed local port, so any download attempt fails at once instead of reaching the
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import subprocess
@@ -42,6 +47,7 @@ CALIB_FILE = "calib_nhwc.npy"
 ONNX2TF_OUTPUTS = {"float32": "model_float32.tflite", "int8": "model_full_integer_quant.tflite"}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CLOSED_PORT_PROXY = "http://127.0.0.1:9"
+LEAN_MODULE = "edgeport.convert.onnx2tf_lean"
 
 
 def offline_env() -> dict[str, str]:
@@ -102,7 +108,7 @@ class Onnx2tfBackend:
     def module(self) -> str:
         """What ``python -m`` runs: ``onnx2tf_lean``, onnx2tf itself without the work on files
         edgeport never ships (the shipped files are plain onnx2tf's, byte for byte)."""
-        return "edgeport.convert.onnx2tf_lean"
+        return LEAN_MODULE
 
     def extra_flags(self) -> list[str]:
         # 2.x: say which writer, so a changed default never changes what edgeport ships
@@ -197,8 +203,58 @@ class Onnx2tfFailed(ConversionError):
         return ConversionError(f"{self}; full log: {log}")
 
 
+_warm: list[tuple[list[str], subprocess.Popen]] = []  # (command prefix, child awaiting its job)
+
+
+@contextlib.contextmanager
+def warm_converter(python: str = sys.executable):
+    """Start an onnx2tf child at once, importing onnx2tf (and TensorFlow, on 1.28) while the
+    caller is still importing torch and exporting; the block's first conversion takes it as
+    its own (``Onnx2tfRun``). An untaken child is killed when the block ends, so none outlives
+    the run. Without onnx2tf installed nothing starts: the conversion says what is missing."""
+    try:
+        installed_backend()
+    except MissingDependencyError:
+        yield
+        return
+    from edgeport.convert.onnx2tf_lean import AWAIT_JOB
+
+    prefix = [python, "-m", LEAN_MODULE]
+    proc = subprocess.Popen([*prefix, AWAIT_JOB], env=offline_env(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, text=True)
+    _warm.append((prefix, proc))
+    try:
+        yield
+    finally:
+        if (prefix, proc) in _warm:  # not taken
+            _warm.remove((prefix, proc))
+            proc.kill()
+            proc.wait()
+
+
+def _take_warm(cmd: list[str], cwd: Path, log: Path) -> subprocess.Popen | None:
+    """The warm child, given ``cmd``'s job, when one awaits a command like it; else None."""
+    for prefix, proc in list(_warm):
+        if cmd[: len(prefix)] != prefix:
+            continue
+        _warm.remove((prefix, proc))
+        job = {"argv": cmd[len(prefix):], "cwd": str(cwd), "log": str(log)}
+        try:
+            if proc.poll() is not None:
+                raise BrokenPipeError("the warm child has ended")
+            proc.stdin.write(json.dumps(job) + "\n")
+            proc.stdin.close()
+        except OSError:  # it died while importing: a fresh child shows why, in its log
+            proc.kill()
+            proc.wait()
+            return None
+        return proc
+    return None
+
+
 class Onnx2tfRun:
-    """One onnx2tf child process, started at once; ``finish`` waits for it and collects its files.
+    """One onnx2tf child process, started at once (or the warm one, ``warm_converter``);
+    ``finish`` waits for it and collects its files.
 
     Its output goes to ``onnx2tf.log`` in its work folder (no pipes), so two runs can proceed
     side by side; ``kill`` ends a run that is no longer wanted (Ctrl-C, an error elsewhere),
@@ -218,6 +274,10 @@ class Onnx2tfRun:
         cmd = onnx2tf_command(onnx_path, self.work / "tf", int8=int8, input_name=input_name, backend=self.backend,
                               granularity=granularity)
         self.t0 = time.perf_counter()
+        self.warm = _take_warm(cmd, self.work, self.log)
+        if self.warm is not None:
+            self.proc = self.warm
+            return
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(cmd, cwd=self.work, env=offline_env(), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL)

@@ -169,3 +169,75 @@ def test_a_float32_the_converter_cannot_write_ends_the_run_with_its_log(fake_onn
         _convert(onnx_path, tmp_path, "2.6.9")
     log = str(info.value).split("full log: ")[1]
     assert "ValueError: Unsupported op Foo" in open(log).read()
+
+
+# --- the warm child (warm_converter) ---------------------------------------------------------
+
+
+def _small_onnx(tmp_path):
+    import torch
+
+    from edgeport.convert.export_onnx_pass import export_onnx, simplify
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, stride=2)).eval()
+    onnx_path = tmp_path / "model.onnx"
+    export_onnx(model, 32, onnx_path, output_names=["y"], opset=17)
+    simplify(onnx_path)
+    return onnx_path, np.random.default_rng(0).random((8, 3, 32, 32), dtype=np.float32)
+
+
+@pytest.mark.slow
+def test_the_warm_child_takes_the_first_conversion_and_writes_what_a_fresh_one_writes(tmp_path):
+    from edgeport.convert import to_tflite_pass as tp
+
+    onnx_path, calib = _small_onnx(tmp_path)
+    fresh, _ = run_onnx2tf(onnx_path, calib, tmp_path / "fresh", int8=True, input_name="images", timeout_s=300)
+    with tp.warm_converter():
+        (_, waiting), = tp._warm
+        run = tp.Onnx2tfRun(onnx_path, calib, tmp_path / "warm", int8=True, input_name="images")
+        assert run.proc is waiting and not tp._warm, "the waiting child took the job"
+        try:
+            warm, _ = run.finish(300)
+        finally:
+            run.kill()
+        second = tp.Onnx2tfRun(onnx_path, calib, tmp_path / "second", int8=False, input_name="images")
+        assert second.warm is None, "one warm child: a second conversion starts its own"
+        second.kill()
+    assert {k: p.read_bytes() for k, p in warm.items()} == {k: p.read_bytes() for k, p in fresh.items()}
+    assert warm["float32"].parent.parent == tmp_path / "warm", "it worked in the folder the job named"
+    logs = [(tmp_path / run / "onnx2tf.log").read_bytes() for run in ("fresh", "warm")]
+    assert bool(logs[1]) == bool(logs[0]), "its output went into the log the job named"
+
+
+def test_an_untaken_warm_child_is_ended_with_the_block():
+    from edgeport.convert import to_tflite_pass as tp
+
+    with tp.warm_converter():
+        (_, waiting), = tp._warm
+        assert waiting.poll() is None, "it waits for its job"
+    assert waiting.poll() is not None and not tp._warm, "no child outlives the run"
+
+
+def test_a_warm_child_that_ended_is_not_given_the_job(tmp_path):
+    from edgeport.convert import to_tflite_pass as tp
+
+    with tp.warm_converter():
+        (prefix, waiting), = tp._warm
+        waiting.kill()
+        waiting.wait()
+        cmd = onnx2tf_command(tmp_path / "model.onnx", tmp_path / "tf", int8=False, input_name="images")
+        assert cmd[: len(prefix)] == prefix, "edgeport's own command is the one a warm child takes"
+        assert tp._take_warm(cmd, tmp_path, tmp_path / "onnx2tf.log") is None, "a fresh child shows why it cannot run"
+        assert not tp._warm
+
+
+def test_a_warm_child_whose_input_closes_converts_nothing_and_exits_0(tmp_path):
+    import subprocess
+
+    from edgeport.convert.onnx2tf_lean import AWAIT_JOB
+
+    proc = subprocess.run([sys.executable, "-m", "edgeport.convert.onnx2tf_lean", AWAIT_JOB], input="", cwd=tmp_path,
+                          env=offline_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not list(tmp_path.iterdir()), "nothing written"
