@@ -11,9 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
 from edgeport.convert.to_tflite_pass import ONNX2TF_OUTPUTS, installed_backend, offline_env, onnx2tf_command, write_calibration
 
@@ -23,15 +21,9 @@ UNSHIPPED = ("integer_quant_with_int16_act", "full_integer_quant_with_int16_act"
 
 
 @pytest.mark.slow
-def test_the_shipped_files_are_plain_onnx2tfs_byte_for_byte(tmp_path):
-    from edgeport.convert.export_onnx_pass import export_onnx, simplify
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, stride=2)).eval()
-    onnx_path = tmp_path / "model.onnx"
-    export_onnx(model, 32, onnx_path, output_names=["y"], opset=17)
-    simplify(onnx_path)
-    write_calibration(tmp_path, np.random.default_rng(0).random((8, 3, 32, 32), dtype=np.float32))
+def test_the_shipped_files_are_plain_onnx2tfs_byte_for_byte(tmp_path, small_onnx):
+    onnx_path, calib = small_onnx
+    write_calibration(tmp_path, calib)
     written, logs = {}, {}
     for lean in (True, False):
         out = tmp_path / ("lean" if lean else "plain")

@@ -174,24 +174,11 @@ def test_a_float32_the_converter_cannot_write_ends_the_run_with_its_log(fake_onn
 # --- the warm child (warm_converter) ---------------------------------------------------------
 
 
-def _small_onnx(tmp_path):
-    import torch
-
-    from edgeport.convert.export_onnx_pass import export_onnx, simplify
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, stride=2)).eval()
-    onnx_path = tmp_path / "model.onnx"
-    export_onnx(model, 32, onnx_path, output_names=["y"], opset=17)
-    simplify(onnx_path)
-    return onnx_path, np.random.default_rng(0).random((8, 3, 32, 32), dtype=np.float32)
-
-
 @pytest.mark.slow
-def test_the_warm_child_takes_the_first_conversion_and_writes_what_a_fresh_one_writes(tmp_path):
+def test_the_warm_child_takes_the_first_conversion_and_writes_what_a_fresh_one_writes(tmp_path, small_onnx):
     from edgeport.convert import to_tflite_pass as tp
 
-    onnx_path, calib = _small_onnx(tmp_path)
+    onnx_path, calib = small_onnx
     fresh, _ = run_onnx2tf(onnx_path, calib, tmp_path / "fresh", int8=True, input_name="images", timeout_s=300)
     with tp.warm_converter():
         (_, waiting), = tp._warm

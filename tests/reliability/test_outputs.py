@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -193,9 +194,16 @@ def test_a_signal_during_convert_leaves_nothing_behind(workspace, sig, code):
     proc = subprocess.Popen([sys.executable, "-m", "edgeport.cli", *CONVERT, "--out", "out"], cwd=workspace,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not list(workspace.glob(".edgeport-staging-*/work/model.onnx")):
-        time.sleep(0.05)  # in the middle of the run: the ONNX file is written, onnx2tf starts
-    proc.send_signal(sig)
+    # this (large) test process must not stop for a full garbage collection while it waits: the
+    # window between the ONNX file and the run's end is under a second
+    gc.disable()
+    try:
+        while time.monotonic() < deadline and not list(workspace.glob(".edgeport-staging-*/work/model.onnx")):
+            time.sleep(0.01)  # in the middle of the run: the ONNX file is written, onnx2tf starts
+        assert proc.poll() is None, "the run ended before the signal could be sent"
+        proc.send_signal(sig)
+    finally:
+        gc.enable()
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err
     assert "nothing was left behind" in err and "Traceback" not in err
