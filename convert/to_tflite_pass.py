@@ -228,8 +228,14 @@ def warm_converter(python: str = sys.executable):
     finally:
         if (prefix, proc) in _warm:  # not taken
             _warm.remove((prefix, proc))
-            proc.kill()
-            proc.wait()
+            _end(proc)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait()
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
 
 
 def _take_warm(cmd: list[str], cwd: Path, log: Path) -> subprocess.Popen | None:
@@ -245,8 +251,7 @@ def _take_warm(cmd: list[str], cwd: Path, log: Path) -> subprocess.Popen | None:
             proc.stdin.write(json.dumps(job) + "\n")
             proc.stdin.close()
         except OSError:  # it died while importing: a fresh child shows why, in its log
-            proc.kill()
-            proc.wait()
+            _end(proc)
             return None
         return proc
     return None
