@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.metadata
 import runpy
 import sys
 
@@ -104,7 +103,9 @@ def install_flatbuffer_direct() -> None:
 
 
 def install() -> None:
-    if int(importlib.metadata.version("onnx2tf").split(".")[0]) >= 2:
+    from edgeport.convert.to_tflite_pass import installed_backend
+
+    if installed_backend().generation >= 2:
         install_flatbuffer_direct()
     else:
         install_tensorflow()

@@ -245,15 +245,15 @@ def _take_warm(cmd: list[str], cwd: Path, log: Path) -> subprocess.Popen | None:
             continue
         _warm.remove((prefix, proc))
         job = {"argv": cmd[len(prefix):], "cwd": str(cwd), "log": str(log)}
-        try:
-            if proc.poll() is not None:
-                raise BrokenPipeError("the warm child has ended")
-            proc.stdin.write(json.dumps(job) + "\n")
-            proc.stdin.close()
-        except OSError:  # it died while importing: a fresh child shows why, in its log
-            _end(proc)
-            return None
-        return proc
+        if proc.poll() is None:
+            try:
+                proc.stdin.write(json.dumps(job) + "\n")
+                proc.stdin.close()
+                return proc
+            except OSError:
+                pass
+        _end(proc)  # it ended while importing: a fresh child shows why, in its log
+        return None
     return None
 
 
@@ -279,9 +279,8 @@ class Onnx2tfRun:
         cmd = onnx2tf_command(onnx_path, self.work / "tf", int8=int8, input_name=input_name, backend=self.backend,
                               granularity=granularity)
         self.t0 = time.perf_counter()
-        self.warm = _take_warm(cmd, self.work, self.log)
-        if self.warm is not None:
-            self.proc = self.warm
+        self.proc = _take_warm(cmd, self.work, self.log)
+        if self.proc is not None:
             return
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(cmd, cwd=self.work, env=offline_env(), stdout=log, stderr=subprocess.STDOUT,
