@@ -17,7 +17,7 @@ from pathlib import Path
 from edgeport import __version__
 from edgeport.cliargs import Parser, int_range, positive_int
 from edgeport.errors import BadInputError, report
-from edgeport.runs import Terminated, handle_sigterm
+from edgeport.runs import Terminated, exit_now, handle_sigterm
 
 HEAD_CHOICES = ("auto", "pdet", "yolov8", "yolov5", "raw")  # models.heads.HEADS, without importing numpy at start-up
 # the TorchScript ONNX exporter's range, from the lowest opset onnx2tf converts well
@@ -300,15 +300,6 @@ def _ignore_further_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def _exit_now(code: int) -> None:
-    """Everything is cleaned up: exit with ``code`` now. Interpreter shutdown after an interrupt
-    can still end in a death by SIGINT (exit -2 instead of 130; seen on Python 3.12 under load)."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a reader that went away (`| head`), a closed stream
-            stream.flush()
-    os._exit(code)
-
-
 def _stdout_gone() -> bool:
     """Whether the reader of stdout closed its end (a pipe's write end then polls POLLERR)."""
     import select
@@ -328,11 +319,11 @@ def _dispatch(args: argparse.Namespace, prog: str) -> int:
     except KeyboardInterrupt:
         _ignore_further_signals()
         print(f"{prog}: interrupted; nothing was left behind", file=sys.stderr)
-        _exit_now(130)
+        exit_now(130)
     except Terminated:
         _ignore_further_signals()
         print(f"{prog}: terminated; nothing was left behind", file=sys.stderr)
-        _exit_now(143)
+        exit_now(143)
     except BrokenPipeError as exc:
         if not _stdout_gone():
             return report(prog, exc)  # a pipe of its own (a child, a transport): an internal error
@@ -340,7 +331,7 @@ def _dispatch(args: argparse.Namespace, prog: str) -> int:
         # run, and no one to report to; exit as a tool killed by SIGPIPE does, nothing left behind
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        _exit_now(141)
+        exit_now(141)
     except Exception as exc:  # one line and an honest exit code, never a traceback
         if os.environ.get("EDGEPORT_DEBUG"):
             raise
@@ -366,8 +357,8 @@ def entry(command=main) -> None:
     """The process's entry point (the console scripts, ``python -m edgeport.cli``): run ``command``,
     then exit without the interpreter's teardown of torch -- its op-library finalizers and a last
     garbage collection cost 0.6 s a run. Every command has closed its files, cleaned its staging
-    folders and ended its child processes by then, and output is flushed first. ``train`` exits
-    normally: the distributed runtime may still have work at exit. Any other command is the process's
+    folders and ended its child processes by then, and output is flushed first. ``train`` ends as its
+    workers do (``train.launch.exit_process``). Any other command is the process's
     one job: imports pause the cyclic garbage collector and freeze what they leave (``_lazy.importing``);
     training, which makes and drops objects for hours, keeps the collector as it is."""
     import logging
@@ -379,9 +370,11 @@ def entry(command=main) -> None:
         one_shot_process()
     code = command()
     if training:
-        sys.exit(code)
+        from edgeport.train.launch import exit_process
+
+        exit_process(code)
     logging.shutdown()
-    _exit_now(code)
+    exit_now(code)
 
 
 def entry_convert() -> None:

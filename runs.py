@@ -26,9 +26,11 @@ import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from edgeport.errors import BadInputError
 
@@ -60,6 +62,17 @@ def handle_sigterm() -> None:
     """Make SIGTERM clean up exactly as SIGINT does (only from the main thread)."""
     with contextlib.suppress(ValueError):
         signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Everything is cleaned up: flush stdout and stderr, then exit with ``code`` at once, without
+    the interpreter's teardown (atexit handlers, finalizers, a last garbage collection). Interpreter
+    shutdown after an interrupt can end in a death by SIGINT (exit -2 instead of 130; seen on
+    Python 3.12 under load); torch's teardown costs 0.6 s a run."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader that went away (`| head`), a closed stream
+            stream.flush()
+    os._exit(code)
 
 
 def _now() -> str:

@@ -78,7 +78,7 @@ def test_the_cli_process_is_one_shot(monkeypatch):
     monkeypatch.setattr(_lazy, "_one_shot", False)
     from edgeport import cli
 
-    monkeypatch.setattr(cli, "_exit_now", lambda code: None)
+    monkeypatch.setattr(cli, "exit_now", lambda code: None)
     monkeypatch.setattr(sys, "argv", ["edgeport", "boards"])
     cli.entry(lambda: 0)
     assert _lazy._one_shot
@@ -87,8 +87,13 @@ def test_the_cli_process_is_one_shot(monkeypatch):
 def test_training_is_not_one_shot(monkeypatch):
     monkeypatch.setattr(_lazy, "_one_shot", False)
     from edgeport import cli
+    from edgeport.train import launch
 
+    def ended(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(launch, "exit_process", ended)
     monkeypatch.setattr(sys, "argv", ["edgeport", "train"])
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exc:
         cli.entry(lambda: 0)
-    assert not _lazy._one_shot
+    assert exc.value.code == 0 and not _lazy._one_shot

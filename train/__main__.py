@@ -1,7 +1,5 @@
 """``python -m edgeport.train ...`` (and ``torchrun -m edgeport.train ...``)."""
 
-import sys
+from edgeport.train.launch import exit_process, main
 
-from edgeport.train.launch import main
-
-sys.exit(main())
+exit_process(main())

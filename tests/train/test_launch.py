@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,21 @@ def test_fp16_needs_cuda_and_ranks_need_gpus(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     with pytest.raises(BadInputError, match="4 ranks on this machine but 2 CUDA device"):
         validate_inputs(TrainConfig(data=tmp_path, device="cuda", world_size=4), preflight=False)
+
+
+_END = """
+import atexit, sys
+from edgeport.train import launch
+atexit.register(lambda: print("teardown", flush=True))
+launch._mpi_started = {mpi}
+print("trained", end="")  # left in the buffer: exit_process flushes it
+launch.exit_process(3)
+"""
+
+
+@pytest.mark.parametrize("mpi, teardown", [(False, False), (True, True)])
+def test_a_training_process_ends_without_the_interpreter_teardown_unless_it_started_mpi(mpi, teardown):
+    # teardown races gloo's threads releasing the last collectives (SIGABRT at exit); MPI finalises in it
+    p = subprocess.run([sys.executable, "-c", _END.format(mpi=mpi)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 3, p.stderr
+    assert p.stdout.startswith("trained") and ("teardown" in p.stdout) == teardown
