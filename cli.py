@@ -361,8 +361,6 @@ def entry(command=main) -> None:
     workers do (``train.launch.exit_process``). Any other command is the process's
     one job: imports pause the cyclic garbage collector and freeze what they leave (``_lazy.importing``);
     training, which makes and drops objects for hours, keeps the collector as it is."""
-    import logging
-
     from edgeport._lazy import one_shot_process
 
     training = sys.argv[1:2] == ["train"]
@@ -373,7 +371,6 @@ def entry(command=main) -> None:
         from edgeport.train.launch import exit_process
 
         exit_process(code)
-    logging.shutdown()
     exit_now(code)
 
 

@@ -284,9 +284,6 @@ def exit_process(code: int) -> NoReturn:
     loses nothing, as multiprocessing's children skip it. After MPI the interpreter exits normally:
     torch calls ``MPI_Finalize`` from an atexit handler, and mpirun reports a rank that skips it as
     failed."""
-    import logging
-
-    logging.shutdown()
     if _mpi_started:
         sys.exit(code)
     exit_now(code)
