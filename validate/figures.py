@@ -17,6 +17,23 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
+def plain_log_ticks(axis) -> None:
+    """Label a log or symlog ``axis`` in plain text ("1e-6"). matplotlib's default labels are
+    mathtext ("$10^{-6}$"), whose parser takes 0.1 s to build on its first use in a process."""
+    from matplotlib.ticker import LogFormatter
+
+    class PlainLog(LogFormatter):
+        def _num_to_string(self, x, vmin, vmax):
+            if 1 <= x <= 1000:
+                return super()._num_to_string(x, vmin, vmax)
+            mantissa, exponent = f"{x:.0e}".split("e")
+            return f"{mantissa}e{int(exponent)}"
+
+    axis.set_major_formatter(PlainLog())
+    if axis.get_scale() == "log":  # symlog labels no minor ticks
+        axis.set_minor_formatter(PlainLog(labelOnlyBase=False))
+
+
 def _figure(figsize: tuple[float, float]):
     """A figure and its axes, drawn by Agg without pyplot (no GUI state, a faster import)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -39,6 +56,7 @@ def error_histograms(report: dict) -> bytes | None:
         centers = (edges[:-1] + edges[1:]) / 2
         ax.plot(centers, h["counts"], marker=".", label=f"{r['variant']} / {r['runtime']}")
     ax.set(xlabel="log10 |output error| vs PyTorch", ylabel="elements", title="error distribution per runtime", yscale="symlog")
+    plain_log_ticks(ax.yaxis)
     ax.legend(fontsize=7)
     return _png(fig)
 
@@ -58,6 +76,7 @@ def layer_curves(report: dict) -> bytes | None:
             ax.annotate(first["reference"], (first["index"], y[[c["index"] for c in curve].index(first["index"])]), fontsize=7, color="red")
     ax.set(xlabel="reference layer (graph order)", ylabel="max|err|/max|ref|  (int8: 1 - cosine)", yscale="log",
            title="per-layer error against the trained model")
+    plain_log_ticks(ax.yaxis)
     ax.legend(fontsize=7)
     return _png(fig)
 
