@@ -19,11 +19,15 @@ cannot run a model; an empty list means it can.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, before it joined the standard library
+    import tomli as tomllib
 
 from edgeport.errors import BadInputError
 from edgeport.validate.tflite_model import TFLiteSummary

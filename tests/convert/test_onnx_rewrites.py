@@ -10,6 +10,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgeport.convert.onnx_rewrites import rewrite_file, slices_to_split
 
+# onnx writes its newest IR version by default; ONNX Runtime loads up to its own (1.23, the newest
+# for Python 3.10: IR 11). A torch export carries an older one, as these graphs do.
+IR_VERSION = 10
+
+
+def _model(graph, opset: int) -> onnx.ModelProto:
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=IR_VERSION)
+
 
 def _graph(cuts, *, axis=1, channels=8, opset=17):
     """x (1, C, 4, 4) -> one Slice per (start, end) along ``axis`` -> Relu each -> Concat."""
@@ -23,7 +31,7 @@ def _graph(cuts, *, axis=1, channels=8, opset=17):
     nodes.append(helper.make_node("Concat", outs, ["y"], axis=axis))
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, 4, 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 4, 4])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return _model(graph, opset)
 
 
 def _run(model, x):
@@ -68,7 +76,7 @@ def test_rewrite_file_writes_a_checked_copy(tmp_path):
 def _single(nodes, inits, opset=17, shape=(1, 4, 6, 6), out_shape=None):
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape or shape))], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return _model(graph, opset)
 
 
 def test_hardsigmoid_becomes_relu6_and_computes_the_same():
@@ -114,7 +122,7 @@ def test_a_matmul_of_two_activations_becomes_mul_and_reducesum(a_shape, b_shape)
                               [helper.make_tensor_value_info("a", TensorProto.FLOAT, list(a_shape)),
                                helper.make_tensor_value_info("b", TensorProto.FLOAT, list(b_shape))],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out))])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = _model(graph, 17)
     rng = np.random.default_rng(3)
     feeds = {"a": rng.standard_normal(a_shape).astype(np.float32), "b": rng.standard_normal(b_shape).astype(np.float32)}
     run = lambda m: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]  # noqa: E731
@@ -132,7 +140,7 @@ def test_a_matmul_by_a_weight_stays():
     graph = helper.make_graph([helper.make_node("MatMul", ["a", "w"], ["y"])], "g",
                               [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
-    assert matmul_as_mul_reducesum(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])) == 0
+    assert matmul_as_mul_reducesum(_model(graph, 17)) == 0
 
 
 def test_a_graph_no_rewrite_changes_is_not_copied(tmp_path):
