@@ -37,14 +37,14 @@ def export_onnx(module, imgsz: int, path, *, output_names: list[str], opset: int
         )
 
 
-def simplify(path) -> int:
-    """Simplify in place with onnxslim; return the node count."""
+def simplify(path, out=None) -> int:
+    """Simplify with onnxslim, in place or into ``out``; return the node count."""
     onnx = require("onnx", purpose="ONNX export")
     onnxslim = require("onnxslim", purpose="ONNX simplification")
     model = onnx.load(str(path))
     slim = onnxslim.slim(model)
     onnx.checker.check_model(slim, full_check=True)
-    onnx.save(slim, str(path))
+    onnx.save(slim, str(out or path))
     return len(slim.graph.node)
 
 
@@ -70,7 +70,11 @@ class ExportOnnxPass(Pass):
         export_onnx(state.module, state.imgsz, path, output_names=list(state.output_names), opset=state.config.opset)
         onnx = require("onnx")
         onnx.checker.check_model(onnx.load(str(path)), full_check=True)
-        nodes = simplify(path)
+        from edgeport.convert.to_tflite_pass import simplify_in_warm_child
+
+        nodes = simplify_in_warm_child(path)
+        if nodes is None:
+            nodes = simplify(path)
         return PassResult(state.evolve(onnx_path=path), changed=True, summary=f"opset {state.config.opset}, {nodes} nodes")
 
     def check(self, before: State, after: State) -> None:

@@ -29,12 +29,17 @@ such way out (integer quantisation shares its block, or its calibration, with fu
 importing torch and exporting, then take the job -- ``{"argv": [...], "cwd": ..., "log": ...}``
 -- from one line of stdin: change to ``cwd``, write all output to ``log``, and run. Standard
 input closed without a job: exit 0, having converted nothing.
+
+``--await-job --simplify``: also import onnxslim, and before the conversion take any number of
+``{"simplify": ONNX, "out": ONNX}`` lines (``export_onnx_pass.simplify``), each answered with one
+JSON line on standard output -- ``{"nodes": N}``, or ``{"error": ...}`` -- which carries nothing else.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import json
 import runpy
 import sys
 
@@ -112,15 +117,38 @@ def install() -> None:
 
 
 AWAIT_JOB = "--await-job"
+SIMPLIFY = "--simplify"
 
 
-def take_job(line: str) -> list[str]:
-    """Set this process up as the job says (working folder; stdout and stderr into its log) and
-    return onnx2tf's arguments."""
-    import json
+def _reply_channel():
+    """Standard output for the answers alone: whatever else this process prints goes nowhere."""
     import os
 
-    job = json.loads(line)
+    channel = os.fdopen(os.dup(1), "w")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    return channel
+
+
+def simplify_job(job: dict) -> dict:
+    """Simplify the job's ONNX into its ``out``: the node count, or the error, whose caller then
+    simplifies in its own process and reports it as it always does."""
+    from pathlib import Path
+
+    from edgeport.convert.export_onnx_pass import simplify
+
+    try:
+        return {"nodes": simplify(Path(job["simplify"]), out=Path(job["out"]))}
+    except Exception as exc:  # noqa: BLE001 - said to the caller, which does it again itself
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def take_job(job: dict) -> list[str]:
+    """Set this process up as the job says (working folder; stdout and stderr into its log) and
+    return onnx2tf's arguments."""
+    import os
+
     sys.stdout.flush()
     sys.stderr.flush()
     fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -135,14 +163,24 @@ def main() -> None:
     from edgeport._lazy import importing, one_shot_process
 
     one_shot_process()  # one conversion, then exit: imports pause the collector and freeze what they leave
+    awaiting = sys.argv[1:2] == [AWAIT_JOB]
+    replies = _reply_channel() if awaiting and SIMPLIFY in sys.argv[2:] else None
     with importing():
         install()
         importlib.import_module("onnx2tf.onnx2tf")  # the converter itself (2.x loads it on first use)
-    if sys.argv[1:] == [AWAIT_JOB]:
+        if replies is not None:
+            importlib.import_module("onnxslim")
+    while awaiting:
         line = sys.stdin.readline()
         if not line.strip():
             return  # not needed after all
-        sys.argv[1:] = take_job(line)
+        job = json.loads(line)
+        if "simplify" in job and replies is not None:
+            replies.write(json.dumps(simplify_job(job)) + "\n")
+            replies.flush()
+            continue
+        sys.argv[1:] = take_job(job)
+        break
     sys.argv[0] = "onnx2tf"
     runpy.run_module("onnx2tf", run_name="__main__", alter_sys=True)
 

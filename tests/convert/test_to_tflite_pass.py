@@ -190,7 +190,7 @@ def test_the_warm_child_takes_the_first_conversion_and_writes_what_a_fresh_one_w
         finally:
             run.kill()
         second = tp.Onnx2tfRun(onnx_path, calib, tmp_path / "second", int8=False, input_name="images")
-        assert second.proc.args[-1] != AWAIT_JOB, "one warm child: a second conversion starts its own"
+        assert AWAIT_JOB not in second.proc.args, "one warm child: a second conversion starts its own"
         second.kill()
     assert {k: p.read_bytes() for k, p in warm.items()} == {k: p.read_bytes() for k, p in fresh.items()}
     assert warm["float32"].parent.parent == tmp_path / "warm", "it worked in the folder the job named"
@@ -218,6 +218,66 @@ def test_a_warm_child_that_ended_is_not_given_the_job(tmp_path):
         assert cmd[: len(prefix)] == prefix, "edgeport's own command is the one a warm child takes"
         assert tp._take_warm(cmd, tmp_path, tmp_path / "onnx2tf.log") is None, "a fresh child shows why it cannot run"
         assert not tp._warm
+
+
+def _exported(folder):
+    """The small model as the pipeline exports it, before simplification."""
+    import torch
+
+    from edgeport.convert.export_onnx_pass import export_onnx
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, stride=2)).eval()
+    folder.mkdir()
+    export_onnx(model, 32, folder / "model.onnx", output_names=["y"], opset=17)
+    return folder / "model.onnx"
+
+
+def test_the_warm_child_simplifies_as_this_process_does_and_still_converts_after(tmp_path, monkeypatch):
+    from edgeport.convert import to_tflite_pass as tp
+    from edgeport.convert.export_onnx_pass import simplify
+    from edgeport.convert.onnx2tf_lean import SIMPLIFY
+
+    ours, childs = _exported(tmp_path / "ours"), _exported(tmp_path / "child")
+    monkeypatch.setattr(tp, "installed_backend", lambda: tp.Onnx2tfBackend("2.6.9"))  # the 2.x policy, on either line
+    with tp.warm_converter():
+        (_, child), = tp._warm
+        assert SIMPLIFY in child.args
+        nodes = tp.simplify_in_warm_child(childs)
+        assert child.poll() is None and tp._warm, "it still awaits the conversion"
+    assert nodes == simplify(ours) and childs.read_bytes() == ours.read_bytes(), "byte for byte what this process writes"
+    assert sorted(p.name for p in childs.parent.iterdir()) == ["model.onnx"], "no partial file left"
+
+
+def test_where_no_child_simplifies_this_process_does(tmp_path, monkeypatch):
+    from edgeport.convert import to_tflite_pass as tp
+
+    onnx_path = _exported(tmp_path / "m")
+    before = onnx_path.read_bytes()
+    assert tp.simplify_in_warm_child(onnx_path) is None, "no warm child"
+    monkeypatch.setattr(tp, "installed_backend", lambda: tp.Onnx2tfBackend("1.28.8"))
+    with tp.warm_converter():
+        (_, child), = tp._warm
+        assert tp.simplify_in_warm_child(onnx_path) is None, "1.28's child is busy importing TensorFlow"
+    assert onnx_path.read_bytes() == before
+
+
+def test_a_child_that_cannot_simplify_leaves_it_to_this_process(tmp_path, monkeypatch):
+    from edgeport.convert import to_tflite_pass as tp
+    from edgeport.convert.export_onnx_pass import simplify
+
+    broken = tmp_path / "model.onnx"
+    broken.write_bytes(b"not an onnx model")
+    monkeypatch.setattr(tp, "installed_backend", lambda: tp.Onnx2tfBackend("2.6.9"))
+    with tp.warm_converter():
+        (_, child), = tp._warm
+        assert tp.simplify_in_warm_child(broken) is None and tp._warm, "its error: this process does it, and says it"
+        assert broken.read_bytes() == b"not an onnx model" and len(list(tmp_path.iterdir())) == 1
+        with pytest.raises(Exception, match="Error parsing message"):
+            simplify(broken)
+        child.kill()
+        child.wait()
+        assert tp.simplify_in_warm_child(broken) is None and not tp._warm, "an ended child is let go"
 
 
 def test_a_warm_child_whose_input_closes_converts_nothing_and_exits_0(tmp_path):
