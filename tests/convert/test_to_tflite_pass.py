@@ -233,7 +233,8 @@ def _exported(folder):
     return folder / "model.onnx"
 
 
-def test_the_warm_child_simplifies_as_this_process_does_and_still_converts_after(tmp_path, monkeypatch):
+def test_the_warm_child_simplifies_as_this_process_does_and_still_awaits_its_conversion(tmp_path, monkeypatch):
+    # simplification then conversion in one child: the 3.12 demo in .ci/run
     from edgeport.convert import to_tflite_pass as tp
     from edgeport.convert.export_onnx_pass import simplify
     from edgeport.convert.onnx2tf_lean import SIMPLIFY
@@ -251,6 +252,7 @@ def test_the_warm_child_simplifies_as_this_process_does_and_still_converts_after
 
 def test_where_no_child_simplifies_this_process_does(tmp_path, monkeypatch):
     from edgeport.convert import to_tflite_pass as tp
+    from edgeport.convert.onnx2tf_lean import SIMPLIFY
 
     onnx_path = _exported(tmp_path / "m")
     before = onnx_path.read_bytes()
@@ -258,6 +260,7 @@ def test_where_no_child_simplifies_this_process_does(tmp_path, monkeypatch):
     monkeypatch.setattr(tp, "installed_backend", lambda: tp.Onnx2tfBackend("1.28.8"))
     with tp.warm_converter():
         (_, child), = tp._warm
+        assert SIMPLIFY not in child.args
         assert tp.simplify_in_warm_child(onnx_path) is None, "1.28's child is busy importing TensorFlow"
     assert onnx_path.read_bytes() == before
 
