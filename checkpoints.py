@@ -151,6 +151,21 @@ def find_weights(obj: Any) -> tuple[str, dict | None, Any, str | None, dict | No
     )
 
 
+def weights_digest(module) -> str:
+    """SHA-256 of a module's weights and buffers (names, dtypes, shapes and bytes, in name order):
+    which trained model a report is about, whatever file it was saved in."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    for name, t in sorted(module.state_dict().items()):
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        flat = t.detach().cpu().reshape(-1).contiguous()
+        h.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    return h.hexdigest()
+
+
 def check_finite(named_tensors, path: Path) -> None:
     """Refuse weights holding NaN or Inf, naming the tensor: they convert to garbage."""
     bad = []

@@ -18,6 +18,7 @@ from edgeport import __version__
 from edgeport.cliargs import Parser, int_range, positive_int
 from edgeport.errors import BadInputError, report
 from edgeport.runs import Terminated, exit_now, handle_sigterm
+from edgeport.text import for_terminal
 
 HEAD_CHOICES = ("auto", "pdet", "yolov8", "yolov5", "raw")  # models.heads.HEADS, without importing numpy at start-up
 # the TorchScript ONNX exporter's range, from the lowest opset onnx2tf converts well
@@ -124,10 +125,10 @@ def _finish(out: Path, report: dict, what: str) -> int:
 
     stdout = Console(width=None if sys.stdout.isatty() else 140)
     print_table(report, stdout)
-    for line in board_runtime_lines(report) + divergence_lines(report):
-        stdout.print(line, highlight=False)
+    for line in [f"- {item}" for item in board_runtime_lines(report)] + divergence_lines(report):
+        stdout.print(for_terminal(line), highlight=False, markup=False)
     gate(out, report)
-    stdout.print(f"{what} in {out}/", highlight=False)
+    stdout.print(for_terminal(f"{what} in {out}/"), highlight=False, markup=False)
     return 0
 
 
@@ -185,7 +186,7 @@ def run_data(args: argparse.Namespace) -> int:
         }
         write_dataset(stage.result, splits, size=args.imgsz)
     boxes = sum(len(s.boxes) for v in splits.values() for s in v)
-    print(f"wrote {args.n} train + {n_val} val images ({boxes} people) to {stage.out}/ (YOLO labels + COCO JSON)")
+    print(for_terminal(f"wrote {args.n} train + {n_val} val images ({boxes} people) to {stage.out}/ (YOLO labels + COCO JSON)"))
     return 0
 
 
@@ -217,9 +218,9 @@ def run_boards(args: argparse.Namespace) -> int:
     summary = read_tflite(args.model)
     reasons = check_model(summary, board)
     ops = ", ".join(f"{o.name} v{o.version}" + (f" ({', '.join(o.notes)})" if o.notes else "") for o in summary.ops)
-    print(f"{args.model}: {summary.size_bytes:,} bytes, min_runtime_version {summary.min_runtime_version}, ops: {ops}")
+    print(for_terminal(f"{args.model}: {summary.size_bytes:,} bytes, min_runtime_version {summary.min_runtime_version}, ops: {ops}"))
     if not reasons:
-        print(f"runnable on {board.name}")
+        print(for_terminal(f"runnable on {board.name}"))
         return 0
     return _fail_with_list(f"NOT runnable on {board.name}:", reasons)
 
@@ -247,16 +248,16 @@ def _probe(args: argparse.Namespace) -> int:
     else:
         with open(args.out, "x") as f:  # exclusive: a file made meanwhile is not overwritten
             f.write(text)
-        print(f"{runtime['runtime']} {runtime['version']}: {sum(map(len, table.values()))} op versions of {len(table)} ops "
-              f"-> {args.out}")
+        print(for_terminal(f"{runtime['runtime']} {runtime['version']}: {sum(map(len, table.values()))} op versions of "
+                           f"{len(table)} ops -> {args.out}"))
     return 0
 
 
 def _fail_with_list(header: str, items) -> int:
-    """A gate's verdict on stdout: what failed, one item a line; exit 1."""
-    print(header)
+    """A gate's verdict on stdout: what failed, one item a line (names from files made inert); exit 1."""
+    print(for_terminal(header))
     for item in items:
-        print(f"  - {item}")
+        print(f"  - {for_terminal(item)}")
     return 1
 
 
@@ -271,19 +272,19 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from edgeport.validate.check import CheckTolerance, compare_reports, load_report, write_baseline
+    from edgeport.validate.check import CheckTolerance, compare_reports, load_report, parse_report, write_baseline
 
     tol = CheckTolerance.parse(args.tolerance)
-    report = load_report(args.report, "report")
+    report = parse_report(load_report(args.report, "report"), f"report {str(args.report)!r}")
     if args.update_baseline:
-        write_baseline(args.report, args.baseline)
-        print(f"baseline {args.baseline} updated from {args.report}")
+        written = write_baseline(args.report, args.baseline)
+        through = f" (through the link, to {written})" if written != Path(args.baseline).absolute() else ""
+        print(for_terminal(f"baseline {args.baseline} updated from {args.report}{through}"))
         return 0
-    baseline = load_report(args.baseline, "baseline")
+    baseline = parse_report(load_report(args.baseline, "baseline"), f"baseline {str(args.baseline)!r}")
     regressions = compare_reports(report, baseline, tol)
-    rows = len(baseline["results"])
     if not regressions:
-        print(f"no regression against {args.baseline}: {rows} rows checked")
+        print(for_terminal(f"no regression against {args.baseline}: {len(baseline.rows)} rows checked"))
         return 0
     return _fail_with_list(f"{len(regressions)} regression(s) against {args.baseline} (metric, runtime: baseline -> now):", regressions)
 

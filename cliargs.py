@@ -18,6 +18,11 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
 
 
+def whole_number(value) -> bool:
+    """An int that is not a bool (JSON and pickles both make ``True`` look like 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

@@ -64,7 +64,9 @@ class ParityGateError(EdgeportError):
 
 
 # The user's environment, not edgeport: permissions, a full or read-only disk.
-ENVIRONMENT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EROFS, errno.EDQUOT})
+# A name over the file system's limit, or a path through a file, is the user's path, not a bug.
+ENVIRONMENT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.ENAMETOOLONG,
+                                errno.ENOTDIR})
 
 
 def is_environment_error(exc: BaseException) -> bool:
@@ -80,14 +82,17 @@ def report(prog: str, exc: BaseException) -> int:
     """
     import sys
 
+    from edgeport.text import for_terminal
+
     if isinstance(exc, EdgeportError) and exc.exit_code != 3:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {for_terminal(exc)}", file=sys.stderr)
         return exc.exit_code
     if is_environment_error(exc):
         where = f" {str(exc.filename)!r}" if getattr(exc, "filename", None) else ""
         hint = {errno.ENOSPC: "free some disk space", errno.EROFS: "choose a writable location",
-                errno.EDQUOT: "free some disk space"}.get(exc.errno, "check its permissions")
-        print(f"{prog}: error: cannot access{where}: {exc.strerror or exc}; {hint}", file=sys.stderr)
+                errno.EDQUOT: "free some disk space", errno.ENAMETOOLONG: "choose a shorter name",
+                errno.ENOTDIR: "a part of the path is a file: choose another path"}.get(exc.errno, "check its permissions")
+        print(f"{prog}: error: cannot access{for_terminal(where)}: {for_terminal(exc.strerror or exc)}; {hint}", file=sys.stderr)
         return 2
     return _internal(prog, exc)
 
@@ -101,7 +106,9 @@ def _internal(prog: str, exc: BaseException) -> int:
     fd, log = tempfile.mkstemp(prefix="edgeport-internal-", suffix=".log")
     with os.fdopen(fd, "w") as f:
         f.write("".join(traceback.format_exception(exc)))
-    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    from edgeport.text import for_terminal
+
+    first = for_terminal((str(exc).strip().splitlines() or [""])[0][:300])
     what = first if isinstance(exc, EdgeportError) else f"{type(exc).__name__}: {first}"
     print(f"{prog}: internal error: {what}; not a failed gate: please report it with the traceback in {log}", file=sys.stderr)
     return 3

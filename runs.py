@@ -2,15 +2,19 @@
 
 The safety contract (README, "What edgeport will never do") lives here:
 
-- every output folder edgeport makes holds a marker file (``MARKER``) naming the command;
-- ``--force`` replaces a folder only when it carries the marker of the same command and
-  holds nothing but what that command writes; never one that holds an input, the working
-  directory, or a parent of either;
+- every output folder edgeport makes holds a marker file (``MARKER``) naming the command and
+  listing every file it wrote with its SHA-256 (the manifest);
+- ``--force`` replaces a folder only when it carries the marker of the same command and holds
+  nothing but the files its manifest lists, unchanged; never one that holds an input, the
+  working directory, or a parent of either;
+- a run that writes over its life (training) holds a lock on its folder (``LOCK``, an flock
+  that dies with its process): no other run replaces or resumes it meanwhile;
 - default run folders (``runs/<command>/N``) are claimed with an atomic ``mkdir``, so two
   runs started at once get different folders;
 - work happens in a hidden staging folder next to the output, renamed into place at the end;
   if the output changed during the run, nothing in it is touched and the results are kept
-  in a sibling folder, named in the error;
+  in a sibling folder, named in the error; a staging folder a killed run left (it carries
+  ``STAGING_MARKER``, whose lock died with its owner) is removed by the next run beside it;
 - a symlinked ``--out`` is followed to the folder it points at.
 
 No torch, no numpy: the CLI imports this at start-up.
@@ -35,19 +39,25 @@ from typing import NoReturn
 from edgeport.errors import BadInputError
 
 MARKER = ".edgeport-run.json"
-MARKER_SCHEMA = "edgeport.run/1"
+MARKER_SCHEMA = "edgeport.run/2"  # /1 markers carried no manifest: their folders are never replaced
 STAGING_PREFIX = ".edgeport-staging-"
+LOCK = ".edgeport-lock"  # held (flock) by the process that owns the folder, for its whole life
+STAGING_MARKER = ".edgeport-staging"  # inside a staging folder: its owner holds a lock on it
+NAME_MAX = 255  # bytes in one path component on the file systems edgeport writes to
 
-# What each command writes into its output folder (relative paths, glob patterns). A folder
-# holding anything else is not replaced by --force.
+# What each command writes into its output folder (relative paths, glob patterns): the folder
+# a command claims is recognised by these; what it may replace is only what its manifest lists.
 OUTPUTS: dict[str, tuple[str, ...]] = {
-    "convert": ("model.onnx", "model_float32.tflite", "model_int8.tflite", "report.json", "report.md", "report.html",
-                "edgeport.log"),
+    "convert": ("model.onnx", "model_float32.tflite", "model_int8.tflite", "model_uint8.tflite", "report.json", "report.md",
+                "report.html", "edgeport.log"),
     "validate": ("report.json", "report.md", "report.html", "edgeport.log"),
-    "train": ("args.json", "best.pt", "last.pt", "metrics.csv", "metrics.png", "summary.json", ".*.pt.tmp-*"),
+    "train": ("args.json", "best.pt", "last.pt", "metrics.csv", "metrics.png", "summary.json"),
     "data": ("images", "labels", "annotations", "images/train", "images/val", "labels/train", "labels/val",
              "images/*/*.png", "labels/*/*.txt", "annotations/*.json"),
 }
+# files a run writes and renames away; left behind only by a killed run, and nobody else's
+TRANSIENT: dict[str, tuple[str, ...]] = {"train": (".*.pt.tmp-*",)}
+_OWN_FILES = (MARKER, LOCK)
 
 
 class Terminated(BaseException):
@@ -82,41 +92,188 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def write_marker(folder: Path, command: str) -> None:
-    (folder / MARKER).write_text(json.dumps({"schema": MARKER_SCHEMA, "command": command, "created": _now()}) + "\n")
+# -- the marker and its manifest --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Marker:
+    command: str
+    files: dict[str, str]  # relative path -> SHA-256 of what the command wrote there
+    dirs: frozenset[str]  # folders it made (relative paths)
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_json_atomically(path: Path, data: dict) -> None:
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(data) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def write_marker(folder: Path, command: str, files: dict[str, str] | None = None, dirs=()) -> None:
+    """Mark ``folder`` as ``command``'s, with the manifest of what it wrote there (empty at first)."""
+    _write_json_atomically(folder / MARKER, {"schema": MARKER_SCHEMA, "command": command, "created": _now(),
+                                             "files": dict(sorted((files or {}).items())), "dirs": sorted(dirs)})
+
+
+def read_marker(folder: Path) -> Marker | None:
+    """The marker ``folder`` carries, or None (none, unreadable, or an older one without a manifest)."""
+    try:
+        data = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.get("schema") != MARKER_SCHEMA or not isinstance(data.get("command"), str):
+        return None
+    files, dirs = data.get("files"), data.get("dirs")
+    if not (isinstance(files, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
+            and isinstance(dirs, list) and all(isinstance(d, str) for d in dirs)):
+        return None
+    return Marker(data["command"], files, frozenset(dirs))
 
 
 def marker_command(folder: Path) -> str | None:
     """The command whose marker ``folder`` carries, or None."""
-    try:
-        data = json.loads((folder / MARKER).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("schema") != MARKER_SCHEMA:
-        return None
-    return data.get("command") if isinstance(data.get("command"), str) else None
+    marker = read_marker(folder)
+    return marker.command if marker else None
+
+
+def manifest(folder: Path) -> tuple[dict[str, str], list[str]]:
+    """(files with their SHA-256, folders) under ``folder``, edgeport's own marker and lock aside:
+    what a run wrote, taken when it is complete."""
+    files, dirs = {}, []
+    for root, subdirs, names in os.walk(folder):
+        rel_root = Path(root).relative_to(folder)
+        dirs += [(rel_root / d).as_posix() for d in subdirs]
+        for name in names:
+            rel = (rel_root / name).as_posix()
+            if rel not in _OWN_FILES:
+                files[rel] = _sha256(Path(root) / name)
+    return files, dirs
+
+
+def record_outputs(folder: Path, *names: str) -> None:
+    """Add the files ``names`` (relative to ``folder``), as they are now, to its manifest: a run that
+    writes over its life (training) records each file when it has written it. A folder without
+    edgeport's marker (the trainer used as a library, into a folder of the caller's) has no
+    manifest to keep."""
+    marker = read_marker(folder)
+    if marker is None:
+        return
+    files = dict(marker.files)
+    dirs = set(marker.dirs)
+    for name in names:
+        path = folder / name
+        if path.is_file():
+            files[name] = _sha256(path)
+            dirs |= {p.as_posix() for p in Path(name).parents if p != Path(".")}
+        else:
+            files.pop(name, None)
+    write_marker(folder, marker.command, files, dirs)
 
 
 def foreign_entries(folder: Path, command: str) -> list[str]:
-    """Entries of ``folder`` (recursively) that ``command`` does not write; the marker is ours."""
-    patterns = OUTPUTS[command]
+    """Entries of ``folder`` (recursively) that ``command`` did not write as they are now: not in its
+    manifest, changed since, or a link. An older marker without a manifest owns nothing."""
+    marker = read_marker(folder)
+    files = marker.files if marker and marker.command == command else {}
+    dirs = marker.dirs if marker and marker.command == command else frozenset()
+    transient = TRANSIENT.get(command, ())
     out = []
-    for root, dirs, files in os.walk(folder, followlinks=False):
+    for root, subdirs, names in os.walk(folder, followlinks=False):
         rel_root = Path(root).relative_to(folder)
-        for name in sorted(dirs) + sorted(files):
+        for name in sorted(subdirs) + sorted(names):
             rel = (rel_root / name).as_posix()
-            if rel == MARKER:
-                continue
             path = Path(root) / name
-            if path.is_symlink() or not any(fnmatch.fnmatchcase(rel, p) for p in patterns):
+            if rel in _OWN_FILES and not path.is_symlink():
+                continue
+            if path.is_symlink():
                 out.append(rel)
-        dirs[:] = [d for d in dirs if not (Path(root) / d).is_symlink()]
+            elif path.is_dir():
+                if rel not in dirs:
+                    out.append(rel)
+            elif rel in files:
+                if _sha256(path) != files[rel]:
+                    out.append(f"{rel} (changed since edgeport wrote it)")
+            elif not (rel_root == Path(".") and any(fnmatch.fnmatchcase(name, p) for p in transient)):
+                out.append(rel)
+        subdirs[:] = [d for d in subdirs if not (Path(root) / d).is_symlink()]
     return out
 
 
 def owned(folder: Path, command: str) -> bool:
-    """``folder`` carries ``command``'s marker and holds nothing else."""
+    """``folder`` carries ``command``'s marker and holds nothing but what its manifest lists."""
     return marker_command(folder) == command and not foreign_entries(folder, command)
+
+
+# -- locks: a live run's folder is never replaced or resumed by another -----------------------------
+
+
+class FolderInUse(BadInputError):
+    """Another edgeport process holds the folder's lock."""
+
+
+@dataclass
+class FolderLock:
+    path: Path
+    fd: int | None
+
+    def release(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = None
+
+    def __enter__(self) -> "FolderLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _try_lock(path: Path) -> int | None:
+    """An exclusive lock on ``path`` (created if need be), or None when a live process holds it.
+    A lock dies with its process: a lock file left by a killed run is simply taken."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            return None
+        raise
+    return fd
+
+
+def lock_folder(folder: Path, command: str, what: str = "--out") -> FolderLock:
+    """Lock ``folder`` (one of edgeport's) for this process's life, or refuse: a run still using it."""
+    fd = _try_lock(folder / LOCK)
+    if fd is None:
+        try:
+            holder = json.loads((folder / LOCK).read_text() or "{}")
+        except (OSError, ValueError):
+            holder = {}
+        pid = holder.get("pid") if isinstance(holder, dict) else None
+        raise FolderInUse(f"{what} {str(folder)!r} is in use by a running edgeport {command}"
+                          + (f" (process {pid})" if isinstance(pid, int) else "")
+                          + "; wait for it to finish or stop it, or choose another folder")
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "since": _now()}).encode())
+    return FolderLock(folder / LOCK, fd)
 
 
 def _is_within(path: Path, folder: Path) -> bool:
@@ -127,10 +284,23 @@ def _is_within(path: Path, folder: Path) -> bool:
         return False
 
 
+def _check_path(out: Path, flag: str) -> None:
+    """A path edgeport can make: no component over the file system's name limit, no file on the way."""
+    for part in Path(out).parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise BadInputError(f"{flag} {str(out)[:80]!r}...: the name {part[:40]!r}... is {len(os.fsencode(part))} bytes; "
+                                f"file systems allow {NAME_MAX}: choose a shorter name")
+    absolute = Path(os.path.abspath(out))
+    for parent in reversed(absolute.parents):
+        if parent.exists() and not parent.is_dir():
+            raise BadInputError(f"{flag} {str(out)!r}: {str(parent)!r} is a file, not a folder; choose another path")
+
+
 def check_out(out: Path, *, command: str, force: bool, inputs: tuple[Path | None, ...] = ()) -> Path:
     """Check that writing ``command``'s results to ``out`` can lose nothing; return the real folder
     (symlinks followed)."""
     flag = "--out"
+    _check_path(out, flag)
     target = Path(out).resolve()
     if target.exists() and not target.is_dir():
         raise BadInputError(f"{flag} {str(out)!r} is a file; pass a folder")
@@ -146,9 +316,12 @@ def check_out(out: Path, *, command: str, force: bool, inputs: tuple[Path | None
     if not force:
         raise BadInputError(f"{flag} {str(out)!r} is not empty; pass --force to replace an earlier edgeport {command} "
                             f"result there, or choose another folder")
-    if marker_command(target) != command:
-        raise BadInputError(f"{flag} {str(out)!r} was not made by edgeport {command} (no {MARKER} of it); --force only "
-                            f"replaces edgeport's own results: choose another folder")
+    marker = read_marker(target)
+    if marker is None or marker.command != command:
+        older = (target / MARKER).is_file() and marker is None
+        why = f"its {MARKER} is from an older edgeport, without the list of files it wrote" if older else f"no {MARKER} of it"
+        raise BadInputError(f"{flag} {str(out)!r} was not made by edgeport {command} ({why}); --force only replaces "
+                            f"edgeport's own results: choose another folder")
     foreign = foreign_entries(target, command)
     if foreign:
         raise BadInputError(f"{flag} {str(out)!r} holds files edgeport {command} did not write ({', '.join(foreign[:3])}); "
@@ -167,32 +340,93 @@ def claim_run_dir(root: Path, command: str) -> Path:
         except FileExistsError:
             n += 1
             continue
-        write_marker(folder, command)
+        try:
+            write_marker(folder, command)
+        except BaseException:  # a full disk: leave nothing, not even the marker
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         return folder
 
 
 def clear_owned(folder: Path, command: str) -> None:
-    """Delete what ``command`` wrote in ``folder`` (checked to be ours), keeping the folder and marker."""
+    """Delete what ``command`` wrote in ``folder`` (checked to be ours), keeping the folder, marker and lock."""
     if not owned(folder, command):
         raise BadInputError(f"{folder} is not an edgeport {command} result only; nothing was deleted")
     for entry in folder.iterdir():
-        if entry.name == MARKER:
+        if entry.name in _OWN_FILES:
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
         else:
             entry.unlink()
+    write_marker(folder, command)
+
+
+def remove_transient(folder: Path, command: str) -> list[str]:
+    """Remove what a killed run of ``command`` left half-written in ``folder`` (its temporary files);
+    the caller holds the folder's lock, so no live run is writing them."""
+    gone = []
+    for pattern in TRANSIENT.get(command, ()):
+        for path in folder.glob(pattern):
+            if path.is_file() and not path.is_symlink():
+                path.unlink()
+                gone.append(path.name)
+    return gone
+
+
+@contextlib.contextmanager
+def writing(path: Path):
+    """Write ``path`` whole or not at all: yields a temporary file in the same folder, renamed into
+    place when the block ends; on any failure it is removed, and an OS error names ``path`` (a
+    write on a full disk says ENOSPC but not which file)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError) and not exc.filename:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
+
+
+def write_output(folder: Path, name: str, data: bytes | str) -> None:
+    """Write ``folder/name`` whole or not at all (``writing``), then record it in the folder's manifest."""
+    with writing(folder / name) as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    record_outputs(folder, name)
+
+
+def discard_run(folder: Path, command: str) -> bool:
+    """Remove a run folder this process claimed and whose run failed before it wrote anything worth
+    keeping: the files its manifest lists (unchanged), what it left half-written, its marker and
+    lock, and the folder. Nothing else: a folder holding anything more is left as it is."""
+    remove_transient(folder, command)
+    if not owned(folder, command):
+        return False
+    for name in sorted(read_marker(folder).files, key=lambda n: -n.count("/")):
+        (folder / name).unlink(missing_ok=True)
+    for rel in sorted(read_marker(folder).dirs, key=lambda n: -n.count("/")):
+        with contextlib.suppress(OSError):
+            (folder / rel).rmdir()
+    release_claim(folder)
+    return not folder.exists()
 
 
 def release_claim(folder: Path) -> None:
-    """Remove a claimed run folder that a failed run left empty (nothing in it but the marker)."""
+    """Remove a claimed run folder that a failed run left empty (nothing in it but the marker and lock)."""
     with contextlib.suppress(OSError):
-        if {p.name for p in folder.iterdir()} <= {MARKER}:
-            (folder / MARKER).unlink(missing_ok=True)
+        if {p.name for p in folder.iterdir()} <= set(_OWN_FILES):
+            for name in _OWN_FILES:
+                (folder / name).unlink(missing_ok=True)
             folder.rmdir()
 
 
-def _make_parents(path: Path) -> list[Path]:
+def make_parents(path: Path) -> list[Path]:
     """mkdir -p of ``path``'s parents, returning those it created (to remove them on failure)."""
     created = []
     for parent in reversed(path.parents):
@@ -214,6 +448,7 @@ class Staging:
     out: Path  # where the results land at the end (the real folder, symlinks followed)
     work: Path  # scratch space, removed at the end
     result: Path  # what will become ``out``
+    reclaimed: tuple[str, ...] = ()  # staging folders of killed runs, removed before this run began
 
 
 def _sibling(out: Path) -> Path:
@@ -229,6 +464,8 @@ def _sibling(out: Path) -> Path:
 
 def _place(result: Path, out: Path, tmp: Path, command: str, force: bool) -> None:
     """Rename ``result`` to ``out``; replace ``out`` only when it is provably ours."""
+    files, dirs = manifest(result)
+    write_marker(result, command, files, dirs)
     try:
         os.rename(result, out)  # out absent, or an empty folder
         return
@@ -236,12 +473,14 @@ def _place(result: Path, out: Path, tmp: Path, command: str, force: bool) -> Non
         if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
             raise
     if out.is_dir() and owned(out, command):
-        only_marker = {p.name for p in out.iterdir()} <= {MARKER}
+        only_marker = {p.name for p in out.iterdir()} <= set(_OWN_FILES)
         if force or only_marker:
+            lock = lock_folder(out, command)  # not while another run holds it
             old = tmp / "replaced"
             os.rename(out, old)
             os.rename(result, out)
-            shutil.rmtree(old)  # held only the marker and files this command writes
+            lock.release()
+            shutil.rmtree(old)  # held only the marker and files this command wrote
             return
     keep = _sibling(out)
     keep.rmdir()
@@ -253,32 +492,69 @@ def _place(result: Path, out: Path, tmp: Path, command: str, force: bool) -> Non
     )
 
 
+def reclaim_staging(parent: Path) -> list[str]:
+    """Remove the staging folders that killed runs left in ``parent``: only those carrying edgeport's
+    staging marker whose owner no longer holds its lock (a lock dies with its process)."""
+    gone = []
+    try:
+        candidates = [p for p in parent.iterdir() if p.name.startswith(STAGING_PREFIX)]
+    except OSError:
+        return gone
+    for folder in candidates:
+        marker = folder / STAGING_MARKER
+        if folder.is_symlink() or not folder.is_dir() or not marker.is_file() or marker.is_symlink():
+            continue
+        fd = _try_lock(marker)
+        if fd is None:
+            continue  # a live run
+        try:
+            shutil.rmtree(folder)
+            gone.append(folder.name)
+        finally:
+            os.close(fd)
+    return gone
+
+
 @contextlib.contextmanager
 def staged_output(out: Path | None, *, command: str, force: bool, default_root: Path,
                   inputs: tuple[Path | None, ...] = ()):
     """Write into a hidden folder next to the output; move it into place only on success.
 
     On any failure (an error, Ctrl-C, SIGTERM) everything this run created is removed again:
-    the staging folder, a claimed run folder, and parent folders it made.
+    the staging folder, a claimed run folder, and parent folders it made. A staging folder
+    that a killed run (SIGKILL, a power cut) left beside the output is removed by the next run.
     """
     if out is None:
-        created = _make_parents(default_root / "x")
+        created = make_parents(default_root / "x")
         target = claim_run_dir(default_root, command)
         claimed = True
     else:
         target = check_out(out, command=command, force=force, inputs=inputs)
-        created = _make_parents(target)
+        created = make_parents(target)
         claimed = False
-    tmp = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target.parent)).resolve()
-    stage = Staging(out=target, work=tmp / "work", result=tmp / "result")
+    tmp = None
     try:
-        stage.work.mkdir()
-        stage.result.mkdir()
-        write_marker(stage.result, command)
-        yield stage
-        _place(stage.result, target, tmp, command, force)
+        reclaimed = tuple(reclaim_staging(target.parent))
+        if reclaimed:
+            from edgeport.text import for_terminal
+
+            print(for_terminal(f"edgeport: removed {len(reclaimed)} staging folder(s) that killed runs left in {target.parent}: "
+                               f"{', '.join(reclaimed[:3])}"), file=sys.stderr)
+        tmp = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target.parent)).resolve()
+        owner = _try_lock(tmp / STAGING_MARKER)  # held for this run's life: the folder is not stale
+        stage = Staging(out=target, work=tmp / "work", result=tmp / "result", reclaimed=reclaimed)
+        try:
+            stage.work.mkdir()
+            stage.result.mkdir()
+            write_marker(stage.result, command)
+            yield stage
+            _place(stage.result, target, tmp, command, force)
+        finally:
+            if owner is not None:
+                os.close(owner)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         if claimed:
             release_claim(target)
         for folder in reversed(created):
@@ -286,7 +562,8 @@ def staged_output(out: Path | None, *, command: str, force: bool, default_root: 
                 folder.rmdir()  # only if still empty
         raise
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 class Progress:
@@ -309,5 +586,11 @@ class Progress:
     def done(self, record) -> None:
         if self.console is None:
             return
+        from rich.text import Text
+
+        from edgeport.text import for_terminal
+
         self.close()
-        self.console.print(f"[green]ok[/] {record.name:<16} {record.seconds:7.2f} s  {record.summary}", highlight=False)
+        # a summary names paths, boards and layers from the user's files: plain text, never markup
+        self.console.print(Text.assemble(("ok", "green"), f" {record.name:<16} {record.seconds:7.2f} s  {for_terminal(record.summary)}"),
+                           highlight=False)

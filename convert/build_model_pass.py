@@ -11,7 +11,7 @@ import copy
 
 from edgeport.convert.base import Pass, PassResult, State
 from edgeport.errors import ArchitectureError, KeyMismatchError, PassCheckError
-from edgeport.models.registry import arch_names, build_model, model_stride
+from edgeport.models.registry import REGISTRY, arch_names, build_model, model_stride
 
 SHOW = 3  # keys shown per category in the one-line diff
 
@@ -27,16 +27,31 @@ def key_diff(model_sd: dict, ckpt_sd: dict) -> tuple[list[str], list[str], list[
     return missing, unexpected, mismatched
 
 
-def format_diff(arch: str, missing: list[str], unexpected: list[str], mismatched: list[str]) -> str:
+def format_diff(arch: str, missing: list[str], unexpected: list[str], mismatched: list[str], *, named_by_file: bool = False) -> str:
     parts = []
     for label, keys in (("missing", missing), ("unexpected", unexpected), ("shape mismatch (ckpt vs model)", mismatched)):
         if keys:
             more = f", +{len(keys) - SHOW} more" if len(keys) > SHOW else ""
             parts.append(f"{len(keys)} {label}: {', '.join(keys[:SHOW])}{more}")
+    what = f"the architecture the checkpoint names ({arch})" if named_by_file else f"--arch {arch}"
     return (
-        f"checkpoint weights do not fit --arch {arch}: {'; '.join(parts)}; pass the architecture it "
-        f"was trained with (valid: {', '.join(arch_names())} or module:callable)"
+        f"checkpoint weights do not fit {what}: {'; '.join(parts)}; pass the architecture it "
+        f"was trained with (--arch: {', '.join(arch_names())} or module:callable)"
     )
+
+
+def architecture_from_file(arch: str, *, trusted: bool) -> str:
+    """The architecture a checkpoint names for itself. A file is data: it may name a registry
+    architecture, never code to import (``module:callable``), unless the user trusts it."""
+    if ":" in arch and not trusted:
+        raise ArchitectureError(
+            f"the checkpoint names its architecture {arch!r}, which is code to import and run; edgeport imports code only "
+            f"when you ask: pass --arch {arch} yourself if you trust that module, or --trust-checkpoint")
+    if ":" not in arch and arch not in REGISTRY:
+        raise ArchitectureError(
+            f"the checkpoint names architecture {arch!r}, which is not in edgeport's registry; pass --arch NAME "
+            f"(valid: {', '.join(arch_names())}) or --arch package.module:callable")
+    return arch
 
 
 class BuildModelPass(Pass):
@@ -44,6 +59,7 @@ class BuildModelPass(Pass):
 
     def run(self, state: State) -> PassResult:
         cfg = state.config
+        named_by_file = cfg.arch is None and state.arch is not None
         arch = cfg.arch or state.arch
         if state.module is not None:
             model = state.module
@@ -57,13 +73,15 @@ class BuildModelPass(Pass):
                     f"the checkpoint does not name its architecture; pass --arch NAME "
                     f"(valid: {', '.join(arch_names())}) or --arch package.module:callable"
                 )
+            if named_by_file:
+                architecture_from_file(arch, trusted=cfg.trust_checkpoint)
             # A stored config is only meaningful for the architecture it was stored with.
             stored = state.arch_config if (state.arch and arch == state.arch) else None
-            model, arch_config = build_model(arch, stored)
+            model, arch_config = build_model(arch, stored, origin="the checkpoint's architecture" if named_by_file else "--arch")
             sd = state.state_dict
             missing, unexpected, mismatched = key_diff(model.state_dict(), sd)
             if missing or unexpected or mismatched:
-                raise KeyMismatchError(format_diff(arch, missing, unexpected, mismatched))
+                raise KeyMismatchError(format_diff(arch, missing, unexpected, mismatched, named_by_file=named_by_file))
             model.load_state_dict(sd, strict=True)
             summary = f"{arch}, {sum(p.numel() for p in model.parameters()):,} params"
         model = model.float().eval()

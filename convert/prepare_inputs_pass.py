@@ -13,6 +13,32 @@ from edgeport.errors import BadInputError, PassCheckError
 from edgeport.models.registry import model_output_names
 
 DEFAULT_IMGSZ = 320
+# bytes per input pixel a conversion holds at once, measured as what it keeps of every image (the
+# float32 batch, its NHWC copy for the converter, letterboxes) and a margin for the converter's own
+COPIES = 8
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine can still give (Linux's MemAvailable); None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(imgsz: int, images: int, flag: str = "--imgsz") -> None:
+    """Refuse an input size whose images alone would not fit in memory, before any is made."""
+    have = available_memory()
+    need = images * 3 * imgsz * imgsz * 4 * COPIES
+    if have is not None and need > have:
+        fits = int((have / (images * 3 * 4 * COPIES)) ** 0.5)
+        raise BadInputError(f"{flag} {imgsz} needs about {need / 2**30:.1f} GiB for its {images} calibration and validation "
+                            f"images alone; this machine has {have / 2**30:.1f} GiB available: use {flag} {max(32, fits // 32 * 32)} "
+                            f"or less")
 
 
 class PrepareInputsPass(Pass):
@@ -30,6 +56,7 @@ class PrepareInputsPass(Pass):
                 f"--imgsz {imgsz} is not a positive multiple of the model's stride {stride}; "
                 f"use {lower} or {lower + stride}"
             )
+        check_memory(imgsz, cfg.max_calib + cfg.max_validate)
         calib, source = load_calibration(cfg.calib_dir, imgsz, limit=cfg.max_calib, seed=cfg.seed)
         if cfg.calib_dir is None:
             # held-out synthetic scenes: int8 is not judged on the images it was calibrated on

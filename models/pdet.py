@@ -42,8 +42,21 @@ class DetectorConfig:
             raise ValueError(f"act={self.act!r}; valid: {', '.join(ACTIVATIONS)}")
         if len(self.widths) != 5:
             raise ValueError(f"widths needs 5 entries (stem + 4 stages), got {len(self.widths)}")
-        if self.num_classes < 1:
-            raise ValueError(f"num_classes must be >= 1, got {self.num_classes}")
+        # a config may come from a checkpoint (a file): every number is bounded, so no file can
+        # ask for a network that fills the machine's memory
+        def whole(v, lo: int, hi: int) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+        if not whole(self.num_classes, 1, 10_000):
+            raise ValueError(f"num_classes must be a whole number in 1..10000, got {self.num_classes!r}")
+        if not all(whole(w, 1, 4096) for w in self.widths) or not whole(self.neck_width, 1, 4096):
+            raise ValueError(f"widths and neck_width must be whole numbers in 1..4096, got {self.widths!r}, {self.neck_width!r}")
+        if not whole(self.depth, 0, 16):
+            raise ValueError(f"depth must be a whole number in 0..16, got {self.depth!r}")
+        if not isinstance(self.align_corners, bool):
+            raise ValueError(f"align_corners must be true or false, got {self.align_corners!r}")
+        if tuple(self.strides) != (8, 16, 32):
+            raise ValueError(f"strides must be (8, 16, 32), the levels PDet's neck has; got {self.strides!r}")
 
     @property
     def stride(self) -> int:

@@ -64,10 +64,11 @@ def arch_names() -> list[str]:
     return sorted(REGISTRY)
 
 
-def build_model(arch: str, config: dict | None = None) -> tuple[nn.Module, dict | None]:
-    """Build ``arch`` (registry name or ``module:callable``). Returns the model and its config dict."""
+def build_model(arch: str, config: dict | None = None, *, origin: str = "--arch") -> tuple[nn.Module, dict | None]:
+    """Build ``arch`` (registry name or ``module:callable``). Returns the model and its config dict.
+    ``origin`` says in errors where the name came from."""
     if ":" in arch:
-        return _build_from_callable(arch), None
+        return _build_from_callable(arch, origin), None
     spec = REGISTRY.get(arch)
     if spec is None:
         raise ArchitectureError(
@@ -83,10 +84,10 @@ def build_model(arch: str, config: dict | None = None) -> tuple[nn.Module, dict 
     return spec.factory(cfg), cfg.to_dict()
 
 
-def _build_from_callable(target: str) -> nn.Module:
+def _build_from_callable(target: str, origin: str = "--arch") -> nn.Module:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
-        raise ArchitectureError(f"--arch {target!r} must look like package.module:callable")
+        raise ArchitectureError(f"{origin} {target!r} must look like package.module:callable")
     cwd = str(Path.cwd())
     if cwd not in sys.path:
         # Users keep their model code next to the checkpoint; import it from there.
@@ -95,19 +96,19 @@ def _build_from_callable(target: str) -> nn.Module:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ArchitectureError(
-            f"--arch {target!r}: cannot import {module_name!r} ({exc}); run from the folder "
+            f"{origin} {target!r}: cannot import {module_name!r} ({exc}); run from the folder "
             f"that holds it or add it to PYTHONPATH"
         ) from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ArchitectureError(f"--arch {target!r}: {module_name} has no callable {attr!r}")
+        raise ArchitectureError(f"{origin} {target!r}: {module_name} has no callable {attr!r}")
     try:
         model = fn()
     except Exception as exc:  # user code: report any failure as bad input
-        raise ArchitectureError(f"--arch {target!r}: calling {attr}() failed: {exc}") from exc
+        raise ArchitectureError(f"{origin} {target!r}: calling {attr}() failed: {exc}") from exc
     if not isinstance(model, nn.Module):
         raise ArchitectureError(
-            f"--arch {target!r}: {attr}() returned {type(model).__name__}, expected an nn.Module"
+            f"{origin} {target!r}: {attr}() returned {type(model).__name__}, expected an nn.Module"
         )
     return model
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -97,6 +100,20 @@ def cli_session():
     return run_cli
 
 
+def make_report(cos=0.999999, rel=1e-6, passed=True, recall=1.0, map50=0.8, extra=0) -> dict:
+    """The smallest ``edgeport.parity/1`` report the gate accepts: the PyTorch row and one float32
+    row with one output, boxes and mAP; its own tolerance that of float32."""
+    tol = {"max_abs_rel": 1e-4, "min_cosine": 0.99999}
+    out = {"name": "p3", "cosine": cos, "max_abs_rel": rel, "max_abs": rel * 10, "mean_abs": rel, "rmse": rel, "p99_abs": rel,
+           "ref_max_abs": 10.0, "snr_db": "inf", "passed": passed, "tolerance": tol}
+    row = {"variant": "float32", "runtime": "tflite", "passed": passed, "outputs": [out],
+           "detections": {"recall": recall, "matched": round(36 * recall), "reference_boxes": 36, "extra": extra},
+           "map": {"map50": map50, "map50_95": 0.4}}
+    return {"schema": "edgeport.parity/1", "passed": passed,
+            "model": {"arch": "pdet-n", "weights_sha256": "ab" * 32, "outputs": ["p3"]}, "inputs": {"shape": [3, 64, 64]},
+            "results": [{"variant": "reference", "runtime": "pytorch", "passed": True, "outputs": []}, row]}
+
+
 @pytest.fixture
 def run_inproc(capsys, monkeypatch):
     """``edgeport ARGS`` in this process, returning (code, stdout, stderr): fast, for every case
@@ -116,3 +133,48 @@ def run_inproc(capsys, monkeypatch):
         return SimpleNamespace(code=int(code), out=cap.out, err=cap.err, returncode=int(code), stdout=cap.out, stderr=cap.err)
 
     return run
+
+
+# -- an OpenSSH server on 127.0.0.1, the "board" of the SSH runner's tests --------------------------
+
+SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _keygen(path: Path) -> Path:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    if SSHD is None or shutil.which("ssh") is None:
+        pytest.skip("no OpenSSH server/client: apt install openssh-server openssh-client (.ci/run does)")
+    root = tmp_path_factory.mktemp("sshd")
+    host_key, client_key, stranger = _keygen(root / "host"), _keygen(root / "client"), _keygen(root / "stranger")
+    (root / "authorized_keys").write_text((root / "client.pub").read_text())
+    port = free_port()
+    (root / "sshd_config").write_text("\n".join([
+        f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {host_key}", f"AuthorizedKeysFile {root / 'authorized_keys'}",
+        f"PidFile {root / 'sshd.pid'}", "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no",
+        "PermitRootLogin prohibit-password", "StrictModes no", "LogLevel ERROR",
+    ]) + "\n")
+    if os.geteuid() == 0:
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege-separation folder
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(root / "sshd_config")], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.skip(f"sshd did not start: {proc.stderr.read().strip()[-300:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    yield {"port": port, "key": client_key, "stranger": stranger, "root": root}
+    proc.terminate()
+    proc.wait(timeout=10)

@@ -8,12 +8,12 @@ architecture and its config, so ``convert`` needs no ``--arch``, and both load w
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 
 from edgeport.errors import CheckpointError
+from edgeport.runs import writing
 
 VERSION_PACKAGES = ("edgeport", "torch", "numpy")
 
@@ -21,17 +21,16 @@ FORMAT = "edgeport.ckpt/1"
 
 
 def atomic_save(obj: dict, path: Path) -> None:
-    """Write to a temporary file in the same folder, flush to disk, then rename over ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # interrupted or disk full: the previous file stays intact
-        raise
+    """Write to a temporary file in the same folder, flush to disk, then rename over ``path``.
+
+    The checkpoint is serialised in memory first: torch's zip writer reports a full disk as a
+    RuntimeError about stream positions, a plain file write as the OSError it is (ENOSPC, named)."""
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    with writing(path) as f:  # interrupted or disk full: the previous file stays intact
+        f.write(buffer.getbuffer())
 
 
 def load_resume(path: Path) -> dict:
@@ -42,6 +41,18 @@ def load_resume(path: Path) -> dict:
         raise CheckpointError(f"--resume {str(path)!r} is not an edgeport trainer checkpoint; pass the run's last.pt")
     if "optimizer" not in ckpt:
         raise CheckpointError(f"--resume {str(path)!r} has no optimizer state (a best.pt?); pass the run's last.pt")
+    def count(key: str) -> bool:
+        value = ckpt.get(key)
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    history = ckpt.get("history", [])
+    if not (isinstance(history, list) and all(isinstance(r, dict) and all(
+            v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in r.values()) for r in history)):
+        raise CheckpointError(f"--resume {str(path)!r}: its metrics history is not a list of numbers; pass the run's last.pt")
+    best = ckpt.get("best_map50", -1.0)
+    if not (isinstance(ckpt.get("args"), dict) and count("epoch") and count("step")
+            and isinstance(best, (int, float)) and not isinstance(best, bool) and -1.0 <= best <= 1.0):
+        raise CheckpointError(f"--resume {str(path)!r} lacks valid saved options, epoch, step or best mAP; pass the run's last.pt")
     return ckpt
 
 

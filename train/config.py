@@ -8,15 +8,24 @@ The option names are those of the DDP training scripts this product comes from
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from edgeport.cliargs import non_negative_float, positive_float, positive_int
+from edgeport.cliargs import int_range, non_negative_float, positive_float, positive_int, whole_number
 from edgeport.errors import BadInputError
 from edgeport.models.registry import DEFAULT_ARCH
 
 DEFAULT_EPOCHS = 30
 AMP_DTYPES = ("bf16", "fp16")
+OPTIMIZERS = ("sgd", "adamw")
+DEVICES = ("cpu", "cuda")
+BACKENDS = ("gloo", "nccl", "mpi")
+# bounds for what a file (a resumed run's saved options) may ask for
+MAX_CLASSES = 10_000
+MAX_EPOCHS = 100_000
+MAX_BATCH = 65_536
+MAX_IMGSZ = 8192
 # where the run happens, not what the run is: on --resume these come from the command line
 ENVIRONMENT = ("device", "world_size", "dist_url", "backend", "data", "out", "resume")
 # what shapes the model and its optimizer state: a resumed run cannot change them
@@ -69,10 +78,62 @@ class TrainConfig:
         known["explicit"] = tuple(known.get("explicit", ()))
         return cls(**known)
 
+    def problem(self) -> str | None:
+        """What is out of range or of the wrong type, as the command line would have refused it;
+        None when every field is valid. (A resumed run's saved options come from a file.)"""
+        from edgeport.models.registry import REGISTRY
+
+        def whole(value, lo: int, hi: int) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+
+        def number(value, lo: float, hi: float, *, open_lo: bool = False) -> bool:
+            return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                    and (value > lo if open_lo else value >= lo) and value <= hi)
+
+        checks = (
+            ("arch", self.arch in REGISTRY, f"one of {', '.join(sorted(REGISTRY))}"),
+            ("num_classes", whole(self.num_classes, 1, MAX_CLASSES), f"a whole number in 1..{MAX_CLASSES}"),
+            ("epochs", self.epochs is None or whole(self.epochs, 1, MAX_EPOCHS), f"a whole number in 1..{MAX_EPOCHS}"),
+            ("batch_size", whole(self.batch_size, 1, MAX_BATCH), f"a whole number in 1..{MAX_BATCH}"),
+            ("accumulate", whole(self.accumulate, 1, MAX_BATCH), f"a whole number in 1..{MAX_BATCH}"),
+            ("lr", number(self.lr, 0.0, 10.0, open_lo=True), "a number in (0, 10]"),
+            ("lrf", number(self.lrf, 0.0, 1.0), "a number in [0, 1]"),
+            ("optimizer", self.optimizer in OPTIMIZERS, f"one of {', '.join(OPTIMIZERS)}"),
+            ("weight_decay", number(self.weight_decay, 0.0, 1.0), "a number in [0, 1]"),
+            ("sync_bn", isinstance(self.sync_bn, bool), "true or false"),
+            ("freeze_layers", isinstance(self.freeze_layers, bool), "true or false"),
+            ("deterministic", isinstance(self.deterministic, bool), "true or false"),
+            ("sync_micro_steps", isinstance(self.sync_micro_steps, bool), "true or false"),
+            ("imgsz", whole(self.imgsz, 32, MAX_IMGSZ), f"a whole number in 32..{MAX_IMGSZ}"),
+            ("seed", whole(self.seed, -(2**63), 2**63 - 1), "a 64-bit whole number"),
+            ("eval_every", whole(self.eval_every, 1, MAX_EPOCHS), f"a whole number in 1..{MAX_EPOCHS}"),
+            ("amp", self.amp is None or self.amp in AMP_DTYPES, f"one of {', '.join(AMP_DTYPES)} or none"),
+            ("device", self.device in DEVICES, f"one of {', '.join(DEVICES)}"),
+            ("backend", self.backend is None or self.backend in BACKENDS, f"one of {', '.join(BACKENDS)} or none"),
+        )
+        for name, ok, valid in checks:
+            if not ok:
+                return f"{name}={getattr(self, name)!r} (valid: {valid})"
+        return None
+
     def resumed(self, saved: dict, start_epoch: int) -> "TrainConfig":
         """The configuration of a resumed run: the saved run's, with where it runs now taken
-        from this command line, and every option given explicitly on it as an override."""
-        saved_cfg = TrainConfig.from_dict(saved)
+        from this command line, and every option given explicitly on it as an override.
+
+        The saved options come from a file: they may name only what the command line could
+        (a registry architecture, bounded numbers), never code to import."""
+        if not isinstance(saved, dict) or not all(isinstance(k, str) for k in saved):
+            raise BadInputError(f"--resume {self.resume}: its saved options are not a dict of names; pass a last.pt edgeport wrote")
+        try:
+            saved_cfg = TrainConfig.from_dict({**saved, "data": self.data, "out": self.out, "resume": self.resume, "explicit": ()})
+        except (TypeError, ValueError) as exc:
+            raise BadInputError(f"--resume {self.resume}: its saved options are unreadable ({exc}); pass a last.pt edgeport wrote") from exc
+        problem = saved_cfg.problem()
+        if problem:
+            raise BadInputError(f"--resume {self.resume}: its saved options hold {problem}; a checkpoint may only name what "
+                                f"the command line can: pass a last.pt edgeport wrote")
+        if not whole_number(start_epoch) or start_epoch < 0:
+            raise BadInputError(f"--resume {self.resume}: its epoch {start_epoch!r} is not a whole number >= 0")
         mine = self.to_dict()
         for key in FIXED_ON_RESUME:
             if key in self.explicit and mine[key] != saved_cfg.to_dict()[key]:
@@ -105,20 +166,20 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accumulate", type=positive_int, default=1, metavar="K", help="micro-steps per optimizer step (DDP no_sync for the first K-1)")
     p.add_argument("--lr", type=positive_float, default=0.01, help="initial learning rate (> 0)")
     p.add_argument("--lrf", type=non_negative_float, default=0.01, help="final learning rate as a fraction of --lr (cosine schedule)")
-    p.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
     p.add_argument("--weight-decay", type=non_negative_float, default=5e-4)
     p.add_argument("--syncBN", dest="sync_bn", action=argparse.BooleanOptionalAction, default=True,
                    help="synchronise BatchNorm statistics across processes (torch's on CUDA, edgeport's on CPU)")
     p.add_argument("--weights", type=Path, help="initialise from a checkpoint (shape-filtered; skipped keys are listed)")
     p.add_argument("--freeze-layers", action="store_true", help="freeze the backbone (weights and BatchNorm statistics)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--device", choices=DEVICES, default="cpu")
     p.add_argument("--world-size", type=positive_int, default=1,
                    help="processes to start on this machine, one per GPU with --device cuda (ignored under torchrun and mpirun)")
     p.add_argument("--dist-url", default="env://",
                    help="process-group rendezvous for the ranks of this machine: env:// (MASTER_ADDR/PORT), tcp://127.0.0.1:PORT or "
                         "file://path. Several machines: launch with torchrun --nnodes (README, 'Several machines')")
-    p.add_argument("--backend", choices=("gloo", "nccl", "mpi"), help="default: nccl on cuda, gloo on cpu")
-    p.add_argument("--imgsz", type=positive_int, default=160)
+    p.add_argument("--backend", choices=BACKENDS, help="default: nccl on cuda, gloo on cpu")
+    p.add_argument("--imgsz", type=int_range(32, MAX_IMGSZ), default=160)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--deterministic", action="store_true", help="no shuffling, no augmentation, fixed seeds")
     p.add_argument("--resume", type=Path, help="continue from a last.pt where it stopped; options given with it (--lr, --epochs, "

@@ -98,50 +98,107 @@ def load_yolo_split(root: Path, split: str, num_classes: int) -> list[Sample]:
 
 
 def _coco_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and bool(np.isfinite(value))
+
+
+def _coco_id(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# how far a COCO box may reach past the image's edge before it is an error, not rounding:
+# this many pixels, or this fraction of the image's side, whichever is more
+EDGE_PX, EDGE_FRACTION = 2.0, 0.01
+
+
+def _inside(root: Path, name: str) -> Path | None:
+    """``root/name`` when ``name`` is a relative path that stays inside ``root``, else None."""
+    rel = Path(name)
+    if not name or rel.is_absolute() or ".." in rel.parts or "\x00" in name:
+        return None
+    path = root / rel
+    try:
+        path.resolve().relative_to(root.resolve())
+    except (ValueError, OSError):
+        return None  # a link that leads out of the dataset
+    return path
+
+
+def _coco_box(bbox, width: int, height: int) -> list[float] | None:
+    """xyxy in pixels, clipped to the image; None when the box is not a real one inside it."""
+    x, y, w, h = (float(v) for v in bbox)
+    # the bounds first: in the float32 boxes are kept in, 1e308 would become inf
+    if w <= 0 or h <= 0:
+        return None
+    slack_x, slack_y = max(EDGE_PX, EDGE_FRACTION * width), max(EDGE_PX, EDGE_FRACTION * height)
+    if x < -slack_x or y < -slack_y or x + w > width + slack_x or y + h > height + slack_y:
+        return None
+    return [max(x, 0.0), max(y, 0.0), min(x + w, float(width)), min(y + h, float(height))]
 
 
 def load_coco_split(root: Path, split: str, num_classes: int) -> list[Sample]:
     ann = root / "annotations" / f"{split}.json"
     try:
         data = json.loads(_read_text(ann, "COCO JSON file"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{ann}: not valid JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # JSON errors, integers too long to read, nesting too deep
+        raise DataError(f"{ann}: not valid JSON ({str(exc)[:200]})") from None
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise DataError(f"{ann}: expected a COCO object with an 'images' list")
     categories = data.get("categories", [])
-    if not isinstance(categories, list) or not all(isinstance(c, dict) and isinstance(c.get("id"), int) for c in categories):
+    if not isinstance(categories, list) or not all(isinstance(c, dict) and _coco_id(c.get("id")) for c in categories):
         raise DataError(f"{ann}: 'categories' must be a list of objects with an integer 'id'")
-    cat_ids = sorted(c["id"] for c in categories)
+    cat_ids = sorted({c["id"] for c in categories})
+    if len(cat_ids) != len(categories):
+        raise DataError(f"{ann}: two categories share an id")
     cat_index = {cid: i for i, cid in enumerate(cat_ids)}
     if len(cat_ids) > num_classes:
         raise DataError(f"{ann}: {len(cat_ids)} categories but --num-classes {num_classes}")
     images = data["images"]
     if not images:
         raise DataError(f"{ann}: the {split} split lists no images; add some")
-    per_image: dict = {}
+    annotations = data.get("annotations", [])
+    if not isinstance(annotations, list):
+        raise DataError(f"{ann}: 'annotations' must be a list (of objects with image_id, category_id and bbox), "
+                        f"got {type(annotations).__name__}")
+    folder = root / "images" / split
+    per_image: dict[int, list] = {}
+    info: dict[int, tuple[Path, int, int]] = {}
     for i, img in enumerate(images):
-        if not isinstance(img, dict) or not isinstance(img.get("file_name"), str) or "id" not in img:
-            raise DataError(f"{ann}: images[{i}] needs an 'id' and a 'file_name'")
-        if not all(isinstance(img.get(k), int) and img[k] > 0 for k in ("width", "height")):
+        if not isinstance(img, dict) or not isinstance(img.get("file_name"), str) or not _coco_id(img.get("id")):
+            raise DataError(f"{ann}: images[{i}] needs an integer 'id' and a 'file_name'")
+        if img["id"] in per_image:
+            raise DataError(f"{ann}: images[{i}] repeats the id {img['id']}")
+        if not all(_coco_id(img.get(k)) and img[k] > 0 for k in ("width", "height")):
             raise DataError(f"{ann}: images[{i}] ({img['file_name']!r}) needs positive integer 'width' and 'height'")
+        path = _inside(folder, img["file_name"])
+        if path is None:
+            raise DataError(f"{ann}: images[{i}] file_name {img['file_name']!r} leaves {folder}; file names are relative "
+                            f"to the split's image folder")
+        if not path.is_file():
+            raise DataError(f"{ann}: image {img['file_name']!r} (id {img['id']}) is missing from {folder}")
+        width, height = _image_size(path)
+        if (width, height) != (img["width"], img["height"]):
+            raise DataError(f"{ann}: images[{i}] ({img['file_name']!r}) declares {img['width']}x{img['height']} but the file "
+                            f"is {width}x{height}; fix the annotation")
         per_image[img["id"]] = []
-    for i, a in enumerate(data.get("annotations", [])):
+        info[img["id"]] = (path, width, height)
+    for i, a in enumerate(annotations):
         bbox = a.get("bbox") if isinstance(a, dict) else None
         if not (isinstance(bbox, list) and len(bbox) == 4 and all(_coco_number(v) for v in bbox)):
-            raise DataError(f"{ann}: annotations[{i}] needs 'bbox' as 4 numbers [x, y, width, height], got {bbox!r}")
-        x, y, w, h = bbox
-        if a.get("image_id") not in per_image or a.get("category_id") not in cat_index or w <= 0 or h <= 0:
-            raise DataError(f"{ann}: annotations[{i}] (id {a.get('id')}) has a bad image_id, category_id or bbox")
-        per_image[a["image_id"]].append(([x, y, x + w, y + h], cat_index[a["category_id"]]))
+            raise DataError(f"{ann}: annotations[{i}] needs 'bbox' as 4 numbers [x, y, width, height], got {str(bbox)[:80]}")
+        image_id, category_id = a.get("image_id"), a.get("category_id")
+        if not (_coco_id(image_id) and image_id in per_image) or not (_coco_id(category_id) and category_id in cat_index):
+            raise DataError(f"{ann}: annotations[{i}] (id {str(a.get('id'))[:40]}) has an unknown image_id or category_id")
+        _, width, height = info[image_id]
+        box = _coco_box(bbox, width, height)
+        if box is None:
+            raise DataError(f"{ann}: annotations[{i}] (id {str(a.get('id'))[:40]}) has bbox {bbox} outside its "
+                            f"{width}x{height} image or of no size; fix or remove it")
+        per_image[image_id].append((box, cat_index[category_id]))
     samples = []
-    for img in images:
-        path = root / "images" / split / img["file_name"]
-        if not path.is_file():
-            raise DataError(f"{ann}: image {img['file_name']!r} (id {img['id']}) is missing from {path.parent}")
-        boxes = np.asarray([b for b, _ in per_image[img["id"]]], np.float32).reshape(-1, 4)
-        classes = np.asarray([c for _, c in per_image[img["id"]]], np.int64)
-        samples.append(Sample(path, boxes, classes, int(img["width"]), int(img["height"])))
+    for image_id, (path, width, height) in info.items():
+        boxes = np.asarray([b for b, _ in per_image[image_id]], np.float32).reshape(-1, 4)
+        classes = np.asarray([c for _, c in per_image[image_id]], np.int64)
+        samples.append(Sample(path, boxes, classes, width, height))
     return samples
 
 

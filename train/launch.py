@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import os
 import signal
@@ -31,17 +32,25 @@ from edgeport.cliargs import Parser, explicit_options
 from edgeport.errors import BadInputError, EdgeportError, report
 from edgeport.runs import (
     MARKER,
+    OUTPUTS,
+    FolderLock,
     Terminated,
     check_out,
     claim_run_dir,
     clear_owned,
+    discard_run,
     exit_now,
     handle_sigterm,
-    marker_command,
+    lock_folder,
+    make_parents,
     owned,
+    read_marker,
+    record_outputs,
     release_claim,
+    remove_transient,
     write_marker,
 )
+from edgeport.text import for_terminal
 from edgeport.train.config import TrainConfig, add_train_args, config_from_args
 
 DEFAULT_RUNS = Path("runs/train")
@@ -112,7 +121,7 @@ def validate_inputs(cfg: TrainConfig, *, local_world: int | None = None, preflig
         from edgeport.train.checkpoint import load_resume
 
         saved = load_resume(cfg.resume)
-        cfg.resumed(saved["args"], int(saved["epoch"]))  # refuses what a resumed run cannot change
+        cfg.resumed(saved["args"], saved["epoch"])  # refuses what a resumed run cannot change
     train = load_split(cfg.data, "train", cfg.num_classes)
     val = load_split(cfg.data, "val", cfg.num_classes)
     if preflight:
@@ -126,29 +135,53 @@ def _check_spawn_url(cfg: TrainConfig) -> None:
                             f"only; to train on several machines launch every node with torchrun --nnodes (README, 'Several machines')")
 
 
-def prepare_out(cfg: TrainConfig, *, force: bool) -> tuple[TrainConfig, bool]:
-    """Claim or check the run folder; returns the config with ``out`` set, and whether it was claimed.
+def prepare_out(cfg: TrainConfig, *, force: bool) -> tuple[TrainConfig, bool, FolderLock]:
+    """Claim or check the run folder and lock it for this run's life; returns the config with
+    ``out`` set, whether the folder was claimed, and the lock (release it when the run ends).
 
     A run folder is never reused without ``--resume`` (its own folder) or ``--force`` (an
-    earlier edgeport run only, whose files are then deleted).
+    earlier edgeport run only, whose files are then deleted), and never while another run
+    holds it. A resumed folder is cleaned of what a killed run left half-written.
     """
     inputs = (cfg.data, cfg.weights)
     claimed = False
     if cfg.out is None and cfg.resume is None:
         target = claim_run_dir(DEFAULT_RUNS, "train")
         claimed = True
+        lock = lock_folder(target, "train")
     elif cfg.resume is not None and (cfg.out is None or Path(cfg.out).resolve() == cfg.resume.resolve().parent):
         target = cfg.resume.resolve().parent  # continuing the run in its own folder
-        if marker_command(target) is None:
+        marker = read_marker(target)
+        if marker is not None and marker.command != "train":
+            raise BadInputError(f"--resume {str(cfg.resume)!r}: its folder was made by edgeport {marker.command}, not train; "
+                                f"pass the last.pt of a training run")
+        if marker is None:
             write_marker(target, "train")
+        lock = lock_folder(target, "train", "--resume's run folder")
+        remove_transient(target, "train")
+        # the run's own files, as they are: resuming adopts them (they are written over from now on)
+        record_outputs(target, *[n for n in OUTPUTS["train"] if (target / n).is_file()])
     else:
         target = check_out(cfg.out, command="train", force=force, inputs=inputs)
-        if force and target.is_dir() and owned(target, "train"):
-            clear_owned(target, "train")
-        target.mkdir(parents=True, exist_ok=True)
-        if not (target / MARKER).exists():
-            write_marker(target, "train")
-    return TrainConfig.from_dict({**cfg.to_dict(), "out": str(target)}), claimed
+        existed = target.is_dir()
+        created = make_parents(target)
+        target.mkdir(exist_ok=True)
+        try:
+            if not (target / MARKER).exists():
+                write_marker(target, "train")
+            lock = lock_folder(target, "train")
+            if force and existed and owned(target, "train"):
+                remove_transient(target, "train")
+                clear_owned(target, "train")
+        except BaseException:
+            if not existed:
+                release_claim(target)
+                for folder in reversed(created):
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()
+            raise
+        claimed = not existed
+    return TrainConfig.from_dict({**cfg.to_dict(), "out": str(target)}), claimed, lock
 
 
 def worker_main(cfg: TrainConfig, rank: int, world: int, local_rank: int, *, prepare: bool = False, force: bool = False) -> int:
@@ -168,14 +201,15 @@ def worker_main(cfg: TrainConfig, rank: int, world: int, local_rank: int, *, pre
         rank, world = dist.get_rank(), dist.get_world_size()
     else:
         dist.init_process_group(cfg.resolved_backend, init_method=cfg.dist_url, timeout=PG_TIMEOUT, rank=rank, world_size=world)
-    claimed = False
+    claimed, lock, ok = False, None, False
     try:
         if prepare:
-            # launched by torchrun/mpirun: rank 0 claims or checks the folder, every rank learns the verdict
+            # launched by torchrun/mpirun: rank 0 claims or checks the folder (and holds its lock for
+            # the run), every rank learns the verdict
             box: list = [None, None]
             if rank == 0:
                 try:
-                    prepared, claimed = prepare_out(cfg, force=force)
+                    prepared, claimed, lock = prepare_out(cfg, force=force)
                     box = [str(prepared.out), None]
                 except BadInputError as exc:
                     box = [None, str(exc)]
@@ -184,27 +218,57 @@ def worker_main(cfg: TrainConfig, rank: int, world: int, local_rank: int, *, pre
                 raise BadInputError(box[1])
             cfg = TrainConfig.from_dict({**cfg.to_dict(), "out": box[0]})
         run_worker(cfg, rank, world, local_rank)
+        ok = True
     except EdgeportError as exc:
         if rank == 0 or not isinstance(exc, BadInputError):
             where = f" (rank {rank} of {world})" if world > 1 else ""
-            print(f"edgeport train: error: {exc}{where}", file=sys.stderr, flush=True)
-        if claimed:
-            release_claim(Path(cfg.out))
+            print(f"edgeport train: error: {for_terminal(exc)}{where}", file=sys.stderr, flush=True)
         return exc.exit_code
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+        if lock is not None:
+            lock.release()
+        if claimed and not ok:
+            discard_failed(Path(cfg.out))
     return 0
 
 
+def discard_failed(out: Path) -> None:
+    """A run that failed in a folder it made, before writing a checkpoint, leaves nothing behind
+    (not even the marker); one with a checkpoint keeps it, to resume from."""
+    if not (out / "last.pt").is_file():
+        discard_run(out, "train")
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_launcher() -> None:
+    """In a worker ``edgeport train --world-size N`` started: die when the launcher dies, however it
+    dies (SIGKILL included), so no rank goes on training and writing the run folder alone. Linux
+    sends the signal asked for with ``PR_SET_PDEATHSIG``; a launcher that died before this line ran
+    is seen by the parent process id, which is no longer its own."""
+    launcher = os.environ.get("EDGEPORT_SPAWNED", "")
+    if not launcher.isdigit():
+        return
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != int(launcher):
+        os._exit(128 + signal.SIGKILL)
+
+
 def spawn(argv: list[str], cfg: TrainConfig) -> int:
-    """Start ``cfg.world_size`` workers on this machine and watch them."""
+    """Start ``cfg.world_size`` workers on this machine and watch them; they die with this process."""
     port = free_port()
     procs: list[subprocess.Popen] = []
     for rank in range(cfg.world_size):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(cfg.world_size),
                    LOCAL_WORLD_SIZE=str(cfg.world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   PYTHONUNBUFFERED="1", EDGEPORT_SPAWNED="1")
+                   PYTHONUNBUFFERED="1", EDGEPORT_SPAWNED=str(os.getpid()))
         procs.append(subprocess.Popen([sys.executable, "-m", "edgeport.train", *argv], env=env))
 
     def stop_all(sig=signal.SIGTERM) -> None:
@@ -254,20 +318,24 @@ def _run(argv: list[str], args: argparse.Namespace, cfg: TrainConfig) -> int:
                 validate_inputs(cfg, local_world=local_world, preflight=rank == 0)
             except BadInputError as exc:
                 if rank == 0:
-                    print(f"edgeport train: error: {exc}", file=sys.stderr)
+                    print(f"edgeport train: error: {for_terminal(exc)}", file=sys.stderr)
                 return exc.exit_code
         return worker_main(cfg, rank, world, local_rank, prepare=not spawned, force=args.force)
     validate_inputs(cfg)
     _check_spawn_url(cfg)
-    cfg, claimed = prepare_out(cfg, force=args.force)
+    cfg, claimed, lock = prepare_out(cfg, force=args.force)
+    code = None
     try:
-        if cfg.world_size > 1:
-            return spawn([*argv, "--out", str(cfg.out)], cfg)
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-        return worker_main(cfg, 0, 1, 0)
+        with lock:  # held while the run lasts: no other run replaces or resumes this folder
+            if cfg.world_size > 1:
+                code = spawn([*argv, "--out", str(cfg.out)], cfg)
+            else:
+                os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+                code = worker_main(cfg, 0, 1, 0)
+        return code
     finally:
-        if claimed:
-            release_claim(Path(cfg.out))
+        if claimed and code != 0:
+            discard_failed(Path(cfg.out))
 
 
 def exit_process(code: int) -> NoReturn:

@@ -31,6 +31,7 @@ from edgeport._lazy import installed_versions
 from edgeport.errors import EdgeportError
 from edgeport.models.registry import build_model
 from edgeport.models.syncbn import convert_sync_batchnorm
+from edgeport.runs import record_outputs, write_output
 from edgeport.train.checkpoint import FORMAT, VERSION_PACKAGES, atomic_save, load_initial_weights, load_resume
 from edgeport.train.config import DEFAULT_EPOCHS, TrainConfig
 from edgeport.train.data import load_split
@@ -113,7 +114,7 @@ def _optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimize
     return torch.optim.SGD(groups, lr=cfg.lr, momentum=0.9, nesterov=True)
 
 
-def _plot(rows: list[dict], path: Path) -> None:
+def _plot(rows: list[dict], path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -128,7 +129,7 @@ def _plot(rows: list[dict], path: Path) -> None:
     ax[1].set(title="validation mAP", xlabel="epoch", ylim=(0, 1))
     ax[1].legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, format="png")
     plt.close(fig)
 
 
@@ -214,7 +215,7 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
 
     resume = load_resume(cfg.resume) if cfg.resume else None
     if resume is not None:
-        cfg = cfg.resumed(resume["args"], int(resume["epoch"]))
+        cfg = cfg.resumed(resume["args"], resume["epoch"])
     if cfg.epochs is None:
         cfg = TrainConfig.from_dict({**cfg.to_dict(), "epochs": DEFAULT_EPOCHS})
     if cfg.deterministic:
@@ -260,7 +261,7 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
             group.update(hyper)  # --lr, --weight-decay given now win over the saved ones
         if scaler.is_enabled() and resume.get("scaler"):
             scaler.load_state_dict(resume["scaler"])
-        start_epoch, step, best = int(resume["epoch"]), int(resume["step"]), float(resume.get("best_map50", -1.0))
+        start_epoch, step, best = resume["epoch"], int(resume["step"]), float(resume.get("best_map50", -1.0))
         position_schedule(optimizer, scheduler, cfg.lr, lam, start_epoch * steps_per_epoch)
         rows = list(resume.get("history", []))
         changed = f" with {', '.join(f'--{k.replace(chr(95), chr(45))}' for k in cfg.overrides)} from the command line" if cfg.overrides else ""
@@ -270,7 +271,7 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         record = {**cfg.to_dict(), "resumed_from": str(cfg.resume) if cfg.resume else None, "overrides": list(cfg.overrides)}
-        (out / "args.json").write_text(json.dumps(record, indent=2) + "\n")
+        write_output(out, "args.json", json.dumps(record, indent=2) + "\n")
     log(rank, f"training {cfg.arch} on {len(train_samples)} images, world size {world} ({cfg.resolved_backend}, {device.type}), "
               f"batch {cfg.batch_size}/process x accumulate {cfg.accumulate} = {cfg.batch_size * cfg.accumulate * world} images/step, "
               f"SyncBN {'on' if cfg.sync_bn else 'off'}, AMP {cfg.amp or 'off'}, {steps_per_epoch} optimizer steps/epoch")
@@ -352,6 +353,7 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
             if improved:
                 atomic_save(ckpt, out / "best.pt")  # deployable weights: no optimizer state
             atomic_save({**ckpt, "optimizer": to_cpu(optimizer.state_dict()), "scaler": scaler.state_dict()}, out / "last.pt")
+            record_outputs(out, "best.pt", "last.pt")
             _write_metrics(rows, out)
             log(rank, f"epoch {epoch + 1}/{cfg.epochs}  loss {row['loss']:.4f}  mAP@0.5 {row['map50']:.3f}  "
                       f"mAP@0.5:0.95 {row['map50_95']:.3f}  {row['images_per_s']:.1f} img/s  "
@@ -359,17 +361,22 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
         dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
         summary = {"epochs": epoch + 1, "step": step, "best_map50": best, "last": row}
     if rank == 0:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
+        write_output(out, "summary.json", json.dumps(summary, indent=2, default=float) + "\n")
     return summary
 
 
 def _write_metrics(rows: list[dict], out: Path) -> None:
-    with open(out / "metrics.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=METRIC_FIELDS)
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: r.get(k) for k in METRIC_FIELDS})
-    _plot(rows, out / "metrics.png")
+    import io
+
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=METRIC_FIELDS)
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: r.get(k) for k in METRIC_FIELDS})
+    write_output(out, "metrics.csv", text.getvalue())
+    png = io.BytesIO()
+    _plot(rows, png)
+    write_output(out, "metrics.png", png.getvalue())
 
 
 def _progress(rank: int, epoch: int, epochs: int):

@@ -21,9 +21,11 @@ from __future__ import annotations
 import datetime as _dt
 import io
 import json
+import math
 import os
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -35,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeport.errors import BadInputError
+from edgeport.text import for_terminal
 from edgeport.validate.boards import BoardProfile, RunnerSpec
 from edgeport.validate.runners import Runner, RunOutput, RuntimeRefused
 
@@ -84,7 +87,7 @@ class LocalPython:
             raise BoardRuntimeError(f"{self.what} did not finish within {self.timeout_s:.0f} s") from exc
         except OSError as exc:
             raise BoardRuntimeError(f"{self.what} cannot be started ({exc}); reinstall it: edgeport boards install") from exc
-        return _read_result(folder, proc.returncode, proc.stderr, self.what)
+        return _read_result(folder, proc.returncode, proc.stderr, self.what, mode)
 
 
 class Ssh:
@@ -95,13 +98,14 @@ class Ssh:
         self.what = f"board {spec.url}"
 
     def _ssh(self, remote_command: str) -> list[str]:
+        # user and host are checked names (boards.parse_ssh_url); "--" ends ssh's options all the same
         s = self.spec
         cmd = ["ssh", "-p", str(s.port), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=10"]
         if s.identity:
             cmd += ["-i", str(Path(s.identity).expanduser()), "-o", "IdentitiesOnly=yes"]
         for opt in s.options:
             cmd += ["-o", opt]
-        return [*cmd, f"{s.user}@{s.host}" if s.user else s.host, remote_command]
+        return [*cmd, "--", f"{s.user}@{s.host}" if s.user else s.host, remote_command]
 
     def execute(self, folder: Path, mode: str) -> dict:
         if shutil.which("ssh") is None:
@@ -124,21 +128,30 @@ class Ssh:
         with tarfile.open(fileobj=payload, mode="w") as tar:
             for item in sorted(folder.iterdir()):
                 tar.add(item, arcname=item.name)
+        # the board's reply goes to files, never into memory, and no further than the profile allows:
+        # past max_reply_mb the kernel stops ssh (RLIMIT_FSIZE), and the run is refused
+        cap = int(s.max_reply_mb * 2**20)
+        reply, errors = folder / ".reply.tar", folder / ".reply.err"
         try:
-            proc = subprocess.run(self._ssh("sh -c " + shlex.quote(script)), input=payload.getvalue(), capture_output=True,
-                                  timeout=s.timeout_s + SSH_GRACE_S)
+            with open(reply, "wb") as out, open(errors, "wb") as err:
+                proc = subprocess.run(self._ssh("sh -c " + shlex.quote(script)), input=payload.getvalue(), stdout=out, stderr=err,
+                                      timeout=s.timeout_s + SSH_GRACE_S, preexec_fn=lambda: _limit_file_size(cap))
         except subprocess.TimeoutExpired as exc:
             self._cleanup(run_dir)
             raise BoardRuntimeError(f"{self.what}: the run did not finish within {s.timeout_s:.0f} s; raise timeout_s "
                                     f"in the board profile's [runner], or check the board") from exc
-        stderr = proc.stderr.decode(errors="replace")
+        stderr = _head(errors)
+        if proc.returncode == -signal.SIGXFSZ or reply.stat().st_size >= cap or errors.stat().st_size >= cap:
+            self._cleanup(run_dir)
+            raise BoardRuntimeError(f"{self.what} sent back more than max_reply_mb = {s.max_reply_mb:g} MB; the run was stopped: "
+                                    f"raise max_reply_mb in the board profile's [runner] if its outputs are that large")
         if proc.returncode == 255:
             raise BoardRuntimeError(self._connection_error(stderr))
         if proc.returncode in (90, 91):
             raise BoardRuntimeError(f"{self.what}: cannot make a run folder in {s.workdir} on the board; set workdir in [runner] "
                                     f"to a writable folder")
         try:
-            with tarfile.open(fileobj=io.BytesIO(proc.stdout), mode="r") as tar:
+            with tarfile.open(reply, mode="r") as tar:
                 members = tar.getmembers()
                 for member in members:  # only plain files and folders inside the run folder
                     if not (member.isfile() or member.isdir()) or Path(member.name).is_absolute() or ".." in Path(member.name).parts:
@@ -147,15 +160,18 @@ class Ssh:
                 tar.extractall(folder, members=members, **extra)
         except tarfile.TarError as exc:
             raise BoardRuntimeError(f"{self.what} sent back no results ({exc}; ssh said: {_last_line(stderr)})") from exc
-        status = (folder / "status.txt").read_text().strip() if (folder / "status.txt").is_file() else ""
-        board_stderr = (folder / "stderr.txt").read_text(errors="replace") if (folder / "stderr.txt").is_file() else ""
+        finally:
+            reply.unlink(missing_ok=True)
+            errors.unlink(missing_ok=True)
+        status = _head(folder / "status.txt").strip() if (folder / "status.txt").is_file() else ""
+        board_stderr = _head(folder / "stderr.txt") if (folder / "stderr.txt").is_file() else ""
         if status in ("124", "137"):
             raise BoardRuntimeError(f"{self.what}: the run did not finish within {s.timeout_s:.0f} s and was stopped; raise "
                                     f"timeout_s in the board profile's [runner], or check the board")
         if status == "127":
             raise BoardRuntimeError(f"{self.what} has no {s.python!r} ({_last_line(board_stderr)}); set python in the board "
                                     f"profile's [runner] to a Python with TFLite")
-        return _read_result(folder, int(status) if status.isdigit() else -1, board_stderr, self.what)
+        return _read_result(folder, int(status) if status.isdigit() else -1, board_stderr, self.what, mode)
 
     def _connection_error(self, stderr: str) -> str:
         line = _last_line(stderr)
@@ -176,14 +192,98 @@ class Ssh:
 
 def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Warning: Permanently added")]
-    return lines[-1] if lines else "no message"
+    return for_terminal(lines[-1][:300]) if lines else "no message"
 
 
-def _read_result(folder: Path, returncode: int, stderr: str, what: str) -> dict:
+def _head(path: Path, limit: int = 64 * 1024) -> str:
+    """The first ``limit`` bytes of a file the board wrote, as text: its messages, never all of them."""
+    with open(path, "rb") as f:
+        return f.read(limit).decode(errors="replace")
+
+
+def _limit_file_size(cap: int) -> None:
+    """In the ssh child, before it starts: no file it writes may grow past ``cap`` bytes."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+
+
+# what a board's reply may hold (board_worker.py)
+MAX_TEXT = 200
+OUTPUT_DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
+MAX_DIM = 1 << 20
+
+
+class _BadReply(Exception):
+    pass
+
+
+def _text(value, what: str) -> str:
+    if not isinstance(value, str) or len(value) > MAX_TEXT:
+        raise _BadReply(f"{what} is not a short text")
+    return for_terminal(value)
+
+
+def _whole(value, lo: int, hi: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+
+
+def _real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_reply(result, mode: str, *, images: int | None = None, probes: set[str] | None = None) -> dict:
+    """The worker's ``result.json``, checked field by field; raises ``_BadReply`` naming the first
+    field that is missing, of the wrong type or out of range. Text is made inert for the terminal."""
+    if not isinstance(result, dict) or not isinstance(result.get("ok"), bool):
+        raise _BadReply("it is not an object with an 'ok' flag")
+    if not result["ok"]:
+        if result.get("error") not in ("no_runtime", "load", "run"):
+            raise _BadReply("its 'error' is not one of no_runtime, load, run")
+        return {"ok": False, "error": result["error"],
+                **{k: for_terminal(str(result.get(k, "?"))[:MAX_TEXT]) for k in ("message", "runtime", "version", "package")}}
+    checked = {"ok": True, **{k: _text(result.get(k), k) for k in ("runtime", "version", "package")}}
+    if "python" in result:
+        checked["python"] = _text(result["python"], "python")
+    if mode == "run":
+        outputs, ms = result.get("outputs"), result.get("ms")
+        if not isinstance(outputs, list) or not 0 < len(outputs) <= 64:
+            raise _BadReply("'outputs' is not a list of 1 to 64 outputs")
+        checked["outputs"] = []
+        for k, d in enumerate(outputs):
+            shape, dtype, quant = (d.get("shape"), d.get("dtype"), d.get("quantization")) if isinstance(d, dict) else (None,) * 3
+            if not (isinstance(shape, list) and 0 < len(shape) <= 8 and all(_whole(v, 1, MAX_DIM) for v in shape)):
+                raise _BadReply(f"outputs[{k}].shape is not a list of positive whole numbers")
+            if dtype not in OUTPUT_DTYPES:
+                raise _BadReply(f"outputs[{k}].dtype is not one of {', '.join(OUTPUT_DTYPES)}")
+            if not (isinstance(quant, list) and len(quant) == 2 and _real(quant[0]) and quant[0] >= 0
+                    and _whole(quant[1], -(2**31), 2**31 - 1)):
+                raise _BadReply(f"outputs[{k}].quantization is not [scale, zero point]")
+            checked["outputs"].append({"shape": shape, "dtype": dtype, "quantization": [float(quant[0]), quant[1]]})
+        if not (isinstance(ms, list) and len(ms) == images and all(_real(v) and v >= 0 for v in ms)):
+            raise _BadReply(f"'ms' is not one time (ms >= 0) per image ({images})")
+        checked["ms"] = [float(v) for v in ms]
+    elif mode == "probe":
+        accepted = result.get("accepted")
+        if not isinstance(accepted, list) or not all(isinstance(a, str) and a in (probes or ()) for a in accepted):
+            raise _BadReply("'accepted' is not a list of the probe models sent")
+        checked["accepted"] = list(accepted)
+    return checked
+
+
+def _read_result(folder: Path, returncode: int, stderr: str, what: str, mode: str) -> dict:
     path = folder / "result.json"
     if not path.is_file():
         raise BoardRuntimeError(f"{what} crashed (exit {returncode}): {_last_line(stderr)}")
-    result = json.loads(path.read_text())
+    images = len(list((folder / "inputs").glob("*.npy"))) if mode == "run" else None
+    probes = {p.name[: -len(".tflite")] for p in (folder / "probes").glob("*.tflite")} if mode == "probe" else None
+    try:
+        if path.stat().st_size > 16 * 2**20:
+            raise _BadReply("it is larger than 16 MB")
+        result = check_reply(json.loads(path.read_bytes()), mode, images=images, probes=probes)
+    except (ValueError, RecursionError, _BadReply) as exc:  # invalid JSON, numbers too long, nesting too deep
+        raise BoardRuntimeError(f"{what} answered with a result.json edgeport cannot use ({for_terminal(str(exc)[:200])}); "
+                                f"check the runtime there, or reinstall it") from None
     if not result["ok"] and result["error"] == "no_runtime":
         raise BoardRuntimeError(f"{what} cannot run TFLite: {result['message']}; install tflite-runtime there, or point "
                                 f"python at an environment that has it")
@@ -223,17 +323,34 @@ class BoardRunner(Runner):
             if not result["ok"]:
                 raise RuntimeRefused(f"{result['runtime']} {result['version']} refused the model: {result['message']}")
             details = result["outputs"]
-            mapping = [(details[i], i, nhwc) for i, nhwc in match_outputs(self.expected, [tuple(d["shape"]) for d in details])]
+            try:
+                pairs = match_outputs(self.expected, [tuple(d["shape"]) for d in details])
+            except ValueError as exc:
+                raise BoardRuntimeError(f"{self.transport.what} answered with outputs the model does not have ({exc})") from None
             outputs = [
                 np.concatenate([
-                    from_model_output(np.load(folder / "outputs" / f"{i:04d}_{k}.npy"), d["dtype"], tuple(d["quantization"]), nhwc)
+                    from_model_output(self._output(folder / "outputs" / f"{i:04d}_{k}.npy", details[k]), details[k]["dtype"],
+                                      tuple(details[k]["quantization"]), nhwc)
                     for i in range(inputs.shape[0])
                 ]).astype(np.float32)
-                for d, k, nhwc in mapping
+                for k, nhwc in pairs
             ]
             return RunOutput(outputs, statistics.median(result["ms"]))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+    def _output(self, path: Path, declared: dict) -> np.ndarray:
+        """One output the board wrote: a plain npy array (never a pickle) of the shape and dtype it declared."""
+        try:
+            y = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise BoardRuntimeError(f"{self.transport.what} wrote an output edgeport cannot read ({path.name}: "
+                                    f"{for_terminal(str(exc)[:160])})") from None
+        if list(y.shape) != declared["shape"] or y.dtype.name != declared["dtype"]:
+            raise BoardRuntimeError(f"{self.transport.what} wrote {path.name} as {y.dtype.name}{list(y.shape)}, but declared "
+                                    f"{declared['dtype']}{declared['shape']}")
+        return y
 
 
 def transport_for(board: BoardProfile):

@@ -19,6 +19,7 @@ cannot run a model; an empty list means it can.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -89,6 +90,7 @@ class RunnerSpec:
     options: tuple[str, ...] = ()  # extra `ssh -o` options
     timeout_s: float = 300.0  # for one run, transfers included
     workdir: str = "/tmp"  # where run folders are made (and removed) on the board
+    max_reply_mb: float = 256.0  # the most the board may send back (outputs and messages) before the run is stopped
 
     @property
     def user(self) -> str | None:
@@ -106,19 +108,42 @@ class RunnerSpec:
         return parse_ssh_url(self.url)
 
 
+_SSH_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
+_SSH_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+
+
 def parse_ssh_url(url: str) -> tuple[str | None, str, int]:
-    """``ssh://[user@]host[:port]`` -> (user, host, port)."""
+    """``ssh://[user@]host[:port]`` -> (user, host, port), parsed strictly: the user and host are
+    names (letters, digits, ``._-``; never a leading ``-``, which ``ssh`` would read as an option),
+    or an IPv6 address in brackets; the port is 1-65535."""
     from urllib.parse import urlsplit
 
-    bad = BadInputError(f"runner {url!r} is not ssh://[user@]host[:port]; e.g. --runner ssh://pi@192.168.1.20")
+    bad = BadInputError(f"runner {url!r} is not ssh://[user@]host[:port] (user and host: letters, digits, '.', '_', '-', "
+                        f"not starting with '-'; port 1-65535); e.g. --runner ssh://pi@192.168.1.20")
+    if not isinstance(url, str) or not url.isprintable() or any(c.isspace() for c in url):
+        raise bad
     try:
         parts = urlsplit(url)
-        port = parts.port or 22
+        port = parts.port
     except ValueError as exc:
         raise bad from exc
-    if parts.scheme != "ssh" or not parts.hostname or parts.path not in ("", "/") or parts.password:
+    if parts.scheme != "ssh" or parts.path not in ("", "/") or parts.query or parts.fragment or parts.password is not None:
         raise bad
-    return parts.username, parts.hostname, port
+    host, user = parts.hostname or "", parts.username
+    if user is not None and not _SSH_USER.fullmatch(user):
+        raise bad
+    if ":" in host:  # an IPv6 literal, from [brackets]
+        import ipaddress
+
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError as exc:
+            raise bad from exc
+    elif not _SSH_HOST.fullmatch(host):
+        raise bad
+    if port is not None and not 1 <= port <= 65535:
+        raise bad
+    return user, host, port or 22
 
 
 @dataclass(frozen=True)
@@ -198,8 +223,12 @@ def load_board(name_or_path: str) -> BoardProfile:
         if "runner" in raw:
             r = raw["runner"]
             runner = RunnerSpec(url=str(r["url"]), python=str(r.get("python", "python3")), identity=r.get("identity"),
-                                options=tuple(r.get("options", ())), timeout_s=float(r.get("timeout_s", 300.0)),
-                                workdir=str(r.get("workdir", "/tmp")))
+                                options=tuple(str(o) for o in r.get("options", ())), timeout_s=float(r.get("timeout_s", 300.0)),
+                                workdir=str(r.get("workdir", "/tmp")), max_reply_mb=float(r.get("max_reply_mb", 256.0)))
+            if not (0 < runner.timeout_s <= 86400 and 0 < runner.max_reply_mb <= 65536):
+                raise ValueError("[runner] timeout_s must be in (0, 86400] and max_reply_mb in (0, 65536]")
+            if any(o.startswith("-") or not o.isprintable() for o in runner.options) or runner.workdir.startswith("-"):
+                raise ValueError("[runner] options are ssh -o values (Key=Value) and workdir a path, none starting with '-'")
             parse_ssh_url(runner.url)
         from edgeport.validate.differences import DIFFERENCES
 

@@ -63,19 +63,29 @@ def probe(transport, *, max_version: int = MAX_VERSION, workdir: Path | None = N
 
 
 def table_toml(board: str, runtime: dict, table: dict[str, list[int]], *, command: str) -> str:
-    """``NAME.ops.toml``: the probed op versions with their provenance."""
+    """``NAME.ops.toml``: the probed op versions with their provenance. What the runtime said of
+    itself is quoted (a JSON string is a TOML basic string), so its reply cannot add keys."""
+    import json
+
+    from edgeport.text import for_terminal
+
     date = _dt.date.today().isoformat()
+
+    def q(value) -> str:
+        return json.dumps(str(value), ensure_ascii=True)
+
     lines = [
-        f"# The builtin op versions {runtime['runtime']} {runtime['version']} has: each op and version was",
+        f"# The builtin op versions {for_terminal(runtime['runtime'])} {for_terminal(runtime['version'])} has: each op and version was",
         "# asked of the runtime with a one-op model (validate/op_probe.py); what it loaded is listed.",
-        f"# Written by `{command}`; re-checked against the runtime by tests/validate/test_real_tflite113.py and test_board_runtime.py.",
+        f"# Written by `{for_terminal(command)}`; re-checked against the runtime by tests/validate/test_real_tflite113.py and "
+        f"test_board_runtime.py.",
         "[provenance]",
-        f'board = "{board}"',
-        f'runtime = "{runtime["runtime"]}"',
-        f'version = "{runtime["version"]}"',
-        f'package = "{runtime["package"]}=={runtime["version"]}"',
-        f'python = "{runtime.get("python", "?")}"',
-        f'date = "{date}"',
+        f"board = {q(board)}",
+        f"runtime = {q(runtime['runtime'])}",
+        f"version = {q(runtime['version'])}",
+        f"package = {q(str(runtime['package']) + '==' + str(runtime['version']))}",
+        f"python = {q(runtime.get('python', '?'))}",
+        f"date = {q(date)}",
         f"probed = {len(builtin_ops()) * MAX_VERSION}",
         f'method = "one-op model per builtin op and version 1-{MAX_VERSION}; accepted when the interpreter builds"',
         "",

@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from edgeport._lazy import installed_versions
+from edgeport.checkpoints import weights_digest
 from edgeport.models.decode import COCO_EVAL, DETECT, DecodeProtocol, Detections
 from edgeport.models.heads import channel_groups, decode_head, resolve_head
 from edgeport.validate.compare import TOLERANCES, compare_tensors, error_histogram
@@ -254,7 +255,8 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, row_runners=_
         "schema": SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "passed": all(r.passed for r in results),
-        "model": dict(subject.model_info, outputs=list(subject.output_names), strides=list(subject.strides), head=head),
+        "model": dict(subject.model_info, weights_sha256=weights_digest(subject.reference_module), outputs=list(subject.output_names),
+                      strides=list(subject.strides), head=head),
         "inputs": {"source": subject.inputs_source, "count": int(n_real), "random": RANDOM_INPUTS,
                    "random_seed": subject.seed + 7, "shape": list(subject.inputs.shape[1:]),
                    "labelled": bool(subject.ground_truth)},

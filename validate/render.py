@@ -9,6 +9,9 @@ import html
 import json
 import math
 from pathlib import Path
+from typing import Callable, NamedTuple
+
+from edgeport.text import for_markdown
 
 
 def _fmt(x, spec: str = ".3g") -> str:
@@ -82,93 +85,124 @@ def _cells(row: dict) -> list[str]:
     ]
 
 
+class Quoting(NamedTuple):
+    """How a renderer shows text taken from the model, the board or the user's files: ``code`` a
+    name, ``text`` a phrase (reasons, versions)."""
+
+    code: Callable[[object], str]
+    text: Callable[[object], str]
+
+
+# a terminal line (made safe as a whole where it is printed, ``text.for_terminal``)
+TERMINAL = Quoting(code=lambda v: f"`{v}`", text=str)
+# literal Markdown: no code spans, whose content cannot be escaped
+MARKDOWN = Quoting(code=for_markdown, text=for_markdown)
+# plain text for an HTML page, escaped there as a whole
+PLAIN = Quoting(code=str, text=str)
+
+
 def render_markdown(report: dict) -> str:
+    md = for_markdown
+    model = report["model"]
     lines = [
         "# edgeport parity report",
         "",
-        f"**{'PASSED' if report['passed'] else 'FAILED'}** — schema `{report['schema']}`, created {report['created']}",
+        f"**{'PASSED' if report['passed'] else 'FAILED'}** — schema {md(report['schema'])}, created {md(report['created'])}",
         "",
-        f"Model: `{report['model'].get('arch')}` from `{report['model'].get('checkpoint')}` "
-        f"({report['model'].get('layout')}), input {report['inputs']['shape']}; "
-        f"inputs: {report['inputs']['source']}.",
-        f"Reference: {report['reference']['what']}.",
+        f"Model: {md(model.get('arch'))} from {md(model.get('checkpoint'))} ({md(model.get('layout'))}), "
+        f"input {md(report['inputs']['shape'])}; inputs: {md(report['inputs']['source'])}.",
+        f"Reference: {md(report['reference']['what'])}.",
         "",
         "| " + " | ".join(HEADER) + " |",
         "|" + "|".join("---" for _ in HEADER) + "|",
     ]
-    lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows(report)]
+    lines += ["| " + " | ".join(md(c) for c in _cells(r)) + " |" for r in rows(report)]
     failures = [(r, o) for r in report["results"] for o in r["outputs"] if not o["passed"]]
     if failures:
         lines += ["", "## Failures", ""]
-        lines += [f"- `{r['variant']}` on {r['runtime']}, output `{o['name']}`: {'; '.join(o['reasons'])}" for r, o in failures]
-    lines += _board_md(report) + _divergence_md(report) + _upsample_md(report)
+        lines += [f"- {md(r['variant'])} on {md(r['runtime'])}, output {md(o['name'])}: {md('; '.join(o['reasons']))}"
+                  for r, o in failures]
+    lines += _section(_board_title(report, MARKDOWN), _board_items(report, MARKDOWN))
+    lines += _section("Where it diverges", divergence_lines(report, MARKDOWN))
+    lines += _section(_upsample_title(report), _upsample_items(report, MARKDOWN))
     if report.get("stages"):
         lines += ["", "## Stages", "", "| stage | seconds | changed | summary |", "|---|---|---|---|"]
-        lines += [f"| {s['name']} | {s['seconds']:.2f} | {s['changed']} | {s['summary']} |" for s in report["stages"]]
-    lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()), ""]
+        lines += [f"| {md(s['name'])} | {s['seconds']:.2f} | {s['changed']} | {md(s['summary'])} |" for s in report["stages"]]
+    lines += ["", "Versions: " + ", ".join(f"{md(k)} {md(v)}" for k, v in report["versions"].items()), ""]
     return "\n".join(lines)
 
 
-def divergence_lines(report: dict) -> list[str]:
+def _section(title: str | None, items: list[str]) -> list[str]:
+    return ["", f"## {title}", ""] + [f"- {item}" for item in items] if title and items else []
+
+
+def divergence_lines(report: dict, q: Quoting = TERMINAL) -> list[str]:
+    """One line per row whose first divergence was found."""
     out = []
     for r in report["results"]:
         d = r.get("divergence")
         if d and d.get("found"):
             f = d["first"]
-            cand = f"{f['candidate_type']} `{f['candidate']}`" if f["candidate"] else "nothing"
-            where = f" (located on {d['located_on']})" if d.get("located_on") else ""
-            out.append(f"`{r['variant']}` on {r['runtime']}: first divergence at reference node `{f['reference']}` "
-                       f"({f['reference_type']}); closest {cand}: max_abs {f['max_abs_rel']:.3g} x max|ref|, "
-                       f"cosine {f['cosine']:.6f} (needs {d['criterion']}){where}")
+            cand = f"{q.text(f['candidate_type'])} {q.code(f['candidate'])}" if f["candidate"] else "nothing"
+            where = f" (located on {q.text(d['located_on'])})" if d.get("located_on") else ""
+            out.append(f"{q.code(r['variant'])} on {q.text(r['runtime'])}: first divergence at reference node {q.code(f['reference'])} "
+                       f"({q.text(f['reference_type'])}); closest {cand}: max_abs {f['max_abs_rel']:.3g} x max|ref|, "
+                       f"cosine {f['cosine']:.6f} (needs {q.text(d['criterion'])}){where}")
     return out
 
 
-def _divergence_md(report: dict) -> list[str]:
-    lines = divergence_lines(report)
-    return ["", "## Where it diverges", ""] + [f"- {line}" for line in lines] if lines else []
+def _board_title(report: dict, q: Quoting) -> str | None:
+    board = report.get("board")
+    if not board:
+        return None
+    return f"Board {q.code(board['name'])} ({q.text(board['runtime'])} {q.text(board['version'])}, {q.text(', '.join(board['dtypes']))})"
 
 
-def _board_md(report: dict) -> list[str]:
+def _board_items(report: dict, q: Quoting) -> list[str]:
     board = report.get("board")
     if not board:
         return []
-    lines = ["", f"## Board `{board['name']}` ({board['runtime']} {board['version']}, {', '.join(board['dtypes'])})", ""]
+    lines = []
     for variant, check in (board.get("checks") or {}).items():
-        status = "runnable" if check["runnable"] else "NOT runnable: " + "; ".join(check["reasons"])
-        lines.append(f"- `{variant}`: {status} (min_runtime_version {check.get('min_runtime_version')}, {check['size_bytes']:,} bytes)")
+        status = "runnable" if check["runnable"] else "NOT runnable: " + q.text("; ".join(check["reasons"]))
+        lines.append(f"{q.code(variant)}: {status} (min_runtime_version {q.text(check.get('min_runtime_version'))}, "
+                     f"{check['size_bytes']:,} bytes)")
     for r in report["results"]:
         em = r.get("emulator")
         if em and em.get("judge") == "converter":
-            lines.append(f"- the converter wrote no `{r['variant']}` file: {'; '.join(em['reasons'])}")
+            lines.append(f"the converter wrote no {q.code(r['variant'])} file: {q.text('; '.join(em['reasons']))}")
         elif em:
             arena = f", arena {em['arena_bytes']:,} of {board['ram_bytes']:,} bytes" if em.get("arena_bytes") else ""
-            diffs = f", differences {em['differences']}" if em.get("differences") else ""
-            why = "" if em["runnable"] else ": " + "; ".join(em["reasons"])
+            diffs = f", differences {q.text(em['differences'])}" if em.get("differences") else ""
+            why = "" if em["runnable"] else ": " + q.text("; ".join(em["reasons"]))
             who = "runtime" if em.get("judge") == "runtime" else "emulator"
-            lines.append(f"- {who} ({r['runtime']}), `{r['variant']}`: {'ran' if em['runnable'] else 'cannot run'}{arena}{diffs}{why}")
-    lines += board_runtime_lines(report)
-    return lines
+            lines.append(f"{who} ({q.text(r['runtime'])}), {q.code(r['variant'])}: {'ran' if em['runnable'] else 'cannot run'}"
+                         f"{arena}{diffs}{why}")
+    return lines + board_runtime_lines(report, q)
 
 
-def board_runtime_lines(report: dict) -> list[str]:
+def board_runtime_lines(report: dict, q: Quoting = TERMINAL) -> list[str]:
     """Whose word the board rows are."""
     real = report.get("board_runtime")
     if not real:
         return []
     if real["real"]:
-        return [f"- the board's own runtime ran every file ({real['via']}); its rows are the verdict"]
-    how = f": `{real['install']}` installs it" if real.get("install") else ""
-    return [f"- emulated only: the board's real runtime is not installed here{how}, and its rows then come from it"]
+        return [f"the board's own runtime ran every file ({q.text(real['via'])}); its rows are the verdict"]
+    how = f": {q.code(real['install'])} installs it" if real.get("install") else ""
+    return [f"emulated only: the board's real runtime is not installed here{how}, and its rows then come from it"]
 
 
-def _upsample_md(report: dict) -> list[str]:
+def _upsample_title(report: dict) -> str | None:
     up = report.get("upsample")
     if not up or not up.get("sites"):
-        return []
-    lines = ["", "## Upsampling" + (" (--legacy-resize)" if up.get("legacy_resize") else ""), ""]
-    lines += [f"- `{s['where']}`: {s['mode']} x{s['scale'][0]:g}, align_corners={s['align_corners']} -> {s['rule']}"
-              f"{' (rewritten)' if s['rewritten'] else ' (native)'}" for s in up["sites"]]
-    return lines
+        return None
+    return "Upsampling" + (" (--legacy-resize)" if up.get("legacy_resize") else "")
+
+
+def _upsample_items(report: dict, q: Quoting) -> list[str]:
+    up = report.get("upsample") or {}
+    return [f"{q.code(s['where'])}: {q.text(s['mode'])} x{s['scale'][0]:g}, align_corners={s['align_corners']} -> {q.text(s['rule'])}"
+            f"{' (rewritten)' if s['rewritten'] else ' (native)'}" for s in up.get("sites") or ()]
 
 
 def render_html(report: dict, figures: dict[str, bytes] | None = None) -> str:
@@ -199,9 +233,11 @@ def render_html(report: dict, figures: dict[str, bytes] | None = None) -> str:
         for name, png in (figures or {}).items() if png
     )
     sections = "".join(
-        f"<h2>{esc(title)}</h2><ul>" + "".join(f"<li>{esc(line[2:].replace(chr(96), ''))}</li>" for line in body if line.startswith("- ")) + "</ul>"
-        for title, body in (("Where it diverges", _divergence_md(report)), ("Board", _board_md(report)), ("Upsampling", _upsample_md(report)))
-        if body
+        f"<h2>{esc(title)}</h2><ul>" + "".join(f"<li>{esc(item)}</li>" for item in items) + "</ul>"
+        for title, items in ((_board_title(report, PLAIN), _board_items(report, PLAIN)),
+                             ("Where it diverges", divergence_lines(report, PLAIN)),
+                             (_upsample_title(report), _upsample_items(report, PLAIN)))
+        if title and items
     )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>edgeport parity report</title>
@@ -263,12 +299,16 @@ def make_figures(report: dict, sample_image=None) -> dict[str, bytes]:
 
 def print_table(report: dict, console) -> None:
     from rich.table import Table
+    from rich.text import Text
+
+    from edgeport.text import for_terminal
 
     table = Table(title=f"parity: {'PASSED' if report['passed'] else 'FAILED'}", min_width=100)
     for h in HEADER:
         table.add_column(h, justify="left" if h in ("variant", "runtime", "status") else "right")
     for row in rows(report):
-        cells = _cells(row)
-        cells[2] = f"[green]{cells[2]}[/]" if row["status"] == "PASS" else f"[red]{cells[2]}[/]"
+        # a runtime's name can come from a board's reply: plain text, never markup
+        cells = [Text(for_terminal(c)) for c in _cells(row)]
+        cells[2].stylize("green" if row["status"] == "PASS" else "red")
         table.add_row(*cells)
     console.print(table)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import struct
+import sys
 import zlib
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from .conftest import assert_one_line, inventory
@@ -122,3 +124,68 @@ def test_untrusted_pickle_never_runs(workspace, run_inproc):
     r = run_inproc("convert", "evil.pt", "--arch", "pdet-n")
     assert_one_line(r, 2, "--trust-checkpoint")
     assert not (workspace / "pwned.txt").exists()
+
+
+# -- a checkpoint never chooses code --------------------------------------------------------------
+
+
+def _named_checkpoint(workspace: Path, arch: str, name: str = "named.pt") -> Path:
+    """A weights-only checkpoint, loadable without trust, that names its own architecture."""
+    from edgeport.models.registry import build_model
+
+    model, _ = build_model("pdet-n")
+    torch.save({"arch": arch, "model": model.state_dict()}, workspace / name)
+    return workspace / name
+
+
+@pytest.mark.parametrize("arch", ["evil:build", "os:abort", "pdb:set_trace"])
+def test_a_checkpoints_own_arch_never_imports_code(workspace, run_inproc, arch):
+    (workspace / "evil.py").write_text("from pathlib import Path\nPath('pwned.txt').write_text('ran')\ndef build():\n    return None\n")
+    _named_checkpoint(workspace, arch)
+    before = inventory(workspace)
+    r = run_inproc("convert", "named.pt", "--imgsz", "64")
+    line = assert_one_line(r, 2, f"the checkpoint names its architecture {arch!r}", "--trust-checkpoint")
+    assert "--arch '" not in line  # the user gave no --arch: the message does not say they did
+    assert not (workspace / "pwned.txt").exists() and "evil" not in sys.modules
+    assert inventory(workspace) == before and not (workspace / "runs").exists()
+
+
+def test_a_checkpoints_unknown_arch_is_named_as_the_files(workspace, run_inproc):
+    _named_checkpoint(workspace, "yolov99")
+    assert_one_line(run_inproc("convert", "named.pt", "--imgsz", "64"), 2, "the checkpoint names architecture 'yolov99'",
+                    "not in edgeport's registry")
+
+
+def test_a_stored_config_asking_for_a_huge_network_is_refused(workspace, run_inproc):
+    from edgeport.models.registry import build_model
+
+    model, config = build_model("pdet-n")
+    torch.save({"arch": "pdet-n", "config": {**config, "widths": [10**6] * 5}, "model": model.state_dict()}, workspace / "big.pt")
+    assert_one_line(run_inproc("convert", "big.pt", "--imgsz", "64"), 2, "config stored for 'pdet-n' is invalid", "1..4096")
+
+
+def test_imgsz_beyond_memory_is_refused_before_any_image_is_made(workspace, run_inproc):
+    before = inventory(workspace)
+    r = run_inproc(*CONVERT[:-1], "65536")
+    assert_one_line(r, 2, "--imgsz 65536 needs about", "GiB", "use --imgsz")
+    assert inventory(workspace) == before and not (workspace / "runs").exists()
+
+
+# -- names from files reach the terminal inert ------------------------------------------------------
+
+
+def test_a_checkpoint_key_with_control_characters_cannot_rewrite_the_terminal(workspace, run_inproc, save_pdet):
+    def tamper(sd):
+        sd["module.\x1b]0;owned\x07\x1b[2J\nedgeport: ok"] = torch.zeros(1)
+
+    save_pdet(workspace / "keys.pt", tamper=tamper)
+    r = run_inproc("convert", "keys.pt", "--arch", "pdet-n", "--imgsz", "64")
+    line = assert_one_line(r, 2, "unexpected", "\\x1b]0;owned\\x07\\x1b[2J\\nedgeport: ok")
+    assert "\x1b" not in r.err and "\x07" not in r.err and line.count("\n") == 0
+
+
+def test_markup_in_a_path_is_shown_as_it_is(workspace, run_inproc):
+    """rich reads [/] as a closing tag; a path holding it is text, never markup."""
+    r = run_inproc(*CONVERT, "--no-int8", "--out", "out[/]x", "--board", "default")
+    assert r.code in (0, 1), r.err
+    assert "out[/]x" in r.out

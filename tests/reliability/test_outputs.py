@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from edgeport.errors import BadInputError
-from edgeport.runs import MARKER, OutputConflict, claim_run_dir, staged_output, write_marker
+from edgeport.runs import MARKER, OutputConflict, claim_run_dir, record_outputs, staged_output, write_marker
 
 from .conftest import assert_kept, assert_one_line, inventory, run_cli
 
@@ -22,10 +24,12 @@ CONVERT = ("convert", "model.pt", "--arch", "pdet-n", "--imgsz", "64", "--no-int
 
 
 def _marked(folder: Path, command: str, *files: str) -> Path:
+    """An earlier result of ``command``: the files it wrote, listed in its marker's manifest."""
     folder.mkdir(parents=True)
     write_marker(folder, command)
     for name in files:
         (folder / name).write_text(f"earlier {name}\n")
+    record_outputs(folder, *files)
     return folder
 
 
@@ -250,5 +254,108 @@ def test_a_parent_made_by_a_concurrent_run_is_neither_an_error_nor_ours(tmp_path
         return real_exists(self)
 
     monkeypatch.setattr(Path, "exists", racing_exists)
-    created = runs_module._make_parents(target)
+    created = runs_module.make_parents(target)
     assert created == [tmp_path / "runs" / "convert"] and (tmp_path / "runs" / "convert").is_dir()
+
+
+def test_data_synth_force_keeps_images_a_user_added(workspace, run_inproc):
+    r = run_inproc("data", "synth", "--out", "ds", "--n", "2", "--n-val", "1", "--imgsz", "64")
+    assert r.code == 0, r.err
+    # the user adds their own labelled images beside the synthetic ones, named like them
+    (workspace / "ds" / "images" / "train" / "train_00099.png").write_bytes(b"\x89PNG the user's photo")
+    (workspace / "ds" / "labels" / "train" / "train_00099.txt").write_text("0 0.5 0.5 0.2 0.4\n")
+    before = inventory(workspace)
+    r = run_inproc("data", "synth", "--out", "ds", "--n", "2", "--n-val", "1", "--imgsz", "64", "--force")
+    assert_one_line(r, 2, "did not write", "train_00099")
+    assert inventory(workspace) == before
+
+
+def test_force_refuses_a_result_whose_file_the_user_changed(workspace, run_inproc):
+    r = run_inproc("data", "synth", "--out", "ds", "--n", "2", "--n-val", "1", "--imgsz", "64")
+    assert r.code == 0, r.err
+    (workspace / "ds" / "labels" / "train" / "train_00000.txt").write_text("0 0.5 0.5 0.1 0.1\n")  # corrected by hand
+    before = inventory(workspace)
+    r = run_inproc("data", "synth", "--out", "ds", "--n", "2", "--n-val", "1", "--imgsz", "64", "--force")
+    assert_one_line(r, 2, "changed since edgeport wrote it")
+    assert inventory(workspace) == before
+
+
+def test_a_folder_marked_by_an_older_edgeport_is_never_replaced(workspace, run_inproc):
+    (workspace / "old").mkdir()
+    (workspace / "old" / MARKER).write_text(json.dumps({"schema": "edgeport.run/1", "command": "data", "created": "x"}))
+    (workspace / "old" / "images").mkdir()
+    before = inventory(workspace)
+    r = run_inproc("data", "synth", "--out", "old", "--n", "2", "--force")
+    assert_one_line(r, 2, "older edgeport")
+    assert inventory(workspace) == before
+
+
+def test_an_out_name_longer_than_the_file_system_allows_is_bad_input(workspace, run_inproc):
+    before = inventory(workspace)
+    assert_one_line(run_inproc(*CONVERT, "--out", "x" * 300), 2, "300 bytes", "shorter name")
+    assert inventory(workspace) == before and not (workspace / "runs").exists()
+
+
+def test_an_out_under_a_file_is_bad_input(workspace, run_inproc):
+    before = inventory(workspace)
+    assert_one_line(run_inproc(*CONVERT, "--out", "notes.txt/out"), 2, "is a file, not a folder")
+    assert_one_line(run_inproc("data", "synth", "--out", "notes.txt/ds", "--n", "2"), 2, "is a file, not a folder")
+    assert inventory(workspace) == before
+
+
+def _tmpfs_run(workspace: Path, size: str, mount: Path, command: str) -> subprocess.CompletedProcess:
+    """``command`` (a shell line) in its own mount namespace where ``mount`` is a tmpfs of ``size``."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare (util-linux)")
+    mount.mkdir(exist_ok=True)
+    script = f"mount -t tmpfs -o size={size} tmpfs {shlex.quote(str(mount))} && {command}"
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=workspace, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    if "mount:" in proc.stderr and "Operation not permitted" in proc.stderr:
+        pytest.skip(f"cannot mount a tmpfs in a user namespace here: {proc.stderr.strip()[-200:]}")
+    return proc
+
+
+@pytest.mark.slow
+def test_a_full_disk_during_convert_names_the_file_and_leaves_nothing(workspace):
+    """The output's file system fills up while the model is written: exit 2 naming the file, and
+    nothing left on it, not even the claimed folder's marker."""
+    disk = workspace / "disk"
+    cmd = (f"{shlex.quote(sys.executable)} -m edgeport.cli {' '.join(CONVERT)} --out {disk}/out; echo rc=$?; "
+           f"find {disk} -mindepth 1")
+    proc = _tmpfs_run(workspace, "400k", disk, cmd)
+    assert "rc=2" in proc.stdout, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "No space left on device" in errors[0] and "free some disk space" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    leftovers = [line for line in proc.stdout.splitlines() if line.startswith(str(disk))]
+    assert leftovers == [], leftovers
+
+
+@pytest.mark.slow
+def test_a_run_killed_outright_leaves_a_staging_folder_the_next_run_removes(workspace):
+    proc = subprocess.Popen([sys.executable, "-m", "edgeport.cli", *CONVERT, "--out", "out"], cwd=workspace,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(workspace.glob(".edgeport-staging-*/work/model.onnx")):
+        time.sleep(0.01)
+    proc.kill()  # SIGKILL: no handler runs, the staging folder stays
+    proc.wait()
+    left = list(workspace.glob(".edgeport-staging-*"))
+    assert left, "SIGKILL arrived after the run ended"
+    r = run_cli(*CONVERT, "--out", "out2", cwd=workspace)
+    assert r.code == 0, r.err
+    assert "removed 1 staging folder(s) that killed runs left" in r.err
+    assert not list(workspace.glob(".edgeport-staging-*"))
+
+
+def test_a_live_runs_staging_folder_is_left_alone(tmp_path):
+    from edgeport.runs import reclaim_staging
+
+    with staged_output(tmp_path / "a", command="convert", force=False, default_root=tmp_path / "runs") as stage:
+        assert reclaim_staging(tmp_path) == []  # its owner holds the lock
+        assert stage.work.is_dir()
+    # a user's own folder that merely looks like one is never touched
+    (tmp_path / ".edgeport-staging-mine").mkdir()
+    (tmp_path / ".edgeport-staging-mine" / "notes.txt").write_text("mine\n")
+    assert reclaim_staging(tmp_path) == [] and (tmp_path / ".edgeport-staging-mine" / "notes.txt").is_file()

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shlex
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +17,7 @@ import pytest
 import torch
 
 from edgeport.models.synth import make_scene
-from edgeport.runs import MARKER, write_marker
+from edgeport.runs import LOCK, MARKER, write_marker
 from edgeport.train.data import write_dataset
 
 from .conftest import assert_one_line, inventory, run_cli
@@ -144,3 +150,145 @@ def test_force_replaces_an_earlier_training_run(workspace, data):
     assert r.code == 0, r.err
     assert (workspace / "run" / "last.pt").read_bytes() != first
     assert json.loads((workspace / "run" / "args.json").read_text())["seed"] == 3
+
+
+# -- a checkpoint never chooses code; a live run is never joined; workers die with their launcher ----
+
+
+@pytest.mark.slow
+def test_resume_of_a_crafted_last_pt_never_imports_its_arch(workspace, data):
+    r = run_cli(*TRAIN, "--out", "run", "--epochs", "1", cwd=workspace)
+    assert r.code == 0, r.err
+    (workspace / "evil.py").write_text("from pathlib import Path\nPath('pwned.txt').write_text('ran')\ndef build():\n    return None\n")
+    last = workspace / "run" / "last.pt"
+    ckpt = torch.load(last, weights_only=True)
+    ckpt["args"]["arch"] = "evil:build"
+    torch.save(ckpt, last)
+    before = inventory(workspace)
+    r = run_cli("train", "--data", "data", "--resume", "run/last.pt", "--epochs", "2", cwd=workspace)
+    assert_one_line(r, 2, "saved options hold arch='evil:build'", "may only name what the command line can")
+    assert not (workspace / "pwned.txt").exists()
+    assert inventory(workspace) == before
+
+
+@pytest.mark.parametrize("field, value", [("lr", "abc"), ("batch_size", 10**12), ("num_classes", 0), ("imgsz", 65536)])
+def test_resume_refuses_saved_options_out_of_range(workspace, data, run_inproc, field, value):
+    from edgeport.models.registry import build_model
+
+    model, config = build_model("pdet-n")
+    args = {"data": "data", "arch": "pdet-n", "num_classes": 1, "batch_size": 4, "lr": 0.01, "imgsz": 64, field: value}
+    (workspace / "run").mkdir()
+    torch.save({"format": "edgeport.ckpt/1", "arch": "pdet-n", "config": config, "model": model.state_dict(), "optimizer": {},
+                "epoch": 1, "step": 2, "best_map50": -1.0, "args": args, "history": []}, workspace / "run" / "last.pt")
+    before = inventory(workspace)
+    r = run_inproc("train", "--data", "data", "--resume", "run/last.pt", "--epochs", "3")
+    assert_one_line(r, 2, f"saved options hold {field}=")
+    assert inventory(workspace) == before
+
+
+def _start_training(workspace: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "edgeport.cli", *TRAIN, "--epochs", "200", *extra], cwd=workspace,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+def _wait_for(predicate, timeout: float = 120) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.slow
+def test_force_on_a_run_that_is_still_training_is_refused(workspace, data):
+    r = run_cli(*TRAIN, "--out", "run", "--epochs", "1", cwd=workspace)
+    assert r.code == 0, r.err
+    live = _start_training(workspace, "--out", "run", "--force")
+    try:
+        def holds_the_lock() -> bool:
+            with contextlib.suppress(OSError, ValueError):
+                return json.loads((workspace / "run" / LOCK).read_text()).get("pid") == live.pid
+            return False
+
+        assert _wait_for(lambda: holds_the_lock() and (workspace / "run" / "args.json").is_file() and live.poll() is None)
+        second = run_cli(*TRAIN, "--out", "run", "--epochs", "1", "--force", "--seed", "5", cwd=workspace)
+        assert_one_line(second, 2, "is in use by a running edgeport train", f"process {live.pid}")
+        resumed = run_cli("train", "--data", "data", "--resume", "run/last.pt", "--epochs", "300", cwd=workspace)
+        assert resumed.code == 2 and "in use by a running edgeport train" in resumed.err, resumed.err
+        assert json.loads((workspace / "run" / "args.json").read_text())["seed"] == 0
+    finally:
+        live.kill()
+        live.wait()
+
+
+@pytest.mark.slow
+def test_workers_die_with_their_launcher(workspace, data):
+    import psutil
+
+    launcher = _start_training(workspace, "--out", "run", "--world-size", "2", "--batch-size", "2")
+    try:
+        def workers():
+            with contextlib.suppress(psutil.Error):
+                return psutil.Process(launcher.pid).children()
+            return []
+
+        assert _wait_for(lambda: len(workers()) == 2 and (workspace / "run" / "args.json").is_file()), launcher.stderr
+        ranks = workers()
+    finally:
+        launcher.kill()  # SIGKILL: the launcher cannot stop them itself
+        launcher.wait()
+    gone, alive = psutil.wait_procs(ranks, timeout=30)
+    assert not alive, f"ranks still running after their launcher died: {[p.pid for p in alive]}"
+
+
+@pytest.mark.slow
+def test_a_full_disk_during_training_names_the_file_and_leaves_nothing(workspace, data):
+    disk = workspace / "disk"
+    disk.mkdir()
+    cmd = (f"{shlex.quote(sys.executable)} -m edgeport.cli {' '.join(TRAIN)} --epochs 1 --out {disk}/run; echo rc=$?; "
+           f"find {disk} -mindepth 1")
+    script = f"mount -t tmpfs -o size=256k tmpfs {shlex.quote(str(disk))} && {cmd}"
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=workspace, capture_output=True, text=True, timeout=600)
+    if "Operation not permitted" in proc.stderr and "mount" in proc.stderr:
+        pytest.skip("cannot mount a tmpfs in a user namespace here")
+    assert "rc=2" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "No space left on device" in errors[0] and str(disk) in errors[0], proc.stderr[-3000:]
+    assert [line for line in proc.stdout.splitlines() if line.startswith(str(disk))] == []
+
+
+# -- COCO labels are checked, not believed ---------------------------------------------------------
+
+
+def _coco_case(data: Path, *, image: dict | None = None, annotation: dict | None = None, annotations=None) -> None:
+    name = sorted(p.name for p in (data / "images" / "train").iterdir())[0]
+    img = {"id": 1, "file_name": name, "width": 64, "height": 64, **(image or {})}
+    ann = {"id": 1, "image_id": 1, "category_id": 1, "bbox": [10, 10, 20, 30], **(annotation or {})}
+    _coco(data, [img], [ann] if annotations is None else annotations)
+
+
+@pytest.mark.parametrize("case, needle", [
+    ({"image": {"file_name": "../../notes.txt"}}, "leaves"),
+    ({"image": {"file_name": "/etc/passwd"}}, "leaves"),
+    ({"image": {"id": [1]}}, "needs an integer 'id'"),
+    ({"annotation": {"image_id": [1]}}, "unknown image_id"),
+    ({"annotations": None}, "'annotations' must be a list"),
+    ({"annotation": {"bbox": [10, 10, 1e308, 20]}}, "outside its 64x64 image"),
+    ({"annotation": {"bbox": [500, 500, 20, 20]}}, "outside its 64x64 image"),
+    ({"image": {"width": 640, "height": 480}}, "declares 640x480 but the file is 64x64"),
+])
+def test_coco_labels_that_do_not_fit_their_images_are_named(workspace, data, run_inproc, case, needle):
+    if "annotations" in case:
+        _coco_case(data, annotations=case["annotations"]) if case["annotations"] is not None else _coco(data, [], [])
+        if case["annotations"] is None:
+            name = sorted(p.name for p in (data / "images" / "train").iterdir())[0]
+            (data / "annotations" / "train.json").write_text(json.dumps(
+                {"images": [{"id": 1, "file_name": name, "width": 64, "height": 64}], "annotations": None,
+                 "categories": [{"id": 1}]}))
+    else:
+        _coco_case(data, **case)
+    before = inventory(workspace)
+    assert_one_line(run_inproc(*TRAIN, "--epochs", "1"), 2, "train.json", needle)
+    assert inventory(workspace) == before

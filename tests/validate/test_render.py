@@ -29,7 +29,7 @@ def test_rows_take_the_worst_output_and_the_artifact_size():
 def test_markdown_shows_verdict_failures_and_numbers():
     md = render_markdown(_report(passed=False))
     assert "**FAILED**" in md and "| float32 | tflite | FAIL | 2 |" in md
-    assert "- `float32` on tflite, output `p3`: cosine 0.9 < 0.99999" in md
+    assert "- float32 on tflite, output p3: cosine 0.9 \\< 0.99999" in md
 
 
 def test_json_writes_non_finite_numbers_as_strings():

@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
-import shutil
-import socket
 import stat
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,52 +19,13 @@ import pytest
 from edgeport.validate.board_runtime import installed_python
 from edgeport.validate.boards import BOARDS_DIR, load_board
 
+from ..conftest import free_port as _free_port
+
 pytestmark = pytest.mark.slow
-SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _keygen(path: Path) -> Path:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
-    return path
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory):
-    if SSHD is None or shutil.which("ssh") is None:
-        pytest.skip("no OpenSSH server/client: apt install openssh-server openssh-client (.ci/run does)")
-    root = tmp_path_factory.mktemp("sshd")
-    host_key, client_key, stranger = _keygen(root / "host"), _keygen(root / "client"), _keygen(root / "stranger")
-    (root / "authorized_keys").write_text((root / "client.pub").read_text())
-    port = _free_port()
-    (root / "sshd_config").write_text("\n".join([
-        f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {host_key}", f"AuthorizedKeysFile {root / 'authorized_keys'}",
-        f"PidFile {root / 'sshd.pid'}", "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no",
-        "PermitRootLogin prohibit-password", "StrictModes no", "LogLevel ERROR",
-    ]) + "\n")
-    if os.geteuid() == 0:
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege-separation folder
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(root / "sshd_config")], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.skip(f"sshd did not start: {proc.stderr.read().strip()[-300:]}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.1)
-    yield {"port": port, "key": client_key, "stranger": stranger, "root": root}
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 def _profile(tmp_path: Path, sshd: dict, *, python: str, key: Path | None = None, port: int | None = None,
-             timeout_s: float = 300) -> tuple[Path, Path]:
+             timeout_s: float = 300, max_reply_mb: float = 256) -> tuple[Path, Path]:
     """A board profile like tflite-1.13's, reached over SSH; returns it and the board's run folder root."""
     board_dir = tmp_path / "board"
     board_dir.mkdir(exist_ok=True)
@@ -83,6 +40,7 @@ def _profile(tmp_path: Path, sshd: dict, *, python: str, key: Path | None = None
         f'identity = "{key or sshd["key"]}"',
         f"options = {json.dumps(options)}",
         f"timeout_s = {timeout_s}",
+        f"max_reply_mb = {max_reply_mb}",
         f'workdir = "{board_dir}"',
     ]) + "\n"
     path = tmp_path / "ssh-board.toml"
@@ -154,3 +112,4 @@ def test_a_run_that_does_not_finish(tmp_path, sshd, cli):
     _one_line_exit_2(proc, "did not finish within 2 s", "timeout_s")
     assert time.monotonic() - t0 < 30
     assert list(board_dir.iterdir()) == []
+

@@ -1,0 +1,44 @@
+"""Untrusted text made safe at the edges: one function for the terminal, one for Markdown.
+
+Names that come from files -- a checkpoint's keys, a TFLite file's custom op, a board's reply,
+a report's rows, a path -- may hold control characters. Printed raw, they clear the screen,
+set the window title, or forge a line ("runnable on tflite-1.13") with a newline. So every
+name from a file is passed through ``for_terminal`` before it reaches stdout or stderr, and
+through ``for_markdown`` before it reaches ``report.md`` (HTML escapes with ``html.escape``).
+Console markup is never interpreted in such text: the rich call sites print it as plain
+``Text`` (``runs.Progress``, ``validate.render.print_table``), or with ``markup=False``.
+
+No torch, no numpy: imported at start-up.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 and C1 control characters, DEL, and the Unicode marks that reorder what a terminal shows
+# (bidirectional overrides and isolates: "Trojan Source")
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# what CommonMark (with GitHub's tables and strikethrough) gives a meaning to in the middle of a
+# line -- emphasis, code, links and images, raw HTML and entities, table cells; a backslash
+# before ASCII punctuation makes it a literal
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>#!|~&])")
+
+
+def _visible(match: re.Match) -> str:
+    ch = match.group()
+    if ch in _NAMED:
+        return _NAMED[ch]
+    return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+
+
+def for_terminal(value: object) -> str:
+    """``value`` as one line of inert text: every control character (newline included) and
+    bidirectional mark shown as its escape (``\\x1b``, ``\\n``, ``\\u202e``)."""
+    return _UNSAFE.sub(_visible, str(value))
+
+
+def for_markdown(value: object) -> str:
+    """``value`` as literal Markdown text: control characters escaped as for the terminal,
+    then every character Markdown (or the HTML it may carry) would interpret."""
+    return _MARKDOWN.sub(r"\\\1", for_terminal(value))
