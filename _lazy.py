@@ -8,7 +8,6 @@ import importlib
 import sys
 import threading
 from types import ModuleType
-from typing import Iterable
 
 from edgeport.errors import MissingDependencyError
 
@@ -37,6 +36,11 @@ def one_shot_process() -> None:
     then pauses the cyclic garbage collector while it imports and freezes what was imported."""
     global _one_shot
     _one_shot = True
+
+
+def is_one_shot() -> bool:
+    """Whether this process runs one command and exits (what ``one_shot_process`` said)."""
+    return _one_shot
 
 
 @contextlib.contextmanager
@@ -83,48 +87,3 @@ def require(module: str, *, package: str | None = None, purpose: str = "") -> Mo
             f"cannot import {module!r}{why}: {exc}; install it with `pip install {pkg}` "
             f"or run `make setup`"
         ) from exc
-
-
-_wanted: tuple[str, ...] = ()
-_loading: list[threading.Thread] = []
-
-
-@contextlib.contextmanager
-def preloading(modules: Iterable[str]):
-    """Within the block, the first ``idle()`` imports ``modules`` on a background thread; the
-    block's end waits for that thread (so nothing is left importing at exit)."""
-    global _wanted
-    _wanted = tuple(modules)
-    try:
-        yield
-    finally:
-        _wanted = ()
-        while _loading:
-            _loading.pop().join()
-
-
-def idle() -> None:
-    """The main thread is about to wait on a child process: meanwhile, import what ``preloading``
-    asked for (once). Only then: a thread importing beside the main thread's own Python work slows
-    that work (each torch op waits for the GIL) more than the import saves.
-
-    An ``import`` of the same module elsewhere waits for this one (the module's import lock), so
-    nothing is imported twice. A module that fails here is simply not loaded: its user's own
-    import raises the error, with the message ``require`` gives it.
-    """
-    global _wanted
-    if not _wanted or threading.current_thread() is not threading.main_thread():
-        return
-    names, _wanted = _wanted, ()
-
-    def load() -> None:
-        with importing():
-            for name in names:
-                try:
-                    importlib.import_module(name)
-                except Exception:  # noqa: BLE001 - reported by the import that needs it
-                    pass
-
-    thread = threading.Thread(target=load, name="edgeport-preload", daemon=True)
-    thread.start()
-    _loading.append(thread)

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from edgeport import __version__
 from edgeport.cliargs import Parser, int_range, positive_int
-from edgeport.errors import BadInputError, report
+from edgeport.errors import report
 from edgeport.runs import Terminated, exit_now, handle_sigterm
-from edgeport.text import for_terminal
 
-HEAD_CHOICES = ("auto", "pdet", "yolov8", "yolov5", "raw")  # models.heads.HEADS, without importing numpy at start-up
+# models.heads.HEADS, without importing numpy at start-up
+HEAD_CHOICES = ("auto", "pdet", "yolov8", "yolov8-pose", "yolov8-seg", "yolov10", "yolov5", "classify", "raw")
 # the TorchScript ONNX exporter's range, from the lowest opset onnx2tf converts well
 OPSETS = (11, 20)
 
@@ -29,8 +29,10 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     """What convert and validate both need to know about the model's outputs and the board."""
     p.add_argument("--outputs", metavar="SPEC", help="which tensors are the outputs when the model returns a dict or nested "
                    "tuple: flatten, or keys/indices such as 0 or out,aux (default: the model must return a tensor or a tuple of tensors)")
-    p.add_argument("--head", default="auto", choices=HEAD_CHOICES, help="the detector head whose boxes are compared: pdet, yolov8 "
-                   "(Ultralytics v8/11/v5u: (N, 4+nc, A)), yolov5 ((N, A, 5+nc)), raw (tensors only); default auto, from the output shapes")
+    p.add_argument("--head", default="auto", choices=HEAD_CHOICES, help="the output format, for boxes and per-group metrics: pdet, "
+                   "yolov8 ((N, 4+nc, A)), yolov8-pose, yolov8-seg, yolov10 (end-to-end (N, K, 6)), yolov5 ((N, A, 5+nc)), "
+                   "classify ((N, C) logits), raw; default auto: from the output shapes and the model's own head, asking when "
+                   "several fit")
     p.add_argument("--runner", metavar="URL", help="run the board's rows on a real board over SSH: ssh://user@host[:port] (default: "
                    "the profile's [runner], else the runtime `edgeport boards install` made, else the emulator only)")
 
@@ -109,184 +111,51 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
     return parser
 
 
-def _console():
-    from rich.console import Console
-
-    # logs and CI are not terminals: give the parity table room instead of 80 columns
-    return Console(stderr=True, width=None if sys.stderr.isatty() else 140)
-
-
-def _finish(out: Path, report: dict, what: str) -> int:
-    """Print the parity table and where it diverges on stdout, then apply the gate (exit 1)."""
-    from rich.console import Console
-
-    from edgeport.validate.render import board_runtime_lines, divergence_lines, print_table
-    from edgeport.validate.report import gate
-
-    stdout = Console(width=None if sys.stdout.isatty() else 140)
-    print_table(report, stdout)
-    for line in [f"- {item}" for item in board_runtime_lines(report)] + divergence_lines(report):
-        stdout.print(for_terminal(line), highlight=False, markup=False)
-    gate(out, report)
-    stdout.print(for_terminal(f"{what} in {out}/"), highlight=False, markup=False)
-    return 0
-
-
-def _board(args: argparse.Namespace):
-    """The board profile, with ``--runner`` in place of its own [runner]."""
-    import dataclasses
-
-    from edgeport.validate.boards import RunnerSpec, load_board, parse_ssh_url
-
-    board = load_board(args.board)
-    if getattr(args, "runner", None):
-        parse_ssh_url(args.runner)
-        base = board.runner or RunnerSpec(url=args.runner)
-        board = dataclasses.replace(board, runner=dataclasses.replace(base, url=args.runner))
-    return board
-
-
 def run_convert(args: argparse.Namespace) -> int:
+    from edgeport.commands import output
+    from edgeport.commands.boards import board
     from edgeport.commands.convert import convert
 
-    board = _board(args)
-    out, report = convert(
-        args.checkpoint,
-        out=args.out,
-        force=args.force,
-        console=_console(),
-        arch=args.arch,
-        imgsz=args.imgsz,
-        calib_dir=args.calib,
-        trust_checkpoint=args.trust_checkpoint,
-        opset=args.opset,
-        int8=not args.no_int8,
-        board=board,
-        legacy_resize=args.legacy_resize,
-        head=args.head,
-        outputs=args.outputs,
-    )
-    return _finish(out, report, "artifacts and report")
-
-
-def run_data(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from edgeport.models.synth import make_scene
-    from edgeport.runs import staged_output
-    from edgeport.train.data import write_dataset
-
-    n_val = args.n_val if args.n_val is not None else max(10, args.n // 5)
-    with staged_output(args.out, command="data", force=args.force, default_root=Path("data")) as stage:
-        rng_train = np.random.default_rng([args.seed, 0])
-        rng_val = np.random.default_rng([args.seed, 1])
-        splits = {
-            "train": [make_scene(rng_train, args.imgsz) for _ in range(args.n)],
-            "val": [make_scene(rng_val, args.imgsz) for _ in range(n_val)],
-        }
-        write_dataset(stage.result, splits, size=args.imgsz)
-    boxes = sum(len(s.boxes) for v in splits.values() for s in v)
-    print(for_terminal(f"wrote {args.n} train + {n_val} val images ({boxes} people) to {stage.out}/ (YOLO labels + COCO JSON)"))
-    return 0
-
-
-def run_boards(args: argparse.Namespace) -> int:
-    from edgeport.validate.boards import board_names, check_model, load_board
-    from edgeport.validate.tflite_model import read_tflite
-
-    if args.boards_command is None:
-        from edgeport.validate.board_runtime import installed_python
-
-        for name in board_names():
-            b = load_board(name)
-            real = ""
-            if b.install is not None:
-                real = " [real runtime installed]" if installed_python(b) else f" [emulated: `edgeport boards install {b.name}`]"
-            print(f"{b.name:<14} {b.runtime:<6} {b.version:<9} {','.join(b.dtypes):<14} "
-                  f"RAM {b.ram_bytes / 1024:>9,.0f} KiB  flash {b.flash_bytes / 1024:>9,.0f} KiB  {b.description}{real}")
-        return 0
-    if args.boards_command == "install":
-        from edgeport.validate.board_runtime import install
-
-        install(load_board(args.board), python=args.python)
-        return 0
-    if args.boards_command == "probe":
-        return _probe(args)
-    board = load_board(args.board)
-    if not args.model.is_file():
-        raise BadInputError(f"model {str(args.model)!r} does not exist; pass a .tflite file")
-    summary = read_tflite(args.model)
-    reasons = check_model(summary, board)
-    ops = ", ".join(f"{o.name} v{o.version}" + (f" ({', '.join(o.notes)})" if o.notes else "") for o in summary.ops)
-    print(for_terminal(f"{args.model}: {summary.size_bytes:,} bytes, min_runtime_version {summary.min_runtime_version}, ops: {ops}"))
-    if not reasons:
-        print(for_terminal(f"runnable on {board.name}"))
-        return 0
-    return _fail_with_list(f"NOT runnable on {board.name}:", reasons)
-
-
-def _probe(args: argparse.Namespace) -> int:
-    from edgeport.validate.board_runtime import this_python, transport_for
-    from edgeport.validate.op_probe import probe, table_toml
-
-    board = _board(args)
-    if board.runtime != "tflite":
-        raise BadInputError(f"{board.name} runs {board.runtime}; only tflite boards are probed (TFLite Micro lists its kernels)")
-    if args.out is not None and (args.out.exists() or args.out.is_symlink()):
-        raise BadInputError(f"--out {str(args.out)!r} exists; edgeport never overwrites a file: pass a new path")
-    transport = transport_for(board)
-    if transport is None:
-        if board.install is not None:
-            raise BadInputError(f"{board.name}'s runtime is not installed; run `edgeport boards install {board.name}`, "
-                                f"or pass --runner ssh://user@host")
-        transport = this_python()  # a board whose runtime is a current one: this environment's
-    runtime, table = probe(transport)
-    text = table_toml(board.name, runtime, table, command=" ".join(["edgeport", "boards", "probe", args.board] +
-                                                                  (["--runner", args.runner] if args.runner else [])))
-    if args.out is None:
-        sys.stdout.write(text)
-    else:
-        with open(args.out, "x") as f:  # exclusive: a file made meanwhile is not overwritten
-            f.write(text)
-        print(for_terminal(f"{runtime['runtime']} {runtime['version']}: {sum(map(len, table.values()))} op versions of "
-                           f"{len(table)} ops -> {args.out}"))
-    return 0
-
-
-def _fail_with_list(header: str, items) -> int:
-    """A gate's verdict on stdout: what failed, one item a line (names from files made inert); exit 1."""
-    print(for_terminal(header))
-    for item in items:
-        print(f"  - {for_terminal(item)}")
-    return 1
+    out, report = convert(args.checkpoint, board=board(args.board, args.runner), out=args.out, force=args.force,
+                          console=output.console(), arch=args.arch, imgsz=args.imgsz, calib_dir=args.calib,
+                          trust_checkpoint=args.trust_checkpoint, opset=args.opset, int8=not args.no_int8,
+                          legacy_resize=args.legacy_resize, head=args.head, outputs=args.outputs)
+    return output.finish(out, report.to_dict(), "artifacts and report")
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    from edgeport.commands import output
+    from edgeport.commands.boards import board
     from edgeport.commands.validate import validate
 
-    board = _board(args)
-    out, report = validate(args.checkpoint, args.tflite, out=args.out, force=args.force, arch=args.arch, imgsz=args.imgsz,
-                           board=board, data=args.data, trust_checkpoint=args.trust_checkpoint, console=_console(),
-                           head=args.head, outputs=args.outputs)
-    return _finish(out, report, "report")
+    out, report = validate(args.checkpoint, args.tflite, board=board(args.board, args.runner), out=args.out, force=args.force,
+                           arch=args.arch, imgsz=args.imgsz, data=args.data, trust_checkpoint=args.trust_checkpoint,
+                           console=output.console(), head=args.head, outputs=args.outputs)
+    return output.finish(out, report.to_dict(), "report")
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from edgeport.validate.check import CheckTolerance, compare_reports, load_report, parse_report, write_baseline
+    from edgeport.commands.check import check
 
-    tol = CheckTolerance.parse(args.tolerance)
-    report = parse_report(load_report(args.report, "report"), f"report {str(args.report)!r}")
-    if args.update_baseline:
-        written = write_baseline(args.report, args.baseline)
-        through = f" (through the link, to {written})" if written != Path(args.baseline).absolute() else ""
-        print(for_terminal(f"baseline {args.baseline} updated from {args.report}{through}"))
-        return 0
-    baseline = parse_report(load_report(args.baseline, "baseline"), f"baseline {str(args.baseline)!r}")
-    regressions = compare_reports(report, baseline, tol)
-    if not regressions:
-        print(for_terminal(f"no regression against {args.baseline}: {len(baseline.rows)} rows checked"))
-        return 0
-    return _fail_with_list(f"{len(regressions)} regression(s) against {args.baseline} (metric, runtime: baseline -> now):", regressions)
+    return check(args.report, args.baseline, tolerances=args.tolerance, update_baseline=args.update_baseline)
+
+
+def run_data(args: argparse.Namespace) -> int:
+    from edgeport.commands.data import synth
+
+    return synth(args.out, n=args.n, n_val=args.n_val, imgsz=args.imgsz, seed=args.seed, force=args.force)
+
+
+def run_boards(args: argparse.Namespace) -> int:
+    from edgeport.commands import boards
+
+    if args.boards_command is None:
+        return boards.list_boards()
+    if args.boards_command == "install":
+        return boards.install(args.board, python=args.python)
+    if args.boards_command == "probe":
+        return boards.probe(args.board, runner=args.runner, out=args.out)
+    return boards.check(args.model, board_name=args.board)
 
 
 COMMANDS = {"convert": run_convert, "data": run_data, "boards": run_boards, "validate": run_validate, "check": run_check}

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 from edgeport.convert.base import ConvertConfig
+from edgeport.convert.onnx2tf import offline_env, onnx2tf_command, write_calibration
 from edgeport.convert.pipeline import PIPELINE, run_pipeline
-from edgeport.convert.to_tflite_pass import offline_env, onnx2tf_command, write_calibration
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "models" / "weights" / "pdet_n_person.pt"
@@ -64,7 +64,7 @@ def other_python(given: Path | None) -> str | None:
 
 def bench_lines(state, onnx2tf_cmd, pythons: list[str], tmp: Path) -> list[dict]:
     """The same bare conversion with each onnx2tf line."""
-    from edgeport.convert.to_tflite_pass import Onnx2tfBackend
+    from edgeport.convert.onnx2tf import Onnx2tfBackend
 
     out = []
     for i, python in enumerate(pythons):

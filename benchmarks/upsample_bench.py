@@ -25,10 +25,10 @@ import torch
 from torch import nn
 
 from edgeport.convert.export_onnx_pass import simplify
-from edgeport.convert.to_tflite_pass import run_onnx2tf
+from edgeport.convert.onnx2tf import run_onnx2tf
 from edgeport.ops.half_pixel_bilinear import HalfPixelBilinear2x
-from edgeport.validate.tflite_model import read_tflite
-from edgeport.validate.tflite_runner import load_interpreter
+from edgeport.ops.tflite_model import read_tflite
+from edgeport.validate.parity.tflite_runner import load_interpreter
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPES = [(1, 32, 20, 20), (1, 32, 40, 40), (1, 64, 40, 40)]  # pdet-n / pdet-s neck maps at 160-320 px

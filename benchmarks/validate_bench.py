@@ -42,10 +42,10 @@ def main() -> None:
         from edgeport.models.preprocess import preprocess
         from edgeport.models.registry import build_model
         from edgeport.models.synth import sample_images
-        from edgeport.validate.boards import load_board
-        from edgeport.validate.emulator import build_emulator
-        from edgeport.validate.runners import OnnxRuntimeRunner, TorchRunner
-        from edgeport.validate.tflite_runner import TFLiteRunner
+        from edgeport.validate.board.profiles import load_board
+        from edgeport.validate.parity.emulator import build_emulator
+        from edgeport.validate.parity.runners import OnnxRuntimeRunner, TorchRunner
+        from edgeport.validate.parity.tflite_runner import TFLiteRunner
 
         _, sd, _, arch, config = find_weights(torch_load(DEMO, trust=False))
         model, _ = build_model(arch, config)

@@ -94,7 +94,7 @@ sys.path.insert(0, sys.argv[1])
 import zoo_models
 from edgeport.convert.calibration import load_calibration
 from edgeport.convert.export_onnx_pass import export_onnx, simplify
-from edgeport.convert.to_tflite_pass import onnx2tf_command, write_calibration
+from edgeport.convert.onnx2tf import onnx2tf_command, write_calibration
 imgsz, work = int(sys.argv[2]), Path(sys.argv[3])
 torch.manual_seed(0)
 model = zoo_models.yolov8n()
@@ -136,7 +136,7 @@ def main() -> None:
         data_yaml.write_text(f"path: {data}\ntrain: images/train\nval: images/val\nnames:\n  0: person\n")
         (tmp / "ul").mkdir()
         from edgeport.convert.calibration import load_calibration
-        from edgeport.convert.to_tflite_pass import write_calibration
+        from edgeport.convert.onnx2tf import write_calibration
 
         write_calibration(tmp / "ul", np.asarray(load_calibration(None, args.imgsz, limit=20, seed=0)[0]))  # onnx2tf's sample file, placed first
         ultralytics = time_ultralytics(tmp / "ul", args.imgsz, data_yaml)

@@ -1,8 +1,8 @@
-"""The ``convert`` command: run the pipeline in a temporary folder, then move results into place.
+"""``edgeport convert``: run the pipeline in a staging folder, then move the results into place.
 
-Everything is written into a hidden staging folder next to ``--out`` and renamed into
-place at the end (``runs.staged_output``), so a run that fails leaves nothing behind. A
-run whose parity gate fails still delivers its artifacts and report (exit 1).
+Everything is written into a hidden staging folder next to ``--out`` and renamed into place at
+the end (``runs.staged_output``), so a run that fails leaves nothing behind. A run whose parity
+gate fails still delivers its artifacts and report (exit 1, from ``report.schema.gate``).
 """
 
 from __future__ import annotations
@@ -11,45 +11,49 @@ import os
 from pathlib import Path
 
 from edgeport._lazy import importing
-from edgeport.convert.base import ConvertConfig
 from edgeport.runs import Progress, staged_output
 
-ARTIFACTS = ("model.onnx", "model_float32.tflite", "model_int8.tflite")
+ARTIFACTS = ("model.onnx", "model_float32.tflite", "model_int8.tflite", "model_uint8.tflite")
 DEFAULT_RUNS = Path("runs/convert")
 
 
-def convert(
-    checkpoint: Path,
-    *,
-    out: Path | None = None,
-    force: bool = False,
-    console=None,
-    **options,
-) -> tuple[Path, dict]:
-    """Convert ``checkpoint``; return (output folder, report). ``runs.gate`` turns a failed report into exit 1.
+def convert(checkpoint: Path, *, board, out: Path | None = None, force: bool = False, console=None, **options):
+    """Convert ``checkpoint`` for ``board``; returns (output folder, ``report.schema.Report``).
 
-    The onnx2tf child starts first (``warm_converter``): it imports onnx2tf, and on 1.28
-    TensorFlow, on another core while this process imports torch and runs the passes before
-    the conversion."""
-    from edgeport.convert.to_tflite_pass import warm_converter
+    The onnx2tf child starts first (``onnx2tf.warm_converter``): it imports onnx2tf, and on 1.28
+    TensorFlow, on another core while this process imports torch and runs the passes before the
+    conversion."""
+    from edgeport.convert.onnx2tf import warm_converter
 
     inputs = (Path(checkpoint), options.get("calib_dir"))
     with staged_output(out, command="convert", force=force, default_root=DEFAULT_RUNS, inputs=inputs) as stage, \
             warm_converter():
         with importing():  # torch, and the modules of every pass
+            from edgeport.convert.base import ConvertConfig
             from edgeport.convert.pipeline import run_pipeline
-            from edgeport.validate import figures
-            from edgeport.validate.render import write_reports
-        config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=stage.work, **options)
+            from edgeport.validate.report.assemble import build_report
+            from edgeport.validate.report.render import write_reports
+        config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=stage.work, board=board, **options)
         progress = Progress(console)
         try:
-            state, records = run_pipeline(config, on_start=progress.start, on_stage=progress.done, then_imports=figures.IMPORTS)
+            validated, records = run_pipeline(config, on_start=progress.start, on_stage=progress.done)
         finally:
             progress.close()
+        gated = validated.gated
+        converted = gated.converted
+        prepared = converted.prepared
+        artifacts = {}
         for name in ARTIFACTS:
             if (stage.work / name).is_file():
                 os.replace(stage.work / name, stage.result / name)
-        report = dict(state.report)
-        report["stages"] = [r.to_dict() for r in records]
-        write_reports(report, stage.result, sample_image=state.val_inputs[0])
+                artifacts[name] = {"bytes": (stage.result / name).stat().st_size}
+        report = build_report(
+            validated.parity, model=dict(prepared.describe(), calibration=prepared.calib_source), board=gated.board,
+            artifacts=artifacts, stages=[r.to_dict() for r in records],
+            upsample={"legacy_resize": config.legacy_resize, "sites": list(prepared.upsample)},
+            # per output: [axis, first channel, end, factor] the int8 file's values are divided by
+            int8_normalised=[[list(r) for r in plan] for plan in converted.int8_plans] if converted.int8_plans else None,
+            converter={**converted.converter, "notes": dict(converted.notes)},
+        )
+        write_reports(report.to_dict(), stage.result, sample_image=prepared.val[0])
     return stage.out, report

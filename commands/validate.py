@@ -1,19 +1,20 @@
 """``edgeport validate``: judge a TFLite model made by any converter against the checkpoint.
 
-The checkpoint is loaded, unwrapped and built exactly as ``convert`` does; the TFLite file
-is run by TFLite's optimised and reference kernels and by the board emulator, on real
-images (with their labels when the folder is a dataset: mAP against ground truth) plus
+The checkpoint is loaded, built and prepared by the same phases as ``convert`` (``pipeline.LOAD``
+and ``PREPARE``); the TFLite file is then judged as ``convert`` judges its own: the board gate,
+TFLite's optimised and reference kernels, the board emulator and the board's own runtime, on
+real images (with their labels when the folder is a dataset: mAP against ground truth) plus
 seeded random inputs. Same report, same gate, same exit codes as ``convert``.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
 
 from edgeport._lazy import importing
-from edgeport.convert.base import ConvertConfig
 from edgeport.errors import BadInputError
 from edgeport.runs import Progress, staged_output
 
@@ -48,32 +49,29 @@ def _dataset_inputs(data: Path, imgsz: int, num_classes: int, limit: int):
     return np.stack(inputs), source, (samples if labelled else None), boxes
 
 
-def _tflite_input_size(path: Path) -> tuple[int, str]:
+def _tflite_input(path: Path) -> tuple[int, str]:
     """(input size, variant) read from the flatbuffer, without loading an interpreter."""
-    from edgeport.validate.tflite_model import read_tflite
+    from edgeport.ops.tflite_model import read_tflite
 
     summary = read_tflite(path)
     shape = summary.input_shape
     if len(shape) != 4 or shape[-1] != 3 or shape[1] != shape[2]:
         raise BadInputError(f"--tflite input shape {shape} is not a square NHWC RGB image (1, S, S, 3)")
-    return shape[1], "int8" if summary.input_dtype == "int8" else "float32"
+    return shape[1], {"int8": "int8", "uint8": "uint8"}.get(summary.input_dtype, "float32")
 
 
 def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, arch: str | None, imgsz: int | None,
-             board, data: Path | None, trust_checkpoint: bool, console=None, head: str = "auto",
-             outputs: str | None = None) -> tuple[Path, dict]:
-    import functools
-
-    with importing():  # torch, and the modules of every pass
-        from edgeport.convert.board_gate_pass import board_check, board_section
-        from edgeport.convert.build_model_pass import BuildModelPass
+             board, data: Path | None, trust_checkpoint: bool, console=None, head: str = "auto", outputs: str | None = None):
+    """Judge ``tflite`` against ``checkpoint``; returns (output folder, ``report.schema.Report``)."""
+    with importing():  # torch, and the modules of every phase
+        from edgeport.convert.base import ConvertConfig
+        from edgeport.convert.board_gate_pass import board_check
         from edgeport.convert.export_onnx_pass import export_onnx
-        from edgeport.convert.load_checkpoint_pass import LoadCheckpointPass
-        from edgeport.convert.pipeline import run_pipeline
-        from edgeport.convert.prepare_inputs_pass import PrepareInputsPass
-        from edgeport.convert.unwrap_prefixes_pass import UnwrapPrefixesPass
-        from edgeport.validate.parity import ParitySubject, run_parity
-        from edgeport.validate.render import write_reports
+        from edgeport.convert.pipeline import VALIDATE, run_pipeline
+        from edgeport.validate.parity.run import ParitySubject, run_parity
+        from edgeport.validate.report.assemble import build_report
+        from edgeport.validate.report.render import write_reports
+        from edgeport.validate.report.schema import BoardSection
 
     if not Path(tflite).is_file():
         raise BadInputError(f"--tflite {str(tflite)!r} does not exist; pass a .tflite file")
@@ -81,34 +79,32 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
         raise BadInputError(f"--data {str(data)!r} is not a folder; pass a dataset folder or a folder of images")
     given = (Path(checkpoint), Path(tflite), Path(data) if data is not None else None)
     with staged_output(out, command="validate", force=force, default_root=DEFAULT_RUNS, inputs=given) as stage:
-        size, variant = _tflite_input_size(Path(tflite))
+        size, variant = _tflite_input(Path(tflite))
         if imgsz is not None and imgsz != size:
             raise BadInputError(f"--imgsz {imgsz} but the TFLite model takes {size}x{size}; drop --imgsz or pass {size}")
-        config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=stage.work, arch=arch, imgsz=size,
-                               trust_checkpoint=trust_checkpoint, board=board, outputs=outputs)
+        config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=stage.work, board=board, arch=arch, imgsz=size,
+                               trust_checkpoint=trust_checkpoint, head=head, outputs=outputs)
         progress = Progress(console)
         try:
-            state, records = run_pipeline(config, (LoadCheckpointPass(), UnwrapPrefixesPass(), BuildModelPass(), PrepareInputsPass()),
-                                          on_start=progress.start, on_stage=progress.done)
+            prepared, records = run_pipeline(config, VALIDATE, on_start=progress.start, on_stage=progress.done)
         finally:
             progress.close()
-        inputs, source, truth, letterboxes = state.val_inputs, state.val_source, None, None
+        inputs, source, truth, letterboxes = prepared.val, prepared.val_source, None, None
         if data is not None:
-            num_classes = (state.arch_config or {}).get("num_classes", 1)
+            num_classes = (prepared.model.arch_config or {}).get("num_classes", 1)
             inputs, source, truth, letterboxes = _dataset_inputs(Path(data), size, num_classes, MAX_IMAGES)
         subject = ParitySubject(
-            reference_module=state.reference_module, folded_module=None, onnx_path=None,
-            tflite={variant: Path(tflite)}, output_names=state.output_names, strides=state.strides,
-            inputs=inputs, inputs_source=source, board=board, head=head, workdir=stage.work, ground_truth=truth, letterboxes=letterboxes,
-            export_reference=functools.partial(export_onnx, state.reference_module, size, output_names=list(state.output_names),
+            reference_module=prepared.reference, folded_module=None, onnx_path=None, tflite={variant: Path(tflite)},
+            output_names=prepared.output_names, strides=prepared.strides, inputs=inputs, inputs_source=source, board=board,
+            head=prepared.head, workdir=stage.work, ground_truth=truth, letterboxes=letterboxes,
+            export_reference=functools.partial(export_onnx, prepared.reference, size, output_names=list(prepared.output_names),
                                                opset=17),
-            model_info={"checkpoint": str(checkpoint), "layout": state.layout, "arch": state.arch, "config": state.arch_config,
-                        "imgsz": size, "tflite": str(tflite)},
         )
-        report = run_parity(subject)
-        report["board"] = board_section(board, {variant: board_check(tflite, board)})
-        report["passed"] = bool(report["passed"] and report["board"]["runnable"])
-        report["artifacts"] = {f"model_{variant}.tflite": {"bytes": Path(tflite).stat().st_size, "path": str(tflite)}}
-        report["stages"] = [r.to_dict() for r in records]
-        write_reports(report, stage.result, sample_image=inputs[0])
+        report = build_report(
+            run_parity(subject), model=dict(prepared.describe(), tflite=str(tflite)),
+            board=BoardSection.of(board, {variant: board_check(tflite, board)}),
+            artifacts={f"model_{variant}.tflite": {"bytes": Path(tflite).stat().st_size, "path": str(tflite)}},
+            stages=[r.to_dict() for r in records],
+        )
+        write_reports(report.to_dict(), stage.result, sample_image=inputs[0])
     return stage.out, report

@@ -1,27 +1,37 @@
-"""The pass infrastructure: a frozen config, an immutable state, and passes with checks.
+"""The pass infrastructure: a frozen config, typed phase records, and passes with checks.
 
-A pass takes the state and returns a ``PassResult`` holding the new state and whether it
-changed anything. ``check(before, after)`` runs right after it and raises ``PassCheckError``
-when the pass did not do what it promises (for example, a SyncBatchNorm is left over).
-Passes never mutate the state they are given: model passes work on a copy.
+Each pass reads one typed value and returns the next (``PassResult``: the value, whether it
+changed anything, a one-line summary); ``check(before, after, config)`` runs right after it and
+raises ``PassCheckError`` when the pass did not do what it promises. Nothing is shared between
+passes but these values, so a reader follows one value from the command line to the report by
+reading signatures:
+
+    ConvertConfig -> Checkpoint -> Model -> Prepared -> Exported -> Converted -> Gated -> Validated
+
+Passes never mutate what they are given: a model pass works on a copy and returns a new record
+(``dataclasses.replace``).
 """
 
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
+
+In = TypeVar("In")
+Out = TypeVar("Out")
 
 
 @dataclass(frozen=True)
 class ConvertConfig:
-    """Everything the user asked for, resolved once by the CLI."""
+    """Everything the user asked for, resolved once by the command."""
 
     checkpoint: Path
     work_dir: Path
+    board: Any  # validate.board.profiles.BoardProfile
     arch: str | None = None
     imgsz: int | None = None
     calib_dir: Path | None = None
@@ -33,20 +43,12 @@ class ConvertConfig:
     seed: int = 0
     int8: bool = True
     onnx2tf_timeout_s: float = 1800.0
-    # the target board (validate/boards/*.toml); None means the default profile
-    board: Any = None
     # reproduce older converters' resize (inexact, for showing the bug)
     legacy_resize: bool = False
     # the detector head whose boxes are compared (models.heads); auto: from the output shapes
     head: str = "auto"
     # which tensors of a non-tensor forward result are the outputs (models/outputs.py)
     outputs: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.board is None:
-            from edgeport.validate.boards import DEFAULT_BOARD, load_board
-
-            object.__setattr__(self, "board", load_board(DEFAULT_BOARD))
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -56,60 +58,116 @@ class ConvertConfig:
 
 
 @dataclass(frozen=True)
-class State:
-    """What the pipeline knows so far. Each pass returns a new one (``dataclasses.replace``)."""
+class Checkpoint:
+    """load_checkpoint, unwrap: the weights found in the file, and what the file says of them."""
 
-    config: ConvertConfig
-    # load_checkpoint: how the weights were found in the file, and the weights
-    layout: str = ""
-    state_dict: dict | None = None
-    module: Any = None  # an nn.Module (pickled module, or built from the registry)
-    arch: str | None = None
-    arch_config: dict | None = None
-    # the model exactly as loaded, before SyncBN revert and BN fold: the parity reference
-    reference_module: Any = None
-    imgsz: int | None = None
-    stride: int | None = None
-    output_names: tuple[str, ...] = ()
-    strides: tuple[int, ...] = ()
-    calib: np.ndarray | None = None  # (N, 3, S, S) float32 in [0, 1]
-    calib_source: str = ""
-    val_inputs: np.ndarray | None = None  # (M, 3, S, S): what parity is measured on
-    val_source: str = ""
-    onnx_path: Path | None = None
-    tflite: dict[str, Path] = field(default_factory=dict)  # variant -> file
-    converter: str = ""  # which onnx2tf wrote them, and how (to_tflite)
-    not_converted: dict[str, str] = field(default_factory=dict)  # variant -> why the converter wrote no file
-    converter_notes: dict[str, str] = field(default_factory=dict)  # variant -> how it was made, when not as asked first
-    # per output, the channel ranges the int8 model has divided (convert/int8_groups.py); None: none
-    int8_plans: Any = None
-    upsample_decisions: tuple[dict, ...] = ()
-    board_checks: dict[str, dict] = field(default_factory=dict)  # variant -> {runnable, reasons, ...}
-    report: dict | None = None
-
-    def evolve(self, **changes: Any) -> "State":
-        return replace(self, **changes)
+    path: Path
+    layout: str  # how the weights were found: state_dict, dict['model'], edgeport trainer checkpoint, pickled module
+    state_dict: dict | None
+    module: Any  # a pickled nn.Module (with --trust-checkpoint); None for a state_dict
+    arch: str | None  # the architecture the file names, if any
+    arch_config: dict | None
 
 
 @dataclass(frozen=True)
-class PassResult:
-    state: State
+class Model:
+    """build: the architecture with the checkpoint's weights, and a copy kept as loaded."""
+
+    checkpoint: Checkpoint
+    module: Any  # nn.Module, eval mode
+    reference: Any  # the model exactly as loaded: the parity reference
+    arch: str
+    arch_config: dict | None
+    stride: int
+    strides: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """prepare_inputs and the model rewrites: the input size, the images, the outputs; ``module``
+    is rewritten pass by pass (SyncBN reverted, BN folded, upsamples made board-exact)."""
+
+    model: Model
+    module: Any
+    reference: Any
+    imgsz: int
+    calib: np.ndarray  # (N, 3, S, S) float32 in [0, 1]
+    calib_source: str
+    val: np.ndarray  # (M, 3, S, S): what parity is measured on
+    val_source: str
+    output_names: tuple[str, ...]
+    strides: tuple[int, ...]
+    head: Any  # models.heads.Head: the output format, resolved from the shapes and what the model says of itself
+    upsample: tuple[dict, ...] = ()  # rewrite_upsample's decision per site
+
+    def describe(self) -> dict:
+        """The report's ``model``: which checkpoint, how its weights were found, which architecture,
+        the weights' hash (which model a report is about), the input size and the outputs."""
+        from edgeport.checkpoints import weights_digest
+
+        ckpt = self.model.checkpoint
+        return {"checkpoint": str(ckpt.path), "layout": ckpt.layout, "arch": self.model.arch, "config": self.model.arch_config,
+                "imgsz": self.imgsz, "weights_sha256": weights_digest(self.reference), "outputs": list(self.output_names),
+                "strides": list(self.strides)}
+
+
+@dataclass(frozen=True)
+class Exported:
+    """export_onnx: the checked, simplified ONNX graph."""
+
+    prepared: Prepared
+    onnx: Path
+
+
+@dataclass(frozen=True)
+class Converted:
+    """to_tflite: the TFLite files the board runs, and what the converter said."""
+
+    exported: Exported
+    files: dict[str, Path]  # variant -> file
+    not_written: dict[str, str] = field(default_factory=dict)  # variant -> why the converter wrote no file
+    notes: dict[str, str] = field(default_factory=dict)  # variant -> how it was made, when not as asked first
+    converter: dict = field(default_factory=dict)  # {name, version, writer}
+    int8_plans: Any = None  # per output, the channel ranges the int8 file divides (convert/int8_groups.py)
+
+    @property
+    def prepared(self) -> Prepared:
+        return self.exported.prepared
+
+
+@dataclass(frozen=True)
+class Gated:
+    """board_gate: the board's verdict on every file (``report.schema.BoardSection``)."""
+
+    converted: Converted
+    board: Any
+
+
+@dataclass(frozen=True)
+class Validated:
+    """parity: every runtime against PyTorch as loaded (``parity.run.ParityResult``)."""
+
+    gated: Gated
+    parity: Any
+
+
+@dataclass(frozen=True)
+class PassResult(Generic[Out]):
+    value: Out
     changed: bool
     summary: str = ""
 
 
-class Pass(abc.ABC):
+class Pass(abc.ABC, Generic[In, Out]):
     """One named conversion step. Subclasses set ``name`` and implement ``run`` and ``check``."""
 
     name: ClassVar[str]
-    #: heavy modules ``run`` imports: the pipeline loads them ahead while a pass waits on a child process
-    imports: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
-    def run(self, state: State) -> PassResult: ...
+    def run(self, value: In, config: ConvertConfig) -> PassResult[Out]: ...
 
     @abc.abstractmethod
-    def check(self, before: State, after: State) -> None:
+    def check(self, before: In, after: Out, config: ConvertConfig) -> None:
         """Raise ``PassCheckError`` when ``after`` breaks the pass's promise (every pass has one)."""
 
     def __repr__(self) -> str:

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from edgeport.convert.base import Pass, PassResult, State
+from edgeport.convert.base import ConvertConfig, Converted, Gated, Pass, PassResult
 from edgeport.errors import PassCheckError
-from edgeport.validate.boards import check_model
-from edgeport.validate.tflite_model import read_tflite
+from edgeport.ops.tflite_model import read_tflite
+from edgeport.validate.board.profiles import check_model
+from edgeport.validate.report.schema import BoardSection
 
 
 def board_check(path, board) -> dict:
+    """The board's verdict on one file: whether it runs, every reason it does not, and what it holds."""
     summary = read_tflite(path)
     reasons = check_model(summary, board)
     return {
@@ -27,25 +29,17 @@ def board_check(path, board) -> dict:
     }
 
 
-def board_section(board, checks: dict[str, dict]) -> dict:
-    """The report's ``board`` entry: the profile and each file's verdict."""
-    return {
-        "name": board.name, "runtime": board.runtime, "version": board.version, "dtypes": list(board.dtypes),
-        "ram_bytes": board.ram_bytes, "flash_bytes": board.flash_bytes,
-        "checks": checks, "runnable": all(c["runnable"] for c in checks.values()),
-    }
-
-
-class BoardGatePass(Pass):
+class BoardGatePass(Pass[Converted, Gated]):
     name = "board_gate"
 
-    def run(self, state: State) -> PassResult:
-        board = state.config.board
-        checks = {variant: board_check(path, board) for variant, path in state.tflite.items()}
-        bad = [v for v, c in checks.items() if not c["runnable"]]
-        summary = f"{board.name}: " + ("all runnable" if not bad else f"NOT runnable: {', '.join(bad)} ({checks[bad[0]]['reasons'][0]})")
-        return PassResult(state.evolve(board_checks=checks), changed=False, summary=summary)
+    def run(self, value: Converted, config: ConvertConfig) -> PassResult[Gated]:
+        board = config.board
+        section = BoardSection.of(board, {variant: board_check(path, board) for variant, path in value.files.items()})
+        bad = [v for v, c in section.checks.items() if not c["runnable"]]
+        summary = f"{board.name}: " + ("all runnable" if not bad else
+                                       f"NOT runnable: {', '.join(bad)} ({section.checks[bad[0]]['reasons'][0]})")
+        return PassResult(Gated(value, section), changed=False, summary=summary)
 
-    def check(self, before: State, after: State) -> None:
-        if set(after.board_checks) != set(after.tflite):
+    def check(self, before: Converted, after: Gated, config: ConvertConfig) -> None:
+        if set(after.board.checks) != set(before.files):
             raise PassCheckError("a TFLite file went unchecked by the board gate")

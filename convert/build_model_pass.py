@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 
-from edgeport.convert.base import Pass, PassResult, State
+from edgeport.convert.base import Checkpoint, ConvertConfig, Model, Pass, PassResult
 from edgeport.errors import ArchitectureError, KeyMismatchError, PassCheckError
 from edgeport.models.registry import REGISTRY, arch_names, build_model, model_stride
 
@@ -54,19 +54,19 @@ def architecture_from_file(arch: str, *, trusted: bool) -> str:
     return arch
 
 
-class BuildModelPass(Pass):
+class BuildModelPass(Pass[Checkpoint, Model]):
     name = "build"
 
-    def run(self, state: State) -> PassResult:
-        cfg = state.config
-        named_by_file = cfg.arch is None and state.arch is not None
-        arch = cfg.arch or state.arch
-        if state.module is not None:
-            model = state.module
+    def run(self, value: Checkpoint, config: ConvertConfig) -> PassResult[Model]:
+        named_by_file = config.arch is None and value.arch is not None
+        arch = config.arch or value.arch
+        if value.module is not None:
+            model = value.module
             summary = f"pickled {type(model).__name__}"
-            arch_config = state.arch_config
-            if cfg.arch:
+            arch_config = value.arch_config
+            if config.arch:
                 summary += " (--arch ignored: the checkpoint holds the module itself)"
+            arch = arch or type(model).__name__
         else:
             if arch is None:
                 raise ArchitectureError(
@@ -74,31 +74,22 @@ class BuildModelPass(Pass):
                     f"(valid: {', '.join(arch_names())}) or --arch package.module:callable"
                 )
             if named_by_file:
-                architecture_from_file(arch, trusted=cfg.trust_checkpoint)
+                architecture_from_file(arch, trusted=config.trust_checkpoint)
             # A stored config is only meaningful for the architecture it was stored with.
-            stored = state.arch_config if (state.arch and arch == state.arch) else None
+            stored = value.arch_config if (value.arch and arch == value.arch) else None
             model, arch_config = build_model(arch, stored, origin="the checkpoint's architecture" if named_by_file else "--arch")
-            sd = state.state_dict
+            sd = value.state_dict
             missing, unexpected, mismatched = key_diff(model.state_dict(), sd)
             if missing or unexpected or mismatched:
                 raise KeyMismatchError(format_diff(arch, missing, unexpected, mismatched, named_by_file=named_by_file))
             model.load_state_dict(sd, strict=True)
             summary = f"{arch}, {sum(p.numel() for p in model.parameters()):,} params"
         model = model.float().eval()
-        return PassResult(
-            state.evolve(
-                module=model,
-                arch=arch,
-                arch_config=arch_config,
-                reference_module=copy.deepcopy(model),
-                stride=model_stride(model),
-                strides=tuple(getattr(getattr(model, "cfg", None), "strides", ()) or ()),
-            ),
-            changed=True,
-            summary=summary,
-        )
+        built = Model(value, model, copy.deepcopy(model), arch, arch_config, model_stride(model),
+                      tuple(getattr(getattr(model, "cfg", None), "strides", ()) or ()))
+        return PassResult(built, changed=True, summary=summary)
 
-    def check(self, before: State, after: State) -> None:
+    def check(self, before: Checkpoint, after: Model, config: ConvertConfig) -> None:
         from torch import nn
 
         if not isinstance(after.module, nn.Module):
@@ -110,4 +101,3 @@ class BuildModelPass(Pass):
             for key, value in before.state_dict.items():
                 if not (got[key].float() == value.float()).all():
                     raise PassCheckError(f"weight {key} differs from the checkpoint after loading")
-

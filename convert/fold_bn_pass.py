@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from dataclasses import replace
 
 from torch import fx, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
-from edgeport.convert.base import Pass, PassResult, State
+from edgeport.convert.base import ConvertConfig, Pass, PassResult, Prepared
 from edgeport.convert.modelcheck import assert_same_outputs
 from edgeport.convert.tracing import trace
 from edgeport.errors import PassCheckError
@@ -118,16 +119,16 @@ def conv_bn_pairs_left(module: nn.Module) -> int:
     return count
 
 
-class FoldBNPass(Pass):
+class FoldBNPass(Pass[Prepared, Prepared]):
     name = "fold_bn"
 
-    def run(self, state: State) -> PassResult:
-        module, n, method = fold_batchnorm(state.module)
+    def run(self, value: Prepared, config: ConvertConfig) -> PassResult[Prepared]:
+        module, n, method = fold_batchnorm(value.module)
         left = sum(isinstance(m, _BatchNorm) for m in module.modules())
         summary = f"{n} BatchNorm folded into Conv ({method})" + (f", {left} left as BatchNorm" if left else "")
-        return PassResult(state.evolve(module=module.eval()), changed=n > 0, summary=summary)
+        return PassResult(replace(value, module=module.eval()), changed=n > 0, summary=summary)
 
-    def check(self, before: State, after: State) -> None:
+    def check(self, before: Prepared, after: Prepared, config: ConvertConfig) -> None:
         left = conv_bn_pairs_left(after.module)
         if left:
             raise PassCheckError(f"{left} Conv->BatchNorm pairs were not folded")

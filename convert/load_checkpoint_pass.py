@@ -7,24 +7,21 @@ A checkpoint that needs arbitrary unpickling is refused unless the user passes
 from __future__ import annotations
 
 from edgeport.checkpoints import check_finite, find_weights, torch_load
-from edgeport.convert.base import Pass, PassResult, State
+from edgeport.convert.base import Checkpoint, ConvertConfig, Pass, PassResult
 from edgeport.errors import PassCheckError
 
 
-class LoadCheckpointPass(Pass):
+class LoadCheckpointPass(Pass[ConvertConfig, Checkpoint]):
     name = "load_checkpoint"
 
-    def run(self, state: State) -> PassResult:
-        cfg = state.config
-        obj = torch_load(cfg.checkpoint, trust=cfg.trust_checkpoint)
+    def run(self, value: ConvertConfig, config: ConvertConfig) -> PassResult[Checkpoint]:
+        obj = torch_load(config.checkpoint, trust=config.trust_checkpoint)
         layout, sd, module, arch, arch_config = find_weights(obj)
-        check_finite(sd.items() if sd is not None else module.state_dict().items(), cfg.checkpoint)
-        new = state.evolve(
-            layout=layout, state_dict=sd, module=module, arch=arch, arch_config=arch_config
-        )
+        check_finite(sd.items() if sd is not None else module.state_dict().items(), config.checkpoint)
         n = len(sd) if sd is not None else sum(1 for _ in module.state_dict())
-        return PassResult(new, changed=True, summary=f"{layout}, {n} tensors")
+        return PassResult(Checkpoint(config.checkpoint, layout, sd, module, arch, arch_config), changed=True,
+                          summary=f"{layout}, {n} tensors")
 
-    def check(self, before: State, after: State) -> None:
+    def check(self, before: ConvertConfig, after: Checkpoint, config: ConvertConfig) -> None:
         if (after.state_dict is None) == (after.module is None):
             raise PassCheckError("expected exactly one of a state_dict or a module after loading")

@@ -1,16 +1,17 @@
 """The conversion pipeline: one literal list of passes, each followed by its check.
 
-An error names the pass it happened in and the passes that ran before it.
+The passes come in phases, each ending in a typed record (``convert/base.py``); ``validate``
+runs the first two phases and judges a file it was given instead of one it converted. An error
+names the pass it happened in and the passes that ran before it.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from edgeport._lazy import preloading
-from edgeport.convert.base import ConvertConfig, Pass, State
+from edgeport.convert.base import ConvertConfig, Pass
 from edgeport.convert.board_gate_pass import BoardGatePass
 from edgeport.convert.build_model_pass import BuildModelPass
 from edgeport.convert.export_onnx_pass import ExportOnnxPass
@@ -24,19 +25,21 @@ from edgeport.convert.to_tflite_pass import ToTFLitePass
 from edgeport.convert.unwrap_prefixes_pass import UnwrapPrefixesPass
 from edgeport.errors import BadInputError, EdgeportError, PassCheckError, is_environment_error
 
-PIPELINE: tuple[Pass, ...] = (
-    LoadCheckpointPass(),
-    UnwrapPrefixesPass(),
-    BuildModelPass(),
-    PrepareInputsPass(),
-    RevertSyncBNPass(),
-    FoldBNPass(),
-    RewriteUpsamplePass(),
-    ExportOnnxPass(),
-    ToTFLitePass(),
-    BoardGatePass(),
-    ParityPass(),
-)
+# ConvertConfig -> Checkpoint -> Model
+LOAD = (LoadCheckpointPass(), UnwrapPrefixesPass(), BuildModelPass())
+# Model -> Prepared
+PREPARE = (PrepareInputsPass(),)
+# Prepared -> Prepared: what the board computes, exactly
+REWRITE = (RevertSyncBNPass(), FoldBNPass(), RewriteUpsamplePass())
+# Prepared -> Exported -> Converted -> Gated -> Validated
+EXPORT = (ExportOnnxPass(),)
+CONVERT = (ToTFLitePass(),)
+GATE = (BoardGatePass(),)
+PARITY = (ParityPass(),)
+
+PIPELINE: tuple[Pass, ...] = (*LOAD, *PREPARE, *REWRITE, *EXPORT, *CONVERT, *GATE, *PARITY)
+# what `edgeport validate` runs before judging the file it was given
+VALIDATE: tuple[Pass, ...] = (*LOAD, *PREPARE)
 
 
 @dataclass(frozen=True)
@@ -56,36 +59,34 @@ def run_pipeline(
     *,
     on_stage: Callable[[StageRecord], None] | None = None,
     on_start: Callable[[str], None] | None = None,
-    then_imports: Sequence[str] = (),
-) -> tuple[State, list[StageRecord]]:
-    """Run ``passes`` in order. While a pass waits on its child process (``_lazy.idle``), the
-    modules that passes (and, after the pipeline, the caller: ``then_imports``) import are loaded."""
-    with preloading([m for p in passes for m in p.imports] + list(then_imports)):
-        state = State(config=config)
-        records: list[StageRecord] = []
-        for p in passes:
-            if on_start:
-                on_start(p.name)
-            t0 = time.perf_counter()
-            try:
-                result = p.run(state)
-                p.check(state, result.state)
-            except BadInputError:
-                raise  # the user's input: its message already says what to do
-            except OSError as exc:
-                if is_environment_error(exc):
-                    raise  # permissions, a full disk: the CLI names the file (exit 2)
-                raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
-            except EdgeportError as exc:
-                raise type(exc)(f"{p.name}: {exc}{_after(records)}") from exc
-            except Exception as exc:  # a bug or an unsupported model: keep the pass context
-                raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
-            record = StageRecord(p.name, time.perf_counter() - t0, result.changed, result.summary)
-            records.append(record)
-            if on_stage:
-                on_stage(record)
-            state = result.state
-        return state, records
+) -> tuple[Any, list[StageRecord]]:
+    """Run ``passes`` in order, the first on ``config``, each on the value the one before returned;
+    returns the last value and a record per pass."""
+    value: Any = config
+    records: list[StageRecord] = []
+    for p in passes:
+        if on_start:
+            on_start(p.name)
+        t0 = time.perf_counter()
+        try:
+            result = p.run(value, config)
+            p.check(value, result.value, config)
+        except BadInputError:
+            raise  # the user's input: its message already says what to do
+        except OSError as exc:
+            if is_environment_error(exc):
+                raise  # permissions, a full disk: the CLI names the file (exit 2)
+            raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
+        except EdgeportError as exc:
+            raise type(exc)(f"{p.name}: {exc}{_after(records)}") from exc
+        except Exception as exc:  # a bug or an unsupported model: keep the pass context
+            raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
+        record = StageRecord(p.name, time.perf_counter() - t0, result.changed, result.summary)
+        records.append(record)
+        if on_stage:
+            on_stage(record)
+        value = result.value
+    return value, records
 
 
 def _after(records: list[StageRecord]) -> str:

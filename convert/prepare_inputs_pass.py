@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgeport.convert.base import Pass, PassResult, State
+from edgeport.convert.base import ConvertConfig, Model, Pass, PassResult, Prepared
 from edgeport.convert.calibration import load_calibration
 from edgeport.errors import BadInputError, PassCheckError
 from edgeport.models.registry import model_output_names
@@ -41,54 +41,54 @@ def check_memory(imgsz: int, images: int, flag: str = "--imgsz") -> None:
                             f"or less")
 
 
-class PrepareInputsPass(Pass):
+class PrepareInputsPass(Pass[Model, Prepared]):
     name = "prepare_inputs"
 
-    def run(self, state: State) -> PassResult:
+    def run(self, value: Model, config: ConvertConfig) -> PassResult[Prepared]:
         import torch
 
-        cfg = state.config
-        stride = state.stride or 32
-        imgsz = cfg.imgsz or DEFAULT_IMGSZ
+        from edgeport.models.heads import head_hints, resolve_head
+        from edgeport.models.outputs import OutputSelector, require_fixed_outputs, require_tensors
+
+        stride = value.stride or 32
+        imgsz = config.imgsz or DEFAULT_IMGSZ
         if imgsz <= 0 or imgsz % stride:
             lower = max(stride, imgsz // stride * stride)
             raise BadInputError(
                 f"--imgsz {imgsz} is not a positive multiple of the model's stride {stride}; "
                 f"use {lower} or {lower + stride}"
             )
-        check_memory(imgsz, cfg.max_calib + cfg.max_validate)
-        calib, source = load_calibration(cfg.calib_dir, imgsz, limit=cfg.max_calib, seed=cfg.seed)
-        if cfg.calib_dir is None:
+        check_memory(imgsz, config.max_calib + config.max_validate)
+        calib, source = load_calibration(config.calib_dir, imgsz, limit=config.max_calib, seed=config.seed)
+        if config.calib_dir is None:
             # held-out synthetic scenes: int8 is not judged on the images it was calibrated on
-            val, val_source = load_calibration(None, imgsz, limit=cfg.max_validate, seed=cfg.seed + 1)
+            val, val_source = load_calibration(None, imgsz, limit=config.max_validate, seed=config.seed + 1)
         else:
-            val, val_source = calib[: cfg.max_validate], f"the first {min(len(calib), cfg.max_validate)} --calib images"
-        from edgeport.models.outputs import OutputSelector, require_tensors
-
-        module, reference = state.module, state.reference_module
+            val, val_source = calib[: config.max_validate], f"the first {min(len(calib), config.max_validate)} --calib images"
+        module, reference = value.module, value.reference
         with torch.no_grad():
             out = module(torch.from_numpy(calib[:1]))
-        require_tensors(out, cfg.outputs)
-        if cfg.outputs is not None:  # export and parity see the tensors --outputs picks
-            module = OutputSelector(module, cfg.outputs).eval()
-            reference = OutputSelector(reference, cfg.outputs).eval() if reference is not None else None
+        require_tensors(out, config.outputs)
+        if config.outputs is not None:  # export and parity see the tensors --outputs picks
+            module = OutputSelector(module, config.outputs).eval()
+            reference = OutputSelector(reference, config.outputs).eval()
             with torch.no_grad():
                 out = module(torch.from_numpy(calib[:1]))
         outputs = out if isinstance(out, (tuple, list)) else (out,)
-        names = tuple(model_output_names(state.module, len(outputs)))
-        strides = state.strides
+        # a second, different image: outputs whose shapes follow the data (after NMS) cannot be exported
+        other = np.random.default_rng(config.seed).random((1, 3, imgsz, imgsz), dtype=np.float32)
+        with torch.no_grad():
+            again = module(torch.from_numpy(other))
+        require_fixed_outputs(outputs, again if isinstance(again, (tuple, list)) else (again,), config.outputs)
+        names = tuple(model_output_names(value.module, len(outputs)))
+        strides = value.strides
         if not strides or len(strides) != len(outputs):
             strides = tuple(imgsz // o.shape[-1] if o.dim() == 4 else 0 for o in outputs)
-        return PassResult(
-            state.evolve(
-                imgsz=imgsz, calib=calib, calib_source=source, val_inputs=val, val_source=val_source,
-                output_names=names, strides=strides, module=module, reference_module=reference,
-            ),
-            changed=False,
-            summary=f"{imgsz}px, calibration: {source}",
-        )
+        head = resolve_head(config.head, [tuple(o.shape) for o in outputs], strides, head_hints(value.module))
+        prepared = Prepared(value, module, reference, imgsz, calib, source, val, val_source, names, strides, head)
+        return PassResult(prepared, changed=False, summary=f"{imgsz}px, head {head.describe()}, calibration: {source}")
 
-    def check(self, before: State, after: State) -> None:
+    def check(self, before: Model, after: Prepared, config: ConvertConfig) -> None:
         calib = after.calib
         if calib is None or calib.ndim != 4 or calib.shape[1:] != (3, after.imgsz, after.imgsz):
             raise PassCheckError(f"calibration batch has shape {None if calib is None else calib.shape}")

@@ -14,10 +14,11 @@ with its class name: swapping it for a plain BatchNorm would silently drop what 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 from torch import nn
 
-from edgeport.convert.base import Pass, PassResult, State
+from edgeport.convert.base import ConvertConfig, Pass, PassResult, Prepared
 from edgeport.convert.modelcheck import assert_same_outputs
 from edgeport.errors import BadInputError, PassCheckError
 
@@ -86,14 +87,16 @@ def count_sync_bn(module: nn.Module) -> int:
     return sum(isinstance(m, types) for m in module.modules())
 
 
-class RevertSyncBNPass(Pass):
+class RevertSyncBNPass(Pass[Prepared, Prepared]):
     name = "revert_syncbn"
 
-    def run(self, state: State) -> PassResult:
-        module, n = revert_sync_batchnorm(state.module)
-        return PassResult(state.evolve(module=module.eval()), changed=n > 0, summary=f"{n} SyncBatchNorm reverted")
+    def run(self, value: Prepared, config: ConvertConfig) -> PassResult[Prepared]:
+        module, n = revert_sync_batchnorm(value.module)
+        summary = (f"{n} SyncBatchNorm reverted to BatchNorm2d" if n else
+                   "no SyncBatchNorm modules: a SyncBN checkpoint's state_dict loads into BatchNorm as it is")
+        return PassResult(replace(value, module=module.eval()), changed=n > 0, summary=summary)
 
-    def check(self, before: State, after: State) -> None:
+    def check(self, before: Prepared, after: Prepared, config: ConvertConfig) -> None:
         left = count_sync_bn(after.module)
         if left:
             raise PassCheckError(f"{left} SyncBatchNorm layers remain after revert")

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import copy
 import inspect
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from edgeport.convert.base import Pass, PassResult, State
+from edgeport.convert.base import ConvertConfig, Pass, PassResult, Prepared
 from edgeport.convert.modelcheck import assert_same_outputs
 from edgeport.convert.tracing import trace
 from edgeport.errors import PassCheckError
@@ -144,34 +145,32 @@ def _rewrite_modules(module: nn.Module, sample: torch.Tensor, board, *, legacy_r
     return module, decisions
 
 
-class RewriteUpsamplePass(Pass):
+class RewriteUpsamplePass(Pass[Prepared, Prepared]):
     name = "rewrite_upsample"
 
-    def run(self, state: State) -> PassResult:
-        cfg = state.config
-        sample = torch.from_numpy(state.calib[:1])
-        module, decisions, how = rewrite_graph(state.module, sample, cfg.board, legacy_resize=cfg.legacy_resize)
+    def run(self, value: Prepared, config: ConvertConfig) -> PassResult[Prepared]:
+        sample = torch.from_numpy(value.calib[:1])
+        module, decisions, how = rewrite_graph(value.module, sample, config.board, legacy_resize=config.legacy_resize)
         rewritten = [d for d in decisions if d.rewritten]
         record = tuple(
             {"where": d.spec.where, "mode": d.spec.mode, "scale": list(d.spec.scale), "align_corners": d.spec.align_corners,
              "rule": d.rule.name, "rewritten": d.rewritten, "exact": d.rule.exact}
             for d in decisions
         )
-        summary = f"{len(decisions)} upsample sites on {cfg.board.name}: {len(rewritten)} rewritten"
+        summary = f"{len(decisions)} upsample sites on {config.board.name}: {len(rewritten)} rewritten"
         if rewritten:
             summary += f" ({', '.join(sorted({d.rule.name for d in rewritten}))})"
         summary += f"; found via {how}"
-        return PassResult(state.evolve(module=module.eval(), upsample_decisions=record), changed=bool(rewritten), summary=summary)
+        return PassResult(replace(value, module=module.eval(), upsample=record), changed=bool(rewritten), summary=summary)
 
-    def check(self, before: State, after: State) -> None:
-        cfg = after.config
+    def check(self, before: Prepared, after: Prepared, config: ConvertConfig) -> None:
         sample = torch.from_numpy(after.calib[:1])
         if isinstance(after.module, fx.GraphModule):
             gm = copy.deepcopy(after.module)
             _shapes(gm, sample)
             for _, spec in find_sites(gm):
-                decision = decide(spec, cfg.board, legacy_resize=cfg.legacy_resize)
+                decision = decide(spec, config.board, legacy_resize=config.legacy_resize)
                 if decision.rewritten:
                     raise PassCheckError(f"upsample {spec.describe()} still needs rule {decision.rule.name} after the rewrite")
-        if all(d["exact"] for d in after.upsample_decisions):
+        if all(d["exact"] for d in after.upsample):
             assert_same_outputs(self.name, before.module, after.module, after.calib[:2], rel_tol=REWRITE_REL_TOL)

@@ -34,7 +34,7 @@ def _quant(tensor):
 
 def share_resize_quantization(model: bytes) -> tuple[bytes, int]:
     """Return the model with every int8 resize output quantised like its input, and how many changed."""
-    from edgeport.validate.tflite_model import operators
+    from edgeport.ops.tflite_model import operators
 
     buf = bytearray(model)
     changed = 0
@@ -107,7 +107,7 @@ def requantize_int8_constraints(model: bytes) -> tuple[bytes, int]:
 
     import flatbuffers
 
-    from edgeport.validate.tflite_model import operator_codes
+    from edgeport.ops.tflite_model import operator_codes
 
     root = schema.Model.GetRootAs(bytes(model), 0)
     names = [name for name, _ in operator_codes(schema, root)]

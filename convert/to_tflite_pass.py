@@ -1,454 +1,50 @@
-"""ONNX -> TFLite float32 and full-integer int8 through onnx2tf, offline.
+"""Pass: ONNX -> the TFLite files the board runs, through onnx2tf (``convert/onnx2tf.py``).
 
-Two onnx2tf generations sit behind one interface (``Onnx2tfBackend``), chosen by what is
-installed, which the Python version decides (pyproject):
-- 2.x (Python 3.12+), the maintained line: writes the flatbuffer directly
-  (``--tflite_backend flatbuffer_direct``), no TensorFlow;
-- 1.28.x (Python 3.10-3.11), the deprecated line: converts through TensorFlow.
-Both take the same flags for what edgeport asks (float32 + full-integer int8 with int8
-input and output, per-channel, our calibration set) and write the same file names.
-
-onnx2tf runs in a child process: it calls ``sys.exit`` on errors, prints a great deal,
-and (1.28) imports TensorFlow, none of which should happen inside the caller's process.
-``convert`` starts that child first (``warm_converter``), so its imports (TensorFlow's 2 s,
-onnx2tf 2.x's 0.5 s) overlap the caller's own, and the conversion takes it when its ONNX is
-ready.
-
-Offline, on purpose: onnx2tf 1.28 downloads sample images from the internet whenever an
-input looks like an NHWC image, unless ``calibration_image_sample_data_20x128x128x3_float32.npy``
-is in its working directory. We write that file from *our* calibration images, pass the
-int8 calibration set explicitly with ``-cind``, and point the child's HTTP(S) proxy at a
-closed local port, so any download attempt fails at once instead of reaching the network.
+int8 is converted from the graph with its output groups normalised where one output mixes
+scales (``int8_groups.py``), and fixed where the converter breaks a kernel's quantisation
+constraint (``tflite_fixes.py``). A variant the converter cannot write is reported, not fatal:
+the float32 file still ships, and parity gives the missing variant a failed row that says why.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import re
-import subprocess
-import sys
-import tempfile
-import time
-from dataclasses import dataclass
-from pathlib import Path
-
 import numpy as np
 
-from edgeport._lazy import idle
-from edgeport.convert.base import Pass, PassResult, State
+from edgeport.convert.base import ConvertConfig, Converted, Exported, Pass, PassResult
+from edgeport.convert.onnx2tf import convert_variants, installed_backend
 from edgeport.convert.tflite_fixes import requantize_int8_constraints, share_resize_quantization
-from edgeport.errors import BadInputError, ConversionError, MissingDependencyError, PassCheckError
-
-ONNX2TF_SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
-CALIB_FILE = "calib_nhwc.npy"
-# variant name -> file onnx2tf writes for model.onnx
-ONNX2TF_OUTPUTS = {"float32": "model_float32.tflite", "int8": "model_full_integer_quant.tflite"}
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_CLOSED_PORT_PROXY = "http://127.0.0.1:9"
-LEAN_MODULE = "edgeport.convert.onnx2tf_lean"
+from edgeport.errors import BadInputError, PassCheckError
 
 
-def offline_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        HTTP_PROXY=_CLOSED_PORT_PROXY,
-        HTTPS_PROXY=_CLOSED_PORT_PROXY,
-        http_proxy=_CLOSED_PORT_PROXY,
-        https_proxy=_CLOSED_PORT_PROXY,
-        NO_PROXY="",
-        no_proxy="",
-        CUDA_VISIBLE_DEVICES="",
-        ORT_DISABLE_TELEMETRY="1",  # see edgeport/__init__.py
-        TF_CPP_MIN_LOG_LEVEL="2",
-        PYTHONUNBUFFERED="1",
-    )
-    return env
-
-
-def write_calibration(work: Path, calib_nchw: np.ndarray) -> Path:
-    """Write onnx2tf's sample-data file and our -cind calibration file (NHWC, [0, 1])."""
-    from PIL import Image
-
-    nhwc = np.ascontiguousarray(calib_nchw.transpose(0, 2, 3, 1), dtype=np.float32)
-    np.save(work / CALIB_FILE, nhwc)
-    if nhwc.shape[-1] != 3:
-        return work / CALIB_FILE  # onnx2tf only fetches sample images for 3-channel inputs
-    # onnx2tf's own sanity check wants exactly 20 images of 128x128: resize ours
-    idx = np.arange(20) % len(nhwc)
-    small = np.stack(
-        [
-            np.asarray(Image.fromarray((nhwc[i] * 255).round().astype(np.uint8)).resize((128, 128), Image.BILINEAR))
-            for i in idx
-        ]
-    ).astype(np.float32) / 255.0
-    np.save(work / ONNX2TF_SAMPLE_FILE, small)
-    return work / CALIB_FILE
-
-
-@dataclass(frozen=True)
-class Onnx2tfBackend:
-    """The installed onnx2tf: its version and how it writes TFLite."""
-
-    version: str
-
-    @property
-    def generation(self) -> int:
-        return int(self.version.split(".")[0])
-
-    @property
-    def writer(self) -> str:
-        return "flatbuffer_direct" if self.generation >= 2 else "tensorflow"
-
-    def describe(self) -> str:
-        return f"onnx2tf {self.version} ({self.writer})"
-
-    @property
-    def module(self) -> str:
-        """What ``python -m`` runs: ``onnx2tf_lean``, onnx2tf itself without the work on files
-        edgeport never ships (the shipped files are plain onnx2tf's, byte for byte)."""
-        return LEAN_MODULE
-
-    def extra_flags(self) -> list[str]:
-        # 2.x: say which writer, so a changed default never changes what edgeport ships
-        return ["-tb", "flatbuffer_direct"] if self.generation >= 2 else []
-
-    @property
-    def keeps_validated_files(self) -> bool:
-        """2.x checks each quantised file in an interpreter and moves it into place before it
-        starts the next variant, so a later variant's failure (its int16-activation files,
-        which edgeport does not use) leaves the files already written good. 1.28 exits
-        non-zero only when the run as a whole failed."""
-        return self.generation >= 2
-
-    @property
-    def int8_granularities(self) -> tuple[str, ...]:
-        """Per-channel first; 2.x's per-channel quantiser fails where per-tensor does not (the
-        bias of every depthwise convolution gets an out-of-range quantized_dimension)."""
-        return ("per-channel", "per-tensor") if self.generation >= 2 else ("per-channel",)
-
-    def prepare(self, onnx_path: Path, work: Path, *, int8: bool) -> Path:
-        """The graph this line converts: for 2.x, a copy with the exact rewrites that steer it
-        around its known bugs (``onnx_rewrites``; for int8, its quantiser's too), named like the
-        original, since onnx2tf names its files after it; 1.28 takes the file as it is."""
-        if self.generation < 2:
-            return onnx_path
-        from edgeport.convert.onnx_rewrites import INT8_REWRITES, REWRITES, rewrite_file
-
-        copy = work / onnx_path.name
-        changed = rewrite_file(onnx_path, copy, INT8_REWRITES if int8 else REWRITES)
-        return copy if changed and any(changed.values()) else onnx_path
-
-
-def installed_backend() -> Onnx2tfBackend:
-    import importlib.metadata as md
-
-    try:
-        return Onnx2tfBackend(md.version("onnx2tf"))
-    except md.PackageNotFoundError as exc:
-        raise MissingDependencyError("onnx2tf is not installed (needed to write TFLite); run `make setup`") from exc
-
-
-def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: str, backend: Onnx2tfBackend | None = None,
-                    python: str = sys.executable, granularity: str = "per-channel", lean: bool = True) -> list[str]:
-    """``lean=False``: onnx2tf itself, with every file it writes (benchmarks' peers)."""
-    backend = backend or installed_backend()
-    cmd = [
-        python, "-m", backend.module if lean else "onnx2tf",
-        "-i", str(onnx_path),
-        "-o", str(out_dir),
-        "-coion",  # keep the ONNX input/output names
-        "-nuo",  # the graph is already simplified by onnxslim
-        "-n",
-        *backend.extra_flags(),
-    ]
-    if int8:
-        # inputs are already in [0, 1]: mean 0, std 1 so onnx2tf does not renormalise
-        cmd += ["-oiqt", "-qt", granularity, "-iqd", "int8", "-oqd", "int8",
-                "-cind", input_name, CALIB_FILE, "[[[[0.0,0.0,0.0]]]]", "[[[[1.0,1.0,1.0]]]]"]
-    return cmd
-
-
-_CAUSED = "The above exception was the direct cause of the following exception"
-
-
-def condense(output: str, limit: int = 240) -> str:
-    """The most telling line of onnx2tf's output, for a one-line error: in a chain of Python
-    exceptions, the first one (the cause), not the wrapper that re-raised it."""
-    output = output.split(_CAUSED, 1)[0]
-    lines = [_ANSI.sub("", line).strip() for line in output.splitlines()]
-    lines = [line for line in lines if line]
-    for pattern in (r"^\w*(Error|Exception)\b.*:", r"ERROR:", r"Error", r"error"):
-        hits = [line for line in lines if re.search(pattern, line)]
-        if hits:
-            return hits[-1][:limit]
-    return (lines[-1] if lines else "no output")[:limit]
-
-
-class Onnx2tfFailed(ConversionError):
-    """onnx2tf exited non-zero or did not write a file it had to write."""
-
-    def __init__(self, returncode: int, output: str, missing: list[str]):
-        self.returncode, self.output = returncode, output
-        what = f"exit {returncode}" if returncode else f"wrote no {', '.join(missing)}"
-        super().__init__(f"onnx2tf failed ({what}): {condense(output)}")
-
-    def with_log(self) -> ConversionError:
-        """The error for a run that ends here: the output folder is removed, so the full log is
-        kept in the system temp dir and named."""
-        fd, log = tempfile.mkstemp(prefix="edgeport-onnx2tf-", suffix=".log")
-        with os.fdopen(fd, "w") as f:
-            f.write(self.output)
-        return ConversionError(f"{self}; full log: {log}")
-
-
-_warm: list[tuple[list[str], subprocess.Popen]] = []  # (command prefix, child awaiting its job)
-
-
-@contextlib.contextmanager
-def warm_converter(python: str = sys.executable):
-    """Start an onnx2tf child at once, importing onnx2tf (and TensorFlow, on 1.28) while the
-    caller is still importing torch and exporting; the block's first conversion takes it as
-    its own (``Onnx2tfRun``). An untaken child is killed when the block ends, so none outlives
-    the run. Without onnx2tf installed nothing starts: the conversion says what is missing.
-
-    On 2.x the child also simplifies the exported ONNX (``simplify_in_warm_child``): its own
-    imports take 0.55 s against the caller's 1.5 s for torch, so it has the time to import
-    onnxslim too (sympy: 0.35 s the caller no longer spends). Not on 1.28, whose TensorFlow
-    import already outlasts the caller's work before conversion (demo: ready at 2.85 s,
-    needed at 2.56 s): a simplification there would wait for it."""
-    try:
-        backend = installed_backend()
-    except MissingDependencyError:
-        yield
-        return
-    from edgeport.convert.onnx2tf_lean import AWAIT_JOB, SIMPLIFY
-
-    prefix = [python, "-m", LEAN_MODULE]
-    simplifies = backend.generation >= 2
-    proc = subprocess.Popen([*prefix, AWAIT_JOB, *([SIMPLIFY] if simplifies else [])], env=offline_env(),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE if simplifies else subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, text=True)
-    _warm.append((prefix, proc))
-    try:
-        yield
-    finally:
-        if (prefix, proc) in _warm:  # not taken
-            _warm.remove((prefix, proc))
-            _end(proc)
-
-
-def _end(proc: subprocess.Popen) -> None:
-    proc.kill()
-    proc.wait()
-    for stream in (proc.stdin, proc.stdout):
-        if stream is not None:
-            with contextlib.suppress(OSError):
-                stream.close()
-
-
-def simplify_in_warm_child(onnx_path: Path) -> int | None:
-    """Simplify ``onnx_path`` in place in the warm child (``warm_converter``) and return its node
-    count; None when no child offers it or it could not, and the caller simplifies it itself
-    (an error then comes from there, in its usual words). The file is replaced only whole."""
-    from edgeport.convert.onnx2tf_lean import SIMPLIFY
-
-    for prefix, proc in list(_warm):
-        if SIMPLIFY not in proc.args:
-            continue
-        src = onnx_path.resolve()
-        out = src.with_name(f".{src.name}.simplified")
-        try:
-            proc.stdin.write(json.dumps({"simplify": str(src), "out": str(out)}) + "\n")
-            proc.stdin.flush()
-            answer = json.loads(proc.stdout.readline() or "{}")
-        except (OSError, ValueError):
-            answer = {}
-        if "nodes" in answer:
-            os.replace(out, src)
-            return int(answer["nodes"])
-        out.unlink(missing_ok=True)
-        if "error" not in answer:  # the child ended: the conversion starts a fresh one
-            _warm.remove((prefix, proc))
-            _end(proc)
-        return None
-    return None
-
-
-def _take_warm(cmd: list[str], cwd: Path, log: Path) -> subprocess.Popen | None:
-    """The warm child, given ``cmd``'s job, when one awaits a command like it; else None."""
-    for prefix, proc in list(_warm):
-        if cmd[: len(prefix)] != prefix:
-            continue
-        _warm.remove((prefix, proc))
-        job = {"argv": cmd[len(prefix):], "cwd": str(cwd), "log": str(log)}
-        if proc.poll() is None:
-            try:
-                proc.stdin.write(json.dumps(job) + "\n")
-                proc.stdin.close()
-                return proc
-            except OSError:
-                pass
-        _end(proc)  # it ended while importing: a fresh child shows why, in its log
-        return None
-    return None
-
-
-class Onnx2tfRun:
-    """One onnx2tf child process, started at once (or the warm one, ``warm_converter``);
-    ``finish`` waits for it and collects its files.
-
-    Its output goes to ``onnx2tf.log`` in its work folder (no pipes), so two runs can proceed
-    side by side; ``kill`` ends a run that is no longer wanted (Ctrl-C, an error elsewhere),
-    so no child outlives the run and writes into a folder that is being removed.
-    """
-
-    def __init__(self, onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str,
-                 backend: Onnx2tfBackend | None = None, granularity: str = "per-channel"):
-        work.mkdir(parents=True, exist_ok=True)
-        write_calibration(work, calib)
-        self.work = work.resolve()
-        self.int8 = int8
-        self.log = self.work / "onnx2tf.log"
-        self.backend = backend or installed_backend()
-        self.failure: Onnx2tfFailed | None = None  # what failed in a run whose files were still taken
-        onnx_path = self.backend.prepare(onnx_path.resolve(), self.work, int8=int8)
-        cmd = onnx2tf_command(onnx_path, self.work / "tf", int8=int8, input_name=input_name, backend=self.backend,
-                              granularity=granularity)
-        self.t0 = time.perf_counter()
-        self.proc = _take_warm(cmd, self.work, self.log)
-        if self.proc is not None:
-            return
-        with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(cmd, cwd=self.work, env=offline_env(), stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
-
-    def finish(self, timeout_s: float, require: tuple[str, ...] | None = None) -> tuple[dict[str, Path], float]:
-        """{variant: tflite path} and the wall time. Raises ``Onnx2tfFailed`` when a variant in
-        ``require`` (default: every variant asked for) was not written, or onnx2tf failed and its
-        line does not keep validated files; otherwise ``failure`` says what else failed."""
-        idle()  # while onnx2tf works, later stages' imports load
-        try:
-            returncode = self.proc.wait(timeout=max(1.0, timeout_s - (time.perf_counter() - self.t0)))
-        except subprocess.TimeoutExpired as exc:
-            self.kill()
-            raise ConversionError(f"onnx2tf did not finish within {timeout_s:.0f} s; the model may be too large") from exc
-        elapsed = time.perf_counter() - self.t0
-        wanted = {k: self.work / "tf" / v for k, v in ONNX2TF_OUTPUTS.items() if self.int8 or k == "float32"}
-        written = {k: p for k, p in wanted.items() if p.is_file()}
-        missing = [k for k in (wanted if require is None else require) if k not in written]
-        if missing or (returncode != 0 and not self.backend.keeps_validated_files):
-            raise Onnx2tfFailed(returncode, self.log.read_text(errors="replace"), missing)
-        if returncode != 0 or len(written) < len(wanted):
-            self.failure = Onnx2tfFailed(returncode, self.log.read_text(errors="replace"), sorted(set(wanted) - set(written)))
-        return written, elapsed
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-
-
-def run_onnx2tf(onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str, timeout_s: float,
-                backend: Onnx2tfBackend | None = None, require: tuple[str, ...] | None = None,
-                granularity: str = "per-channel") -> tuple[dict[str, Path], float]:
-    """Convert; return {variant: tflite path} and onnx2tf's wall time in seconds (``Onnx2tfRun``)."""
-    run = Onnx2tfRun(onnx_path, calib, work, int8=int8, input_name=input_name, backend=backend, granularity=granularity)
-    try:
-        return run.finish(timeout_s, require)
-    finally:
-        run.kill()
-
-
-@dataclass
-class Converted:
-    """What ``convert_variants`` got: the files, why a variant has none, how a variant was made
-    when not as asked first, and onnx2tf's wall time."""
-
-    files: dict[str, Path]
-    not_written: dict[str, str]
-    notes: dict[str, str]
-    seconds: float
-
-
-def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray, work: Path, *, input_name: str,
-                     timeout_s: float, backend: Onnx2tfBackend) -> Converted:
-    """float32 from ``onnx_path``, and int8 from ``int8_onnx`` when given (the same file, or one
-    with its output groups normalised, converted side by side).
-
-    Only a float32 that cannot be written ends the run. An int8 the converter cannot quantise
-    per channel is tried per tensor where the line offers it (noted), and otherwise reported
-    as a failed row with the converter's reason, beside a float32 that ships.
-    """
-    together = int8_onnx == onnx_path  # one run writes both (1.28 only warns when its int8 fails)
-    runs = [Onnx2tfRun(onnx_path, calib, work / "onnx2tf", int8=together, input_name=input_name, backend=backend)]
-    notes: dict[str, str] = {}
-    why = None  # why there is no int8 yet
-    try:
-        if int8_onnx is not None and not together:
-            runs.append(Onnx2tfRun(int8_onnx, calib, work / "onnx2tf-int8", int8=True, input_name=input_name,
-                                   backend=backend))
-        try:
-            files, seconds = runs[0].finish(timeout_s, require=("float32",))
-        except Onnx2tfFailed as exc:
-            raise exc.with_log() from exc
-        if together and "int8" not in files:
-            why = str(runs[0].failure)
-        elif len(runs) == 2:
-            try:
-                more, more_s = runs[1].finish(timeout_s, require=("int8",))
-                files["int8"], seconds = more["int8"], max(seconds, more_s)
-            except Onnx2tfFailed as exc:
-                why = str(exc)
-        for granularity in backend.int8_granularities[1:]:
-            if why is None:
-                break
-            try:
-                more, more_s = run_onnx2tf(int8_onnx, calib, work / f"onnx2tf-int8-{granularity}", int8=True,
-                                           input_name=input_name, timeout_s=timeout_s, backend=backend,
-                                           require=("int8",), granularity=granularity)
-                files["int8"], seconds = more["int8"], seconds + more_s
-                notes["int8"] = f"{granularity} ({backend.int8_granularities[0]} failed: {why})"
-                why = None
-            except Onnx2tfFailed as exc:
-                why = f"{why}; {granularity} too: {exc}"
-    finally:
-        for run in runs:
-            run.kill()
-    return Converted(files, {"int8": why} if why else {}, notes, seconds)
-
-
-class ToTFLitePass(Pass):
+class ToTFLitePass(Pass[Exported, Converted]):
     name = "to_tflite"
-    imports = ("ai_edge_litert.schema_py_generated",)  # the int8 fixes, after onnx2tf
 
-    def run(self, state: State) -> PassResult:
+    def run(self, value: Exported, config: ConvertConfig) -> PassResult[Converted]:
         from edgeport.convert.export_onnx_pass import INPUT_NAME
 
-        cfg = state.config
-        variants = cfg.variants
+        prepared = value.prepared
+        variants = config.variants
         if not variants:
             raise BadInputError(
-                f"board {cfg.board.name} runs only {', '.join(cfg.board.dtypes)}; drop --no-int8 or choose another --board"
+                f"board {config.board.name} runs only {', '.join(config.board.dtypes)}; drop --no-int8 or choose another --board"
             )
         backend = installed_backend()
         plans = None
-        int8_onnx = state.onnx_path if "int8" in variants else None
+        int8_onnx = value.onnx if "int8" in variants else None
         if int8_onnx is not None:
             from edgeport.convert.int8_groups import normalise_onnx, plan_for
 
-            plans = plan_for(state.module, state.calib[:4], state.strides, state.imgsz, cfg.head)
+            plans = plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)
             if plans is not None:
-                normalised = cfg.work_dir / "int8" / "model.onnx"  # onnx2tf names what it writes after the file
+                normalised = config.work_dir / "int8" / "model.onnx"  # onnx2tf names what it writes after the file
                 normalised.parent.mkdir(exist_ok=True)
-                if normalise_onnx(state.onnx_path, normalised, plans):
+                if normalise_onnx(value.onnx, normalised, plans):
                     int8_onnx = normalised  # int8 from the graph with its groups normalised; float32 keeps the model's values
                 else:
-                    plans = None  # the groups are not joined by one Concat: int8 as it is; parity says what it costs
-        converted = convert_variants(state.onnx_path, int8_onnx, state.calib, cfg.work_dir, input_name=INPUT_NAME,
-                                     timeout_s=cfg.onnx2tf_timeout_s, backend=backend)
-        files, not_written, seconds = converted.files, converted.not_written, converted.seconds
+                    plans = None  # the groups cannot be scaled apart: int8 as it is; parity says what it costs
+        conversion = convert_variants(value.onnx, int8_onnx, prepared.calib, config.work_dir, input_name=INPUT_NAME,
+                                      timeout_s=config.onnx2tf_timeout_s, backend=backend)
+        files, not_written, seconds = conversion.files, conversion.not_written, conversion.seconds
         if "int8" in not_written:
             plans = None
         tflite = {}
@@ -456,7 +52,7 @@ class ToTFLitePass(Pass):
         for variant, src in files.items():
             if variant not in variants:
                 continue  # the board does not run it: do not ship it
-            dst = state.config.work_dir / f"model_{variant}.tflite"
+            dst = config.work_dir / f"model_{variant}.tflite"
             model = src.read_bytes()
             if variant == "int8":
                 model, fixed = share_resize_quantization(model)
@@ -468,20 +64,20 @@ class ToTFLitePass(Pass):
         if requantized:
             note += f"; {requantized} int8 requantise ops inserted where the converter broke a kernel's quantisation constraint"
         if plans is not None:
-            note += "; int8 output groups normalised before their Concat (boxes by the input size)"
-        for variant, how in converted.notes.items():
+            note += "; int8 output groups scaled apart before they are joined (pixels by the input size)"
+        for variant, how in conversion.notes.items():
             note += f"; {variant} {how}"
         for variant, why in not_written.items():
             note += f"; {variant} NOT written: {why}"
-        return PassResult(state.evolve(tflite=tflite, not_converted=not_written, converter_notes=converted.notes,
-                                       converter=backend.describe(),
-                                       int8_plans=plans), changed=True,
-                          summary=f"{sizes} ({backend.describe()}: {seconds:.1f} s{note})")
+        converter = {"name": "onnx2tf", "version": backend.version, "writer": backend.writer}
+        converted = Converted(value, tflite, not_written, conversion.notes, converter, plans)
+        return PassResult(converted, changed=True, summary=f"{sizes} ({backend.describe()}: {seconds:.1f} s{note})")
 
-    def check(self, before: State, after: State) -> None:
-        from edgeport.validate.tflite_runner import load_interpreter
+    def check(self, before: Exported, after: Converted, config: ConvertConfig) -> None:
+        from edgeport.validate.parity.tflite_runner import load_interpreter
 
-        for variant, path in after.tflite.items():
+        imgsz, names = after.prepared.imgsz, after.prepared.output_names
+        for variant, path in after.files.items():
             # the file's own structure, on the reference kernels: whether the optimised runtime (its
             # delegates) can prepare it is a verdict on the file, which parity reports as a failed row
             try:
@@ -489,7 +85,7 @@ class ToTFLitePass(Pass):
             except (RuntimeError, ValueError):
                 continue  # a file no runtime can prepare: parity's rows say so, in the runtime's words
             (inp,) = interp.get_input_details()
-            want = (1, after.imgsz, after.imgsz, 3)
+            want = (1, imgsz, imgsz, 3)
             if tuple(inp["shape"]) != want:
                 raise PassCheckError(f"{variant} TFLite input is {tuple(inp['shape'])}, expected NHWC {want}")
             if variant == "int8":
@@ -498,5 +94,5 @@ class ToTFLitePass(Pass):
                 wrong = [f"{name} {np.dtype(dt)}" for name, dt in dtypes if np.dtype(dt) != np.int8]
                 if wrong:
                     raise PassCheckError(f"int8 TFLite is not full-integer at its edges: {', '.join(wrong)} (expected int8)")
-            if len(interp.get_output_details()) != len(after.output_names):
-                raise PassCheckError(f"{variant} TFLite has {len(interp.get_output_details())} outputs, expected {len(after.output_names)}")
+            if len(interp.get_output_details()) != len(names):
+                raise PassCheckError(f"{variant} TFLite has {len(interp.get_output_details())} outputs, expected {len(names)}")

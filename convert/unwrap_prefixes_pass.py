@@ -7,23 +7,25 @@ module it wraps.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from edgeport.checkpoints import COMPILE_PART, DDP_PREFIX, strip_state_dict, unwrap_module
-from edgeport.convert.base import Pass, PassResult, State
+from edgeport.convert.base import Checkpoint, ConvertConfig, Pass, PassResult
 from edgeport.errors import PassCheckError
 
 
-class UnwrapPrefixesPass(Pass):
+class UnwrapPrefixesPass(Pass[Checkpoint, Checkpoint]):
     name = "unwrap"
 
-    def run(self, state: State) -> PassResult:
-        if state.state_dict is not None:
-            sd, n = strip_state_dict(state.state_dict)
-            return PassResult(state.evolve(state_dict=sd), changed=n > 0, summary=f"{n} keys renamed")
-        module, peeled = unwrap_module(state.module)
+    def run(self, value: Checkpoint, config: ConvertConfig) -> PassResult[Checkpoint]:
+        if value.state_dict is not None:
+            sd, n = strip_state_dict(value.state_dict)
+            return PassResult(replace(value, state_dict=sd), changed=n > 0, summary=f"{n} keys renamed")
+        module, peeled = unwrap_module(value.module)
         summary = f"unwrapped {' > '.join(peeled)}" if peeled else "no wrapper"
-        return PassResult(state.evolve(module=module), changed=bool(peeled), summary=summary)
+        return PassResult(replace(value, module=module), changed=bool(peeled), summary=summary)
 
-    def check(self, before: State, after: State) -> None:
+    def check(self, before: Checkpoint, after: Checkpoint, config: ConvertConfig) -> None:
         if after.state_dict is not None:
             keys = list(after.state_dict)
             left = [k for k in keys if COMPILE_PART in k.split(".")]

@@ -80,8 +80,36 @@ class OutputSelector(nn.Module):
         return select(self.model(x), self.spec)
 
 
+def tensor_paths(out, prefix: str = "") -> list[str]:
+    """The ``--outputs`` path of every tensor in a forward's result, depth first (``0.boxes``)."""
+    if isinstance(out, torch.Tensor):
+        return [prefix or "0"]
+    items = out.items() if isinstance(out, dict) else enumerate(out) if isinstance(out, (list, tuple)) else ()
+    return [p for k, v in items for p in tensor_paths(v, f"{prefix}.{k}" if prefix else str(k))]
+
+
 def require_tensors(out, spec: str | None) -> None:
     """A forward's result is usable as it is, or ``--outputs`` is needed: say so in one line."""
     if spec is None and not is_flat(out):
+        paths = tensor_paths(out)
+        example = ",".join(paths[:2]) if paths else "0"
         raise BadInputError(f"the model returns {describe(out)}, not a tensor or a tuple of tensors; pass --outputs "
-                            f"with the keys or indices of the tensors to compare (e.g. --outputs 0), or --outputs flatten")
+                            f"with the keys or indices of the tensors to compare (e.g. --outputs {example}), or --outputs flatten")
+
+
+def require_fixed_outputs(first, second, spec: str | None) -> None:
+    """Outputs a TFLite file can have: float tensors whose shapes do not depend on the image. A
+    post-processed detector (NMS, top-k over a threshold) returns as many boxes as it finds, and
+    integer labels: those stop here, with the way out."""
+    way_out = ("export the raw head instead: --outputs naming its tensors, or --arch module:callable returning a model "
+               "whose forward stops before the post-processing (torchvision: the head's outputs before postprocess_detections)")
+    for k, a in enumerate(first):
+        if not a.is_floating_point():
+            raise BadInputError(f"output {k} ({describe(a)}) is {str(a.dtype).replace('torch.', '')}, not floating point "
+                                f"(labels or indices of a post-processed result); {way_out}")
+    for k, (a, b) in enumerate(zip(first, second)):
+        if tuple(a.shape) != tuple(b.shape):
+            raise BadInputError(f"output {k}'s shape depends on the image ({tuple(a.shape)} for one, {tuple(b.shape)} for "
+                                f"another): the model post-processes its detections; {way_out}")
+    if len(first) != len(second):
+        raise BadInputError(f"the model returns {len(first)} outputs for one image and {len(second)} for another; {way_out}")

@@ -101,7 +101,7 @@ def cli_session():
 
 
 def make_report(cos=0.999999, rel=1e-6, passed=True, recall=1.0, map50=0.8, extra=0) -> dict:
-    """The smallest ``edgeport.parity/1`` report the gate accepts: the PyTorch row and one float32
+    """The smallest ``edgeport.parity/2`` report the gate accepts: the PyTorch row and one float32
     row with one output, boxes and mAP; its own tolerance that of float32."""
     tol = {"max_abs_rel": 1e-4, "min_cosine": 0.99999}
     out = {"name": "p3", "cosine": cos, "max_abs_rel": rel, "max_abs": rel * 10, "mean_abs": rel, "rmse": rel, "p99_abs": rel,
@@ -109,7 +109,7 @@ def make_report(cos=0.999999, rel=1e-6, passed=True, recall=1.0, map50=0.8, extr
     row = {"variant": "float32", "runtime": "tflite", "passed": passed, "outputs": [out],
            "detections": {"recall": recall, "matched": round(36 * recall), "reference_boxes": 36, "extra": extra},
            "map": {"map50": map50, "map50_95": 0.4}}
-    return {"schema": "edgeport.parity/1", "passed": passed,
+    return {"schema": "edgeport.parity/2", "passed": passed,
             "model": {"arch": "pdet-n", "weights_sha256": "ab" * 32, "outputs": ["p3"]}, "inputs": {"shape": [3, 64, 64]},
             "results": [{"variant": "reference", "runtime": "pytorch", "passed": True, "outputs": []}, row]}
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from edgeport.validate.boards import version_le
+from edgeport.validate.board.profiles import version_le
 
 pytestmark = pytest.mark.slow
 
@@ -56,8 +56,8 @@ def test_legacy_resize_runs_on_the_old_board_but_fails_parity(bilinear_ckpt, tmp
     assert [s["rule"] for s in report["upsample"]["sites"]] == ["legacy_resize"] * 2
     (f32,) = [r for r in report["results"] if r["variant"] == "float32" and r["runtime"] == "tflite"]
     assert not f32["passed"]
-    from edgeport.validate.board_runtime import installed_python
-    from edgeport.validate.boards import load_board
+    from edgeport.validate.board.profiles import load_board
+    from edgeport.validate.board.runtime import installed_python
 
     if installed_python(load_board("tflite-1.13")) is not None:
         # the write-up's bug on the write-up's runtime: it runs the file, and computes something else

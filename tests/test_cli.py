@@ -40,6 +40,7 @@ def _one_error_line(proc, tmp_path, out):
     return lines[-1]
 
 
+@pytest.mark.slow  # a process
 def test_bad_input_through_the_console_script(tmp_path, cli):
     """One smoke test through a fresh process; the cases below run in this one."""
     assert "does not exist" in _bad(tmp_path, cli, str(tmp_path / "missing.pt"), "--arch", "pdet-n")
@@ -101,7 +102,7 @@ def test_demo_converts_end_to_end_within_targets(demo):
     for stage in ("load_checkpoint", "unwrap", "build", "revert_syncbn", "fold_bn", "export_onnx", "to_tflite", "parity"):
         assert stage in proc.stderr, f"no progress line for {stage}"
     report = json.loads((out / "report.json").read_text())
-    assert report["schema"] == "edgeport.parity/1" and report["passed"] is True
+    assert report["schema"] == "edgeport.parity/2" and report["passed"] is True
     # every field validate/SCHEMA.md documents is there
     assert {"schema", "created", "passed", "model", "inputs", "reference", "tolerances", "versions", "artifacts", "board",
             "upsample", "results", "sample", "stages"} <= set(report)
@@ -128,7 +129,7 @@ def test_demo_converts_end_to_end_within_targets(demo):
 
 @pytest.mark.slow
 def test_int8_model_is_full_integer_nhwc(demo):
-    from edgeport.validate.tflite_runner import load_interpreter
+    from edgeport.validate.parity.tflite_runner import load_interpreter
 
     _, out = demo
     interp = load_interpreter(out / "model_int8.tflite")
@@ -158,7 +159,7 @@ def test_trusted_pickled_syncbn_module_converts_without_arch(tmp_path, cli, pdet
 @pytest.mark.slow
 def test_failed_parity_gate_exits_1_and_keeps_artifacts(tmp_path, monkeypatch, pdet_n, capsys):
     from edgeport import cli
-    from edgeport.validate import compare
+    from edgeport.validate.parity import compare
 
     torch.save(pdet_n.state_dict(), tmp_path / "sd.pt")
     # demand more of int8 than quantisation can give: the gate must fail, not crash
@@ -186,6 +187,7 @@ def test_state_dict_trainer_layout_needs_no_arch(tmp_path, run_inproc):
     assert proc.returncode == 2 and "multiple of the model's stride" in proc.stderr
 
 
+@pytest.mark.slow  # a process
 def test_a_reader_that_goes_away_is_not_an_internal_error():
     """`edgeport boards | head -1`: the pipe's reader closes early. Exit as a tool killed by
     SIGPIPE (141), with no 'internal error' and no traceback."""

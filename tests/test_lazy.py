@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import gc
+import json
+import subprocess
 import sys
-import threading
 
 import pytest
 
 from edgeport import _lazy
-
-
-@pytest.fixture
-def one_shot(monkeypatch):
-    """This test process as a one-shot one; afterwards nothing stays frozen and the collector runs."""
-    monkeypatch.setattr(_lazy, "_one_shot", True)
-    yield
-    gc.unfreeze()
-    gc.enable()
 
 
 def test_in_a_library_process_the_block_changes_nothing():
@@ -29,71 +21,54 @@ def test_in_a_library_process_the_block_changes_nothing():
     del garbage
 
 
-def test_the_collector_pauses_inside_and_what_was_made_is_frozen(one_shot):
+def test_a_missing_back_end_says_what_to_install():
+    with pytest.raises(_lazy.MissingDependencyError, match="pip install no-such-package"):
+        _lazy.require("no_such_module_anywhere", package="no-such-package")
+
+
+PROBE = r"""
+import gc, json, sys, threading
+from edgeport import _lazy, cli
+
+def command():
+    seen = {}
     frozen = gc.get_freeze_count()
     with _lazy.importing():
-        assert not gc.isenabled()
+        seen["paused_inside"] = not gc.isenabled()
         made = [[] for _ in range(1000)]
-    assert gc.isenabled(), "the collector runs again"
-    assert gc.get_freeze_count() >= frozen + 1000, "what the block left is frozen"
-    del made
+        inside, leave = threading.Event(), threading.Event()
 
+        def other():
+            with _lazy.importing():
+                inside.set()
+                leave.wait(10)
 
-def test_a_collector_paused_before_stays_paused(one_shot):
-    gc.disable()
-    with _lazy.importing():
-        pass
-    assert not gc.isenabled()
-
-
-def test_the_collector_resumes_when_the_last_block_on_any_thread_ends(one_shot):
-    inside, leave = threading.Event(), threading.Event()
-
-    def other() -> None:
-        with _lazy.importing():
-            inside.set()
-            leave.wait(10)
-
-    thread = threading.Thread(target=other)
-    thread.start()
-    inside.wait(10)
-    with _lazy.importing():
-        with _lazy.importing():
-            assert not gc.isenabled()
-    assert not gc.isenabled(), "another thread is still importing"
+        thread = threading.Thread(target=other)
+        thread.start()
+        inside.wait(10)
+    seen["paused_while_another_thread_imports"] = not gc.isenabled()
     leave.set()
     thread.join(10)
-    assert gc.isenabled()
+    seen["runs_again"] = gc.isenabled()
+    seen["frozen"] = gc.get_freeze_count() - frozen
+    open(sys.argv[1], "w").write(json.dumps(seen))
+    return 0
+
+sys.argv = ["edgeport", sys.argv[2], sys.argv[1]]
+cli.entry(command)
+"""
 
 
-def test_require_imports_a_new_module_inside_the_block(one_shot, tmp_path, monkeypatch):
-    (tmp_path / "ep_probe_gc.py").write_text("import gc\nPAUSED = not gc.isenabled()\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "ep_probe_gc", raising=False)
-    assert _lazy.require("ep_probe_gc").PAUSED
-    assert gc.isenabled()
-
-
-def test_the_cli_process_is_one_shot(monkeypatch):
-    monkeypatch.setattr(_lazy, "_one_shot", False)
-    from edgeport import cli
-
-    monkeypatch.setattr(cli, "exit_now", lambda code: None)
-    monkeypatch.setattr(sys, "argv", ["edgeport", "boards"])
-    cli.entry(lambda: 0)
-    assert _lazy._one_shot
-
-
-def test_training_is_not_one_shot(monkeypatch):
-    monkeypatch.setattr(_lazy, "_one_shot", False)
-    from edgeport import cli
-    from edgeport.train import launch
-
-    def ended(code):
-        raise SystemExit(code)
-
-    monkeypatch.setattr(launch, "exit_process", ended)
-    monkeypatch.setattr(sys, "argv", ["edgeport", "train"])
-    with pytest.raises(SystemExit) as exc:
-        cli.entry(lambda: 0)
-    assert exc.value.code == 0 and not _lazy._one_shot
+@pytest.mark.slow  # a fresh process: one-shot is what a CLI process becomes
+@pytest.mark.parametrize("command, one_shot", [("boards", True), ("train", False)])
+def test_a_cli_process_pauses_and_freezes_while_it_imports_and_training_does_not(tmp_path, command, one_shot):
+    out = tmp_path / "seen.json"
+    proc = subprocess.run([sys.executable, "-c", PROBE.replace("sys.argv[1]", repr(str(out))).replace("sys.argv[2]", repr(command))],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(out.read_text())
+    if one_shot:
+        assert seen == {"paused_inside": True, "paused_while_another_thread_imports": True, "runs_again": True,
+                        "frozen": seen["frozen"]} and seen["frozen"] >= 1000, seen
+    else:
+        assert not seen["paused_inside"] and seen["runs_again"] and seen["frozen"] == 0, seen

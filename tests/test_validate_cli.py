@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from edgeport.models.synth import make_scene
+from edgeport.ops.tflite_model import read_tflite
 from edgeport.train.data import write_dataset
-from edgeport.validate.boards import load_board
-from edgeport.validate.differences import IgnoreHalfPixelCenters
-from edgeport.validate.emulator import build_emulator
-from edgeport.validate.tflite_model import read_tflite
+from edgeport.validate.board.differences import IgnoreHalfPixelCenters
+from edgeport.validate.board.profiles import load_board
+from edgeport.validate.parity.emulator import emulate
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ EMULATED, REAL = "board:tflite-1.13 (emulated)", "board:tflite-1.13 (TFLite 1.13
 
 def _real_runtime() -> bool:
     """Whether the real TFLite 1.13.1 is installed (`make setup-boards`): its rows join the emulator's."""
-    from edgeport.validate.board_runtime import installed_python
+    from edgeport.validate.board.runtime import installed_python
 
     return installed_python(load_board("tflite-1.13")) is not None
 
@@ -47,7 +47,7 @@ def test_legacy_resize_fails_on_the_old_board_emulator_at_the_resize(bilinear, t
     assert "first divergence at reference node" in proc.stdout and "(Resize)" in proc.stdout
     report = json.loads((out / "report.json").read_text())
     (board_row,) = [r for r in report["results"] if r["runtime"] == EMULATED]
-    assert board_row["emulator"]["runnable"] and not board_row["passed"]
+    assert board_row["verdict"]["runnable"] and not board_row["passed"]
     assert board_row["divergence"]["first"]["reference_type"] == "Resize"
     if _real_runtime():  # the real TFLite 1.13.1 runs it too, and computes the same wrong thing
         (real,) = [r for r in report["results"] if r["runtime"] == REAL]
@@ -59,7 +59,7 @@ def test_naive_model_cannot_run_on_the_old_board(bilinear, tmp_path, cli):
     ckpt, root = bilinear
     proc = cli("validate", str(ckpt), "--tflite", str(root / "naive" / "model_float32.tflite"), "--board", "tflite-1.13", "--out", str(tmp_path / "v"))
     assert proc.returncode == 1
-    from edgeport.convert.to_tflite_pass import installed_backend
+    from edgeport.convert.onnx2tf import installed_backend
 
     if installed_backend().generation >= 2:  # v1 with the flag set: refused for the flag
         assert "only RESIZE_BILINEAR v3 kernels honour half_pixel_centers" in proc.stderr
@@ -68,8 +68,10 @@ def test_naive_model_cannot_run_on_the_old_board(bilinear, tmp_path, cli):
         if _real_runtime():  # and the runtime itself refuses to load it, in its own words
             report = json.loads((tmp_path / "v" / "report.json").read_text())
             (real,) = [r for r in report["results"] if r["runtime"] == REAL]
-            assert real["emulator"]["reasons"] == ["TFLite 1.13.1 refused the model: Didn't find op for builtin opcode "
-                                                   "'RESIZE_BILINEAR' version '3'"]
+            assert real["verdict"] == {"judge": "runtime", "runnable": False, "differences": {}, "arena_bytes": None,
+                                       "model_bytes": None, "reasons": ["TFLite 1.13.1 refused the model: Didn't find op for "
+                                                                        "builtin opcode 'RESIZE_BILINEAR' version '3'"]}
+            assert "refused float32: its rows are the verdict" in proc.stdout
 
 
 def test_a_board_that_ignores_half_pixel_centres_is_emulated(bilinear, tmp_path):
@@ -82,8 +84,8 @@ def test_a_board_that_ignores_half_pixel_centres_is_emulated(bilinear, tmp_path)
     profile = tmp_path / "vendor.toml"
     profile.write_text('name = "vendor"\nruntime = "tflite"\nversion = "2.4.0"\ndtypes = ["float32"]\nram_bytes = 100000000\n'
                        'flash_bytes = 100000000\ndifferences = ["ignore_half_pixel_centers"]\n')
-    runner, verdict, _ = build_emulator(naive, load_board(str(profile)), [(1, 6, 12, 12), (1, 6, 6, 6), (1, 6, 3, 3)], tmp_path)
-    assert verdict.runnable and verdict.differences == {"ignore_half_pixel_centers": 2}
+    emulation = emulate(naive, load_board(str(profile)), [(1, 6, 12, 12), (1, 6, 6, 6), (1, 6, 3, 3)], tmp_path)
+    assert emulation.verdict.runnable and emulation.verdict.differences == {"ignore_half_pixel_centers": 2}
 
 
 def test_tflm_arena_against_the_board_ram(demo_ckpt, tmp_path, cli):
@@ -92,11 +94,11 @@ def test_tflm_arena_against_the_board_ram(demo_ckpt, tmp_path, cli):
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     (row,) = [r for r in report["results"] if r["runtime"] == "board:tflm-m4-256k"]
-    assert row["passed"] and 100_000 < row["emulator"]["arena_bytes"] <= 262_144
+    assert row["passed"] and 100_000 < row["verdict"]["arena_bytes"] <= 262_144
     small = tmp_path / "tiny.toml"
     small.write_text('name = "m0-64k"\nruntime = "tflm"\nversion = "2026.10"\ndtypes = ["int8"]\nram_bytes = 65536\n'
                      'flash_bytes = 1048576\nops = ["CONV_2D", "PAD", "ADD", "RESIZE_NEAREST_NEIGHBOR"]\n')
-    _, verdict, _ = build_emulator(out / "model_int8.tflite", load_board(str(small)), [(1, 6, 20, 20), (1, 6, 10, 10), (1, 6, 5, 5)], tmp_path)
+    verdict = emulate(out / "model_int8.tflite", load_board(str(small)), [(1, 6, 20, 20), (1, 6, 10, 10), (1, 6, 5, 5)], tmp_path).verdict
     assert not verdict.runnable
     assert any(r.startswith("tensor arena needs") and "m0-64k has 65,536 bytes of RAM" in r for r in verdict.reasons)
 

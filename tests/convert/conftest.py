@@ -18,3 +18,40 @@ def small_onnx(tmp_path):
     export_onnx(model, 32, onnx_path, output_names=["y"], opset=17)
     simplify(onnx_path)
     return onnx_path, np.random.default_rng(0).random((8, 3, 32, 32), dtype=np.float32)
+
+
+# -- typed phase records for one pass at a time -------------------------------------------------
+
+
+def config(tmp_path, **kw):
+    """The user's request as the command resolves it (the default board unless given)."""
+    from edgeport.convert.base import ConvertConfig
+    from edgeport.validate.board.profiles import load_board
+
+    kw.setdefault("board", load_board("default"))
+    return ConvertConfig(checkpoint=kw.pop("checkpoint", tmp_path / "x.pt"), work_dir=tmp_path, **kw)
+
+
+def checkpoint_record(tmp_path, *, state_dict=None, module=None, arch=None, arch_config=None, layout="state_dict"):
+    from edgeport.convert.base import Checkpoint
+
+    return Checkpoint(tmp_path / "x.pt", layout, state_dict, module, arch, arch_config)
+
+
+def model_record(tmp_path, module, *, arch="test", stride=32, strides=(8, 16, 32)):
+    import copy
+
+    from edgeport.convert.base import Model
+
+    return Model(checkpoint_record(tmp_path, module=module), module, copy.deepcopy(module), arch, None, stride, tuple(strides))
+
+
+def prepared_record(tmp_path, module, calib, *, imgsz=None, output_names=("p3", "p4", "p5"), strides=(8, 16, 32), head=None,
+                    upsample=()):
+    from edgeport.convert.base import Prepared
+    from edgeport.models.heads import Head
+
+    imgsz = imgsz or calib.shape[-1]
+    model = model_record(tmp_path, module, strides=strides)
+    return Prepared(model, module, model.reference, imgsz, calib, "test", calib, "test", tuple(output_names), tuple(strides),
+                    head or Head("raw"), tuple(upsample))

@@ -5,34 +5,37 @@ import textwrap
 import pytest
 import torch
 
-from edgeport.convert.base import ConvertConfig, State
 from edgeport.convert.build_model_pass import BuildModelPass
 from edgeport.errors import ArchitectureError, KeyMismatchError
 from edgeport.models.registry import build_model
 
+from .conftest import checkpoint_record, config
 
-def _state(tmp_path, **kw):
-    arch = kw.pop("cli_arch", None)
-    return State(ConvertConfig(checkpoint=tmp_path / "x.pt", work_dir=tmp_path, arch=arch), **kw)
+
+def _run(tmp_path, cli_arch=None, **kw):
+    """BuildModelPass on a checkpoint record holding ``kw``, with ``--arch cli_arch``."""
+    ckpt = checkpoint_record(tmp_path, **kw)
+    cfg = config(tmp_path, arch=cli_arch)
+    return ckpt, cfg, BuildModelPass().run(ckpt, cfg)
 
 
 def test_builds_and_loads_weights_exactly(tmp_path, pdet_n):
     sd = pdet_n.state_dict()
-    result = BuildModelPass().run(_state(tmp_path, state_dict=sd, cli_arch="pdet-n"))
-    BuildModelPass().check(_state(tmp_path, state_dict=sd), result.state)
-    got = result.state.module.state_dict()
+    ckpt, cfg, result = _run(tmp_path, state_dict=sd, cli_arch="pdet-n")
+    BuildModelPass().check(ckpt, result.value, cfg)
+    got = result.value.module.state_dict()
     assert all(torch.equal(got[k], sd[k]) for k in sd)
-    assert not result.state.module.training and result.state.stride == 32
+    assert not result.value.module.training and result.value.stride == 32
 
 
 def test_unknown_arch_lists_valid_names(tmp_path, pdet_n):
     with pytest.raises(ArchitectureError, match=r"unknown architecture 'yolo'.*pdet-n.*pdet-s"):
-        BuildModelPass().run(_state(tmp_path, state_dict=pdet_n.state_dict(), cli_arch="yolo"))
+        _run(tmp_path, state_dict=pdet_n.state_dict(), cli_arch="yolo")
 
 
 def test_missing_arch_says_to_pass_it(tmp_path, pdet_n):
     with pytest.raises(ArchitectureError, match="pass --arch"):
-        BuildModelPass().run(_state(tmp_path, state_dict=pdet_n.state_dict()))
+        _run(tmp_path, state_dict=pdet_n.state_dict())
 
 
 def test_key_mismatch_is_a_readable_diff(tmp_path, pdet_n):
@@ -41,7 +44,7 @@ def test_key_mismatch_is_a_readable_diff(tmp_path, pdet_n):
     sd["extra.weight"] = torch.zeros(3)
     sd["head.preds.1.bias"] = torch.zeros(9)
     with pytest.raises(KeyMismatchError) as info:
-        BuildModelPass().run(_state(tmp_path, state_dict=sd, cli_arch="pdet-n"))
+        _run(tmp_path, state_dict=sd, cli_arch="pdet-n")
     msg = str(info.value)
     assert "\n" not in msg
     assert "1 missing: head.preds.0.weight" in msg
@@ -51,13 +54,13 @@ def test_key_mismatch_is_a_readable_diff(tmp_path, pdet_n):
 
 def test_wrong_size_arch_is_a_mismatch(tmp_path, pdet_n):
     with pytest.raises(KeyMismatchError, match="shape mismatch"):
-        BuildModelPass().run(_state(tmp_path, state_dict=pdet_n.state_dict(), cli_arch="pdet-s"))
+        _run(tmp_path, state_dict=pdet_n.state_dict(), cli_arch="pdet-s")
 
 
 def test_stored_arch_and_config_are_used(tmp_path):
-    model, config = build_model("pdet-n", {"num_classes": 3})
-    result = BuildModelPass().run(_state(tmp_path, state_dict=model.state_dict(), arch="pdet-n", arch_config=config))
-    assert result.state.module.cfg.num_classes == 3
+    model, stored = build_model("pdet-n", {"num_classes": 3})
+    _, _, result = _run(tmp_path, state_dict=model.state_dict(), arch="pdet-n", arch_config=stored)
+    assert result.value.module.cfg.num_classes == 3
 
 
 def test_module_callable_from_current_directory(tmp_path, monkeypatch):
@@ -70,8 +73,8 @@ def test_module_callable_from_current_directory(tmp_path, monkeypatch):
     """))
     monkeypatch.chdir(tmp_path)
     model, _ = build_model("mynet:make")
-    result = BuildModelPass().run(_state(tmp_path, state_dict=model.state_dict(), cli_arch="mynet:make"))
-    assert isinstance(result.state.module, torch.nn.Sequential)
+    _, _, result = _run(tmp_path, state_dict=model.state_dict(), cli_arch="mynet:make")
+    assert isinstance(result.value.module, torch.nn.Sequential)
     with pytest.raises(ArchitectureError, match="returned int, expected an nn.Module"):
         build_model("mynet:not_a_module")
     with pytest.raises(ArchitectureError, match="cannot import 'nosuchmod'"):

@@ -5,10 +5,11 @@ import pytest
 import torch
 from torch import nn
 
-from edgeport.convert.base import ConvertConfig, State
 from edgeport.convert.fold_bn_pass import FoldBNPass, fold_batchnorm
 from edgeport.errors import PassCheckError
 from edgeport.models.inference import forward
+
+from .conftest import config, prepared_record
 
 
 def _bn_count(m):
@@ -145,18 +146,18 @@ def test_a_conv_called_twice_is_not_folded(make_bn_stats):
 
 
 def test_check_catches_a_wrong_fold(pdet_n, tmp_path):
-    state = State(ConvertConfig(checkpoint=tmp_path / "x", work_dir=tmp_path), module=pdet_n, calib=images_)
+    prepared, cfg = prepared_record(tmp_path, pdet_n, images_), config(tmp_path)
     p = FoldBNPass()
-    result = p.run(state)
-    p.check(state, result.state)
-    wrong = result.state.module
+    result = p.run(prepared, cfg)
+    p.check(prepared, result.value, cfg)
+    wrong = result.value.module
     with torch.no_grad():
         wrong.get_submodule("backbone.stem.0").bias.add_(0.1)  # a dropped/shifted bias
     with pytest.raises(PassCheckError, match="changed by"):
-        p.check(state, result.state)
+        p.check(prepared, result.value, cfg)
 
 
 def test_check_catches_unfolded_pairs(pdet_n, tmp_path):
-    state = State(ConvertConfig(checkpoint=tmp_path / "x", work_dir=tmp_path), module=pdet_n, calib=images_)
+    prepared = prepared_record(tmp_path, pdet_n, images_)
     with pytest.raises(PassCheckError, match="were not folded"):
-        FoldBNPass().check(state, state)
+        FoldBNPass().check(prepared, prepared, config(tmp_path))

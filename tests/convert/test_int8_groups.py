@@ -9,7 +9,8 @@ import torch
 
 from edgeport.convert.export_onnx_pass import export_onnx, run_onnxruntime, simplify
 from edgeport.convert.int8_groups import MAX_GROUP_RATIO, group_factor, group_scales, normalise_onnx
-from edgeport.validate.tensors import denormalise
+from edgeport.models.heads import FREE, PIXELS, UNIT, Head
+from edgeport.validate.parity.tensors import denormalise
 
 
 class Yoloish(torch.nn.Module):
@@ -26,13 +27,26 @@ class Yoloish(torch.nn.Module):
 
 def test_groups_far_apart_are_planned_and_close_ones_are_not():
     boxes_and_scores = np.concatenate([np.full((1, 4, 10), 300.0), np.full((1, 1, 10), 0.9)], 1).astype(np.float32)
-    assert group_scales([boxes_and_scores], "yolov8", 320) == [[(1, 0, 4, 320.0)]]
+    v8 = Head("yolov8", nc=1)
+    assert group_scales([boxes_and_scores], v8, 320) == [[(1, 0, 4, 320.0)]]
     close = boxes_and_scores.copy()
     close[:, :4] = 0.9 * MAX_GROUP_RATIO / 2
-    assert group_scales([close], "yolov8", 320) == [[]]
-    assert group_scales([np.zeros((1, 6, 4, 4), np.float32)], "pdet", 320) == [[]]
+    assert group_scales([close], v8, 320) == [[]]
+    assert group_scales([np.zeros((1, 6, 4, 4), np.float32)], Head("pdet", nc=1, strides=(8,)), 320) == [[]]
     # an untrained head's scores (Ultralytics' prior: ~1e-4) are raised by a power of two, exactly
-    assert group_factor("scores", 0.014, 320) == 2.0**-6 and group_factor("scores", 0.9, 320) == 1.0
+    assert group_factor(UNIT, 0.014, 320) == 2.0**-6 and group_factor(UNIT, 0.9, 320) == 1.0
+    assert group_factor(PIXELS, 500.0, 320) == 320.0 and group_factor(FREE, 40.0, 320) == 64.0
+
+
+def test_a_pose_heads_keypoints_are_planned_apart_from_their_visibility():
+    """(1, 4+1+17*3, A): per keypoint x, y in pixels and a visibility score, interleaved."""
+    out = np.zeros((1, 56, 10), np.float32)
+    out[:, :4], out[:, 4] = 300.0, 0.9
+    for k in range(17):
+        out[:, 5 + 3 * k : 7 + 3 * k], out[:, 7 + 3 * k] = 200.0, 0.8
+    (plan,) = group_scales([out], Head("yolov8-pose", nc=1, kpt_shape=(17, 3)), 320)
+    assert plan[0] == (1, 0, 4, 320.0) and len(plan) == 18
+    assert plan[1:] == [(1, 5 + 3 * k, 7 + 3 * k, 320.0) for k in range(17)]
 
 
 def test_the_graph_divides_each_group_before_the_concat(tmp_path):
@@ -70,3 +84,40 @@ def test_restore_leaves_unplanned_outputs_alone(shape):
     y = np.ones(shape, np.float32)
     (same,) = denormalise([y], [[]])
     assert same is not y and np.array_equal(same, y)
+
+
+class Posish(torch.nn.Module):
+    """Ultralytics' pose export: cat([boxes, scores], 1), then keypoints made (B, K, 3, A) -- x, y
+    in pixels beside a sigmoid visibility -- and reshaped to (B, K*3, A) before the last Concat."""
+
+    def __init__(self, kpts=3):
+        super().__init__()
+        self.kpts = kpts
+        self.box, self.cls, self.kpt = torch.nn.Conv2d(3, 4, 8, 8), torch.nn.Conv2d(3, 1, 8, 8), torch.nn.Conv2d(3, kpts * 3, 8, 8)
+
+    def forward(self, x):
+        det = torch.cat([torch.relu(self.box(x)).flatten(2) * 100.0, torch.sigmoid(self.cls(x)).flatten(2)], 1)
+        k = self.kpt(x).flatten(2).view(1, self.kpts, 3, -1)
+        kpts = torch.cat([k[:, :, :2] * 50.0 + 100.0, torch.sigmoid(k[:, :, 2:3])], 2).view(1, self.kpts * 3, -1)
+        return torch.cat([det, kpts], 1)
+
+
+def test_keypoints_are_scaled_before_the_reshape_that_interleaves_them(tmp_path):
+    torch.manual_seed(0)
+    model = Posish().eval()
+    src, dst = tmp_path / "m.onnx", tmp_path / "n.onnx"
+    export_onnx(model, 64, src, output_names=["output0"], opset=17)
+    simplify(src)
+    x = np.random.default_rng(0).random((1, 3, 64, 64), dtype=np.float32)
+    (ref,) = run_onnxruntime(src, x)
+    (plan,) = group_scales([ref], Head("yolov8-pose", nc=1, kpt_shape=(3, 3)), 64)
+    assert plan and all(f == 64.0 for *_, f in plan)
+    assert normalise_onnx(src, dst, [plan])
+    (got,) = run_onnxruntime(dst, x)
+    (back,) = denormalise([got], [plan])
+    np.testing.assert_allclose(back, ref, rtol=1e-5, atol=1e-5)
+    assert group_scales([got], Head("yolov8-pose", nc=1, kpt_shape=(3, 3)), 64) == [[]], "the groups now share a range"
+    import onnx
+
+    muls = [n for n in onnx.load(str(dst)).graph.node if n.name.startswith("edgeport_int8_scale")]
+    assert len(muls) == 2, "boxes before the first Concat, keypoint x, y before the one the reshape reads"

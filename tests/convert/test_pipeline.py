@@ -1,58 +1,60 @@
-"""run_pipeline: passes in order, and later passes' imports loaded while a pass waits on its child."""
+"""run_pipeline: passes in order, each on the value the one before returned; errors name the pass."""
 
 from __future__ import annotations
 
-import sys
-import threading
+import typing
 
-from edgeport._lazy import idle
-from edgeport.convert.base import ConvertConfig, Pass, PassResult, State
-from edgeport.convert.pipeline import run_pipeline
+import pytest
+
+from edgeport.convert import base
+from edgeport.convert.base import Pass, PassResult
+from edgeport.convert.pipeline import PIPELINE, VALIDATE, run_pipeline
+from edgeport.errors import BadInputError, PassCheckError
+
+from .conftest import config
 
 
 class Step(Pass):
-    """A pass that records what was loaded when it ran; ``waits``: it then waits as on a child."""
+    """Appends its name to a list it is given; ``fail`` raises in run, ``broken`` in check."""
 
-    def __init__(self, name: str, *, waits: bool = False, imports: tuple[str, ...] = (), seen: list | None = None):
-        self.name, self.waits, self.imports, self.seen = name, waits, imports, seen
+    def __init__(self, name: str, *, fail: Exception | None = None, broken: bool = False):
+        self.name, self.fail, self.broken = name, fail, broken
 
-    def run(self, state: State) -> PassResult:
-        if self.seen is not None:
-            self.seen.append((self.name, {m: m in sys.modules for m in ("ep_probe_later", "ep_probe_after")}))
-        if self.waits:
-            idle()
-        return PassResult(state, changed=False, summary=self.name)
+    def run(self, value, config) -> PassResult:
+        if self.fail is not None:
+            raise self.fail
+        return PassResult((*((value,) if not isinstance(value, tuple) else value), self.name), changed=True, summary=self.name)
 
-    def check(self, before: State, after: State) -> None:
-        """Promises nothing."""
-
-
-def _probe(folder, name: str) -> None:
-    (folder / f"{name}.py").write_text("import threading\nLOADED_BY = threading.current_thread().name\n")
+    def check(self, before, after, config) -> None:
+        if self.broken:
+            raise PassCheckError("promise broken")
 
 
-def test_while_a_pass_waits_the_imports_of_later_passes_and_the_caller_load(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("ep_probe_later", "ep_probe_after"):
-        _probe(tmp_path, name)
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    seen: list = []
-    passes = [Step("first", seen=seen), Step("convert", waits=True, seen=seen),
-              Step("validate", imports=("ep_probe_later", "no_such_module_anywhere"), seen=seen)]
-    config = ConvertConfig(checkpoint=tmp_path / "unused.pt", work_dir=tmp_path)
-    _, records = run_pipeline(config, passes, then_imports=("ep_probe_after",))
-    assert [r.name for r in records] == ["first", "convert", "validate"]
-    assert seen[0] == ("first", {"ep_probe_later": False, "ep_probe_after": False}), "nothing loads before a pass waits"
-    assert sys.modules["ep_probe_later"].LOADED_BY == "edgeport-preload"
-    assert sys.modules["ep_probe_after"].LOADED_BY == "edgeport-preload", "the caller's imports: loaded by the time it returns"
-    assert "no_such_module_anywhere" not in sys.modules  # a module that cannot load is left to its user's import
-    assert not [t for t in threading.enumerate() if t.name == "edgeport-preload"], "the thread is joined"
+def test_each_pass_gets_what_the_one_before_returned(tmp_path):
+    cfg = config(tmp_path)
+    value, records = run_pipeline(cfg, [Step("a"), Step("b"), Step("c")])
+    assert value == (cfg, "a", "b", "c") and [r.name for r in records] == ["a", "b", "c"]
 
 
-def test_without_a_pass_that_waits_nothing_loads_ahead(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(tmp_path))
-    _probe(tmp_path, "ep_probe_later")
-    monkeypatch.delitem(sys.modules, "ep_probe_later", raising=False)
-    config = ConvertConfig(checkpoint=tmp_path / "unused.pt", work_dir=tmp_path)
-    run_pipeline(config, [Step("one"), Step("two", imports=("ep_probe_later",))])
-    assert "ep_probe_later" not in sys.modules
+def test_an_error_names_the_pass_and_those_before_it(tmp_path):
+    with pytest.raises(PassCheckError, match=r"b failed: ValueError: boom \(after a\)"):
+        run_pipeline(config(tmp_path), [Step("a"), Step("b", fail=ValueError("boom")), Step("c")])
+    with pytest.raises(PassCheckError, match=r"c: promise broken \(after a, b\)"):
+        run_pipeline(config(tmp_path), [Step("a"), Step("b"), Step("c", broken=True)])
+    with pytest.raises(BadInputError, match="^bad input$"):  # the user's input: its own words, nothing added
+        run_pipeline(config(tmp_path), [Step("a"), Step("b", fail=BadInputError("bad input"))])
+
+
+def _types(p: Pass) -> tuple[type, type]:
+    """The declared (input, output) record types of a pass: ``Pass[In, Out]``."""
+    (generic,) = [b for b in type(p).__orig_bases__ if typing.get_origin(b) is Pass]
+    return typing.get_args(generic)
+
+
+@pytest.mark.parametrize("passes", [PIPELINE, VALIDATE], ids=["convert", "validate"])
+def test_the_phases_chain_by_their_declared_types(passes):
+    """Reading the signatures is enough to follow a value from the command line to the report."""
+    assert _types(passes[0])[0] is base.ConvertConfig
+    for before, after in zip(passes, passes[1:]):
+        assert _types(before)[1] is _types(after)[0], f"{before.name} returns {_types(before)[1]}, {after.name} takes {_types(after)[0]}"
+    assert _types(passes[-1])[1] is (base.Validated if passes is PIPELINE else base.Prepared)

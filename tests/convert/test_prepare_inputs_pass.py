@@ -5,31 +5,35 @@ import pytest
 import torch
 from PIL import Image
 
-from edgeport.convert.base import ConvertConfig, State
 from edgeport.convert.calibration import load_calibration
 from edgeport.convert.prepare_inputs_pass import PrepareInputsPass
 from edgeport.errors import BadInputError, CalibrationError
 
+from .conftest import config, model_record
 
-def _state(tmp_path, model, **cfg):
-    config = ConvertConfig(checkpoint=tmp_path / "x", work_dir=tmp_path, max_calib=4, max_validate=2, **cfg)
-    return State(config, module=model, stride=32, strides=(8, 16, 32))
+
+def _run(tmp_path, model, *, strides=(8, 16, 32), **cfg):
+    """PrepareInputsPass on ``model`` with the options ``cfg``: (model record, config, result)."""
+    cfg.setdefault("max_calib", 4)
+    cfg.setdefault("max_validate", 2)
+    built, cfg = model_record(tmp_path, model, strides=strides), config(tmp_path, **cfg)
+    return built, cfg, PrepareInputsPass().run(built, cfg)
 
 
 @pytest.mark.parametrize("imgsz, hint", [(100, "use 96 or 128"), (20, "use 32 or 64"), (-32, "positive multiple")])
 def test_imgsz_must_be_a_multiple_of_the_stride(tmp_path, pdet_n, imgsz, hint):
     with pytest.raises(BadInputError, match=hint):
-        PrepareInputsPass().run(_state(tmp_path, pdet_n, imgsz=imgsz))
+        _run(tmp_path, pdet_n, imgsz=imgsz)
 
 
 def test_synthetic_calibration_and_held_out_validation(tmp_path, pdet_n):
-    result = PrepareInputsPass().run(_state(tmp_path, pdet_n, imgsz=64))
-    PrepareInputsPass().check(result.state, result.state)
-    s = result.state
-    assert s.calib.shape == (4, 3, 64, 64) and s.val_inputs.shape == (2, 3, 64, 64)
-    assert s.output_names == ("p3", "p4", "p5")
+    built, cfg, result = _run(tmp_path, pdet_n, imgsz=64)
+    PrepareInputsPass().check(built, result.value, cfg)
+    s = result.value
+    assert s.calib.shape == (4, 3, 64, 64) and s.val.shape == (2, 3, 64, 64)
+    assert s.output_names == ("p3", "p4", "p5") and s.head.name == "pdet"
     # validation images are not the calibration images
-    assert not any(np.array_equal(v, c) for v in s.val_inputs for c in s.calib)
+    assert not any(np.array_equal(v, c) for v in s.val for c in s.calib)
 
 
 def test_calibration_folder_is_letterboxed(tmp_path):
@@ -78,21 +82,36 @@ class Nested(torch.nn.Module):
 def test_a_nested_result_is_described_in_one_line(tmp_path):
     with pytest.raises(BadInputError, match=r"the model returns tuple\(Tensor\(1, 5, 4096\), list\(Tensor\(1, 5, 8, 8\), "
                                             r"Tensor\(1, 5, 4, 4\)\)\), not a tensor .* pass --outputs"):
-        PrepareInputsPass().run(State(ConvertConfig(checkpoint=tmp_path / "x", work_dir=tmp_path, imgsz=64), module=Nested(),
-                                      stride=32))
+        _run(tmp_path, Nested(), imgsz=64, strides=())
 
 
 @pytest.mark.parametrize("spec, shapes", [("0", [(1, 5, 4096)]), ("1.1", [(1, 5, 4, 4)]), ("flatten", [(1, 5, 4096), (1, 5, 8, 8), (1, 5, 4, 4)])])
 def test_outputs_picks_the_tensors(tmp_path, spec, shapes):
     from edgeport.models.inference import forward
 
-    config = ConvertConfig(checkpoint=tmp_path / "x", work_dir=tmp_path, imgsz=64, outputs=spec)
-    state = PrepareInputsPass().run(State(config, module=Nested(), reference_module=Nested(), stride=32)).state
-    assert [o.shape for o in forward(state.module, state.calib[:1])] == shapes
-    assert len(state.output_names) == len(shapes)
+    _, _, result = _run(tmp_path, Nested(), imgsz=64, outputs=spec, strides=())
+    prepared = result.value
+    assert [o.shape for o in forward(prepared.module, prepared.calib[:1])] == shapes
+    assert len(prepared.output_names) == len(shapes)
 
 
 def test_outputs_names_what_is_missing(tmp_path):
-    config = ConvertConfig(checkpoint=tmp_path / "x", work_dir=tmp_path, imgsz=64, outputs="out,masks")
     with pytest.raises(BadInputError, match=r"--outputs 'masks': no 'masks' in dict\{out: Tensor\(1, 5, 64, 64\), aux: Tensor"):
-        PrepareInputsPass().run(State(config, module=Nested(as_dict=True), stride=32))
+        _run(tmp_path, Nested(as_dict=True), imgsz=64, outputs="out,masks", strides=())
+
+
+class PostProcessed(torch.nn.Module):
+    """torchvision's detectors in eval mode: as many boxes as it finds, and integer labels."""
+
+    def forward(self, x):
+        n = int(x.mean() * 100) % 7 + 1  # a count that follows the image
+        return [{"boxes": x.flatten()[: n * 4].reshape(n, 4), "labels": torch.zeros(n, dtype=torch.int64)}]
+
+
+def test_a_result_whose_shape_follows_the_image_stops_with_the_way_out(tmp_path):
+    with pytest.raises(BadInputError, match=r"e\.g\. --outputs 0\.boxes,0\.labels"):
+        _run(tmp_path, PostProcessed(), imgsz=64, strides=())
+    with pytest.raises(BadInputError, match="is int64, not floating point .* export the raw head instead"):
+        _run(tmp_path, PostProcessed(), imgsz=64, outputs="flatten", strides=())
+    with pytest.raises(BadInputError, match=r"output 0's shape depends on the image .* export the raw head instead"):
+        _run(tmp_path, PostProcessed(), imgsz=64, outputs="0.boxes", strides=())

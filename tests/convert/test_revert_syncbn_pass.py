@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
 
-from edgeport.convert.base import ConvertConfig, State
 from edgeport.convert.revert_syncbn_pass import RevertSyncBNPass, count_sync_bn, revert_sync_batchnorm
 from edgeport.errors import PassCheckError
+
+from .conftest import config, prepared_record
 
 ATTRS = ("num_features", "eps", "momentum", "affine", "track_running_stats")
 
@@ -58,24 +61,29 @@ def test_original_is_not_modified(pdet_n):
 
 def test_pass_check_catches_leftover_syncbn(pdet_n, tmp_path, images):
     sync = _sync(pdet_n).eval()
-    state = State(ConvertConfig(checkpoint=tmp_path / "x", work_dir=tmp_path), module=sync, calib=images)
+    prepared, cfg = prepared_record(tmp_path, sync, images), config(tmp_path)
     p = RevertSyncBNPass()
-    result = p.run(state)
-    assert result.changed
-    p.check(state, result.state)
+    result = p.run(prepared, cfg)
+    assert result.changed and result.summary == "23 SyncBatchNorm reverted to BatchNorm2d"
+    p.check(prepared, result.value, cfg)
     with pytest.raises(PassCheckError, match="23 SyncBatchNorm layers remain"):
-        p.check(state, state)
+        p.check(prepared, prepared, cfg)
+
+
+def test_a_model_without_syncbn_says_its_weights_load_as_they_are(pdet_n, tmp_path, images):
+    result = RevertSyncBNPass().run(prepared_record(tmp_path, pdet_n, images), config(tmp_path))
+    assert not result.changed and "state_dict loads into BatchNorm as it is" in result.summary
 
 
 def test_pass_check_catches_changed_outputs(pdet_n, tmp_path, images):
     sync = _sync(pdet_n).eval()
-    state = State(ConvertConfig(checkpoint=tmp_path / "x", work_dir=tmp_path), module=sync, calib=images)
-    result = RevertSyncBNPass().run(state)
+    prepared, cfg = prepared_record(tmp_path, sync, images), config(tmp_path)
+    result = RevertSyncBNPass().run(prepared, cfg)
     broken, _ = revert_sync_batchnorm(sync)
     with torch.no_grad():
         broken.backbone.stem[1].running_mean.add_(0.5)
     with pytest.raises(PassCheckError, match="changed by"):
-        RevertSyncBNPass().check(state, result.state.evolve(module=broken.eval()))
+        RevertSyncBNPass().check(prepared, replace(result.value, module=broken.eval()), cfg)
 
 
 class SyncBatchNormAct(nn.SyncBatchNorm):

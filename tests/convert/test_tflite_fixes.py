@@ -11,7 +11,7 @@ import torch
 from edgeport.convert.base import ConvertConfig
 from edgeport.convert.pipeline import PIPELINE, run_pipeline
 from edgeport.convert.tflite_fixes import _SCALE, RESIZE_OPS, _quant, share_resize_quantization
-from edgeport.validate.tflite_model import operators
+from edgeport.ops.tflite_model import operators
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ def int8_bilinear(tmp_path_factory, random_checkpoint) -> Path:
 
 
 def test_skewed_resize_quantisation_is_shared_again_and_xnnpack_prepares_it(int8_bilinear, tmp_path):
-    from edgeport.validate.tflite_runner import load_interpreter
+    from edgeport.validate.parity.tflite_runner import load_interpreter
 
     model = int8_bilinear.read_bytes()
     assert _resize_quant(model) and all(a == b for a, b in _resize_quant(model)), "edgeport ships resize quantisation shared"
@@ -57,8 +57,8 @@ def test_skewed_resize_quantisation_is_shared_again_and_xnnpack_prepares_it(int8
 
 
 def _outputs(path: Path, x) -> list:
-    from edgeport.validate.tensors import to_model_input
-    from edgeport.validate.tflite_runner import load_interpreter
+    from edgeport.validate.parity.tensors import to_model_input
+    from edgeport.validate.parity.tflite_runner import load_interpreter
 
     interp = load_interpreter(path, kernels="reference")
     (inp,) = interp.get_input_details()
@@ -103,7 +103,7 @@ def _set_scale_then_fix(model: bytes, q, scale: float, tmp_path: Path, refusal: 
     check the reference kernels refuse it with ``refusal``, fix it with one QUANTIZE op, and
     return the fixed file."""
     from edgeport.convert.tflite_fixes import requantize_int8_constraints
-    from edgeport.validate.tflite_runner import load_interpreter
+    from edgeport.validate.parity.tflite_runner import load_interpreter
 
     buf = bytearray(model)
     struct.pack_into("<f", buf, q._tab.Vector(q._tab.Offset(_SCALE)), scale)

@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from edgeport.checkpoints import strip_state_dict, unwrap_module
-from edgeport.convert.base import ConvertConfig, State
 from edgeport.convert.unwrap_prefixes_pass import UnwrapPrefixesPass
 from edgeport.errors import CheckpointError, PassCheckError
+
+from .conftest import checkpoint_record, config
 
 
 @pytest.mark.parametrize(
@@ -39,6 +40,7 @@ def test_colliding_keys_are_an_error():
         strip_state_dict({"module._orig_mod.a": torch.zeros(1), "module.a": torch.zeros(1)})
 
 
+@pytest.mark.slow  # importing torch.compile's machinery: 1.6 s
 def test_compiled_module_object_is_unwrapped(pdet_n):
     compiled = torch.compile(pdet_n)  # wrapping only: nothing compiles until it is called
     module, peeled = unwrap_module(compiled)
@@ -58,10 +60,11 @@ def test_ddp_module_object_is_unwrapped(pdet_n, tmp_path):
 
 
 def test_pass_reports_change_and_check_catches_leftovers(pdet_n, tmp_path):
-    state = State(ConvertConfig(checkpoint=tmp_path / "x.pt", work_dir=tmp_path), state_dict={"module." + k: v for k, v in pdet_n.state_dict().items()})
+    ckpt = checkpoint_record(tmp_path, state_dict={"module." + k: v for k, v in pdet_n.state_dict().items()})
+    cfg = config(tmp_path)
     p = UnwrapPrefixesPass()
-    result = p.run(state)
-    assert result.changed and not any(k.startswith("module.") for k in result.state.state_dict)
-    p.check(state, result.state)
+    result = p.run(ckpt, cfg)
+    assert result.changed and not any(k.startswith("module.") for k in result.value.state_dict)
+    p.check(ckpt, result.value, cfg)
     with pytest.raises(PassCheckError, match="prefixes remain"):
-        p.check(state, state)
+        p.check(ckpt, ckpt, cfg)

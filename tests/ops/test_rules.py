@@ -15,7 +15,7 @@ from edgeport.ops.base import UnsupportedUpsampleError, UpsampleSpec
 from edgeport.ops.board_upsample import BoardUpsample
 from edgeport.ops.half_pixel_bilinear import HalfPixelBilinear2x
 from edgeport.ops.registry import decide
-from edgeport.validate.boards import load_board
+from edgeport.validate.board.profiles import load_board
 
 OLD, MODERN, MCU = load_board("tflite-1.13"), load_board("default"), load_board("tflm-m4-256k")
 
@@ -134,7 +134,7 @@ def test_half_pixel_x2_equals_pytorch_bilinear_on_any_shape(n, c, h, w):
 
 def test_rules_declare_their_ops_once_and_derive_the_rest():
     from edgeport.ops.registry import LEGACY_RULES, RULES
-    from edgeport.validate.boards import op_min_runtime
+    from edgeport.validate.board.profiles import op_min_runtime
 
     table = op_min_runtime()
     for rule in RULES + LEGACY_RULES:

@@ -9,11 +9,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgeport.convert.export_onnx_pass import run_onnxruntime, simplify
+from edgeport.convert.onnx2tf import run_onnx2tf
 from edgeport.convert.rewrite_upsample_pass import rewrite_graph
-from edgeport.convert.to_tflite_pass import run_onnx2tf
-from edgeport.validate.boards import check_model, load_board
-from edgeport.validate.tflite_model import read_tflite
-from edgeport.validate.tflite_runner import TFLiteRunner
+from edgeport.ops.tflite_model import read_tflite
+from edgeport.validate.board.profiles import check_model, load_board
+from edgeport.validate.parity.tflite_runner import TFLiteRunner
 
 pytestmark = pytest.mark.slow
 OLD = load_board("tflite-1.13")

@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 from edgeport.errors import BadInputError
-from edgeport.validate.board_runtime import BoardRunner, BoardRuntimeError, LocalPython
-from edgeport.validate.boards import parse_ssh_url
-from edgeport.validate.op_probe import one_op_model
+from edgeport.validate.board.probe import one_op_model
+from edgeport.validate.board.profiles import parse_ssh_url
+from edgeport.validate.board.runtime import BoardRuntimeError, LocalPython
+from edgeport.validate.parity.board_runner import BoardRunner
 
 from ..validate.test_ssh_runner import _one_line_exit_2, _profile, _script
 from .conftest import assert_one_line, inventory
@@ -71,7 +72,7 @@ def board(tmp_path):
         python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{worker}" {case}\n')
         python.chmod(python.stat().st_mode | stat.S_IXUSR)
         transport = LocalPython(python, what="the fake board", timeout_s=60)
-        return BoardRunner(transport, model, [(1,)], board="fake", workdir=tmp_path)
+        return BoardRunner(transport, model, [(1,)], runtime="board:fake", workdir=tmp_path)
 
     return make
 
@@ -85,16 +86,17 @@ def board(tmp_path):
     ("huge-number", "'ms' is not one time"),
     ("deep-json", "result.json edgeport cannot use"),
 ])
+@pytest.mark.slow  # the fake board is a process
 def test_a_board_reply_that_cannot_be_used_is_bad_input(board, case, needle):
     with pytest.raises(BoardRuntimeError, match=needle.replace("(", r"\(").replace("[", r"\[")):
         board(case).run(np.zeros((1, 1), np.float32))
 
 
+@pytest.mark.slow  # the fake board is a process
 def test_a_runtime_name_with_control_characters_reaches_nobody_raw(board):
-    runner = board("control-characters")
-    runner.run(np.zeros((1, 1), np.float32))
-    assert "\x1b" not in runner.runtime and "\n" not in runner.runtime and "\x07" not in runner.runtime
-    assert "\\x1b]0;owned" in runner.runtime
+    said = board("control-characters").run(np.zeros((1, 1), np.float32)).reported
+    assert "\x1b" not in said and "\n" not in said and "\x07" not in said
+    assert "\\x1b]0;owned" in said
 
 
 @pytest.mark.parametrize("url", ["ssh://-oProxyCommand=touch${IFS}pwned@host", "ssh://pi@-oProxyCommand=x", "ssh://pi@host:0",
@@ -109,8 +111,8 @@ def test_a_runner_url_never_reaches_ssh_as_an_option(url, workspace, run_inproc)
 
 def test_the_probe_table_quotes_what_the_runtime_says_of_itself():
     """A runtime naming itself with a quote and a newline cannot add keys to the op table it is written into."""
-    from edgeport.validate.boards import tomllib
-    from edgeport.validate.op_probe import table_toml
+    from edgeport.validate.board.probe import table_toml
+    from edgeport.validate.board.profiles import tomllib
 
     hostile = 'TFLite"\n[ops]\nHARD_SWISH = [1]\n#'
     text = table_toml("b", {"runtime": hostile, "version": "1\n[x]", "package": "p"}, {"ADD": [1]}, command="probe")
@@ -142,8 +144,9 @@ def test_a_custom_op_name_cannot_forge_a_verdict_line(workspace, run_inproc):
     assert "Evil\\nrunnable on tflite-1.13\\x1b[2J" in r.out
 
 
+@pytest.mark.slow  # a real conversion
 def test_a_board_name_with_html_and_markup_lands_inert_in_every_report(workspace, run_inproc):
-    from edgeport.validate.boards import BOARDS_DIR
+    from edgeport.validate.board.profiles import BOARDS_DIR
 
     hostile = "<img src=x onerror=alert(1)>[/]`x`"
     text = (BOARDS_DIR / "default.toml").read_text()

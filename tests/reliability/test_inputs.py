@@ -184,6 +184,7 @@ def test_a_checkpoint_key_with_control_characters_cannot_rewrite_the_terminal(wo
     assert "\x1b" not in r.err and "\x07" not in r.err and line.count("\n") == 0
 
 
+@pytest.mark.slow  # a real conversion
 def test_markup_in_a_path_is_shown_as_it_is(workspace, run_inproc):
     """rich reads [/] as a closing tag; a path holding it is text, never markup."""
     r = run_inproc(*CONVERT, "--no-int8", "--out", "out[/]x", "--board", "default")

@@ -28,8 +28,9 @@ def _can_unshare() -> bool:
     return subprocess.run([*NO_NETWORK, "true"], capture_output=True).returncode == 0
 
 
-@pytest.mark.skipif(not _can_unshare(), reason="unshare -rn (a network namespace) or ip is not available here")
 def test_convert_validate_and_train_work_with_no_network_at_all(workspace):
+    if not _can_unshare():
+        pytest.skip("unshare -rn (a network namespace) or ip is not available here")
     rng = np.random.default_rng(0)
     write_dataset(workspace / "data", {"train": [make_scene(rng, 64) for _ in range(4)], "val": [make_scene(rng, 64) for _ in range(2)]},
                   size=64)

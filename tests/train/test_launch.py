@@ -86,6 +86,7 @@ launch.exit_process(3)
 
 
 @pytest.mark.parametrize("mpi, teardown", [(False, False), (True, True)])
+@pytest.mark.slow  # a process
 def test_a_training_process_ends_without_the_interpreter_teardown_unless_it_started_mpi(mpi, teardown):
     # teardown races gloo's threads releasing the last collectives (SIGABRT at exit); MPI finalises in it
     p = subprocess.run([sys.executable, "-c", _END.format(mpi=mpi)], capture_output=True, text=True, timeout=60)

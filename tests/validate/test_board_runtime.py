@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 from edgeport.errors import BadInputError
-from edgeport.validate import board_runtime
-from edgeport.validate.board_runtime import BoardRunner, BoardRuntimeError, LocalPython, find_python, install, this_python
-from edgeport.validate.boards import BoardProfile, InstallSpec, RunnerSpec, load_board, parse_ssh_url
-from edgeport.validate.op_probe import one_op_model, probe
-from edgeport.validate.runners import RuntimeRefused
+from edgeport.validate.board import runtime as board_runtime
+from edgeport.validate.board.probe import one_op_model, probe
+from edgeport.validate.board.profiles import BoardProfile, InstallSpec, RunnerSpec, load_board, parse_ssh_url
+from edgeport.validate.board.runtime import BoardRuntimeError, LocalPython, find_python, install, this_python
+from edgeport.validate.parity.board_runner import BoardRunner
+from edgeport.validate.parity.runners import RuntimeRefused
 
 
 def _script(path: Path, body: str) -> Path:
@@ -59,35 +60,40 @@ def test_profiles_carry_install_and_runner(tmp_path):
         load_board(str(path))
 
 
+@pytest.mark.slow  # the runtime runs in a process
 def test_the_protocol_runs_a_model_and_names_the_runtime(tmp_path):
     model = _identity_model(tmp_path / "id.tflite")
     x = np.arange(3, dtype=np.float32)  # three "images" of one value each
-    runner = BoardRunner(this_python(), model, [(1,)], board="here", workdir=tmp_path)
+    runner = BoardRunner(this_python(), model, [(1,)], runtime="board:here", workdir=tmp_path)
     out = runner.run(x)
     np.testing.assert_array_equal(out.outputs[0], x)  # what went in came back, image by image
-    assert runner.runtime.startswith("board:here (LiteRT ")
+    assert out.reported.startswith("LiteRT "), "the runtime says what it is, where its label does not"
+    assert out.repeat_max_abs == 0.0, "each image invoked twice, the same answer"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["id.tflite"]  # its run folder is gone
 
 
+@pytest.mark.slow  # the runtime runs in a process
 def test_a_model_the_runtime_lacks_an_op_for_is_refused_in_its_own_words(tmp_path):
     model = _identity_model(tmp_path / "v99.tflite", "CONV_2D", 99)
     with pytest.raises(RuntimeRefused, match="refused the model: Didn't find op for builtin opcode 'CONV_2D' version '99'"):
-        BoardRunner(this_python(), model, [(1,)], board="here", workdir=tmp_path).run(np.zeros(1, np.float32))
+        BoardRunner(this_python(), model, [(1,)], runtime="board:here", workdir=tmp_path).run(np.zeros(1, np.float32))
 
 
+@pytest.mark.slow  # the runtime runs in a process
 def test_a_python_without_a_runtime_or_that_crashes_is_bad_input(tmp_path):
     model = _identity_model(tmp_path / "id.tflite")
     bare = LocalPython(_script(tmp_path / "bare", f'exec "{sys.executable}" -S "$@"'), what="the bare Python")
     with pytest.raises(BoardRuntimeError, match=r"the bare Python cannot run TFLite: Python 3\.\d+ here has no numpy"):
-        BoardRunner(bare, model, [(1,)], board="x", workdir=tmp_path).run(np.zeros(1, np.float32))
+        BoardRunner(bare, model, [(1,)], runtime="board:x", workdir=tmp_path).run(np.zeros(1, np.float32))
     crash = LocalPython(_script(tmp_path / "crash", "echo 'Segmentation fault' >&2; exit 139"), what="the board")
     with pytest.raises(BoardRuntimeError, match=r"the board crashed \(exit 139\): Segmentation fault"):
-        BoardRunner(crash, model, [(1,)], board="x", workdir=tmp_path).run(np.zeros(1, np.float32))
+        BoardRunner(crash, model, [(1,)], runtime="board:x", workdir=tmp_path).run(np.zeros(1, np.float32))
     slow = LocalPython(_script(tmp_path / "slow", "sleep 30"), what="the slow board", timeout_s=1)
     with pytest.raises(BoardRuntimeError, match="the slow board did not finish within 1 s"):
-        BoardRunner(slow, model, [(1,)], board="x", workdir=tmp_path).run(np.zeros(1, np.float32))
+        BoardRunner(slow, model, [(1,)], runtime="board:x", workdir=tmp_path).run(np.zeros(1, np.float32))
 
 
+@pytest.mark.slow  # the runtime runs in a process
 def test_the_probe_asks_the_runtime_itself():
     runtime, table = probe(this_python(), max_version=3)
     assert runtime["runtime"] == "LiteRT" and runtime["accepted"]
@@ -95,6 +101,7 @@ def test_the_probe_asks_the_runtime_itself():
     assert "PLACEHOLDER_FOR_GREATER_OP_CODES" not in table  # not an op: no kernel answers to it
 
 
+@pytest.mark.slow  # the runtime runs in a process
 def test_the_shipped_default_table_is_what_this_runtime_has_when_it_is_the_probed_one():
     from edgeport._lazy import installed_versions
 
@@ -106,6 +113,7 @@ def test_the_shipped_default_table_is_what_this_runtime_has_when_it_is_the_probe
     assert {op: frozenset(vs) for op, vs in table.items()} == board.op_table.versions
 
 
+@pytest.mark.slow  # Pythons asked their version, in processes
 def test_install_refusals(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGEPORT_HOME", str(tmp_path / "home"))
     with pytest.raises(BadInputError, match="board 'default' has no installable runtime .* boards with one: tflite-1.13"):
@@ -122,6 +130,7 @@ def test_install_refusals(tmp_path, monkeypatch):
     assert not (tmp_path / "home").exists()  # nothing made for a refusal
 
 
+@pytest.mark.slow  # Pythons asked their version, in processes
 def test_find_python_passes_over_a_shim_that_refuses(tmp_path, monkeypatch):
     bindir = tmp_path / "bin"
     bindir.mkdir()

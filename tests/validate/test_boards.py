@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from edgeport.errors import BadInputError
-from edgeport.validate.boards import BoardProfile, board_names, check_model, load_board, op_min_runtime, version_le
-from edgeport.validate.tflite_model import OpUse, TFLiteSummary, read_tflite
+from edgeport.ops.tflite_model import OpUse, TFLiteSummary, read_tflite
+from edgeport.validate.board.profiles import BoardProfile, board_names, check_model, load_board, op_min_runtime, version_le
 
 # a profile whose runtime nobody probed: TFLite's tabulated op versions are all there is to go on
 UNPROBED = BoardProfile("soc", "", "tflite", "2.4.0", ("float32",), ram_bytes=1, flash_bytes=10**9)

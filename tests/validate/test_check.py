@@ -7,7 +7,7 @@ import json
 import pytest
 
 from edgeport.errors import BadInputError
-from edgeport.validate.check import CheckTolerance, compare_reports, load_report, parse_report
+from edgeport.validate.gate.check import CheckTolerance, compare_reports, load_report, parse_report
 
 from ..conftest import make_report
 
@@ -66,21 +66,21 @@ def test_unreadable_files_and_tolerances(tmp_path):
     (tmp_path / "x.json").write_text("{nope")
     with pytest.raises(BadInputError, match="not readable JSON"):
         load_report(tmp_path / "x.json", "report")
-    with pytest.raises(BadInputError, match="is not an edgeport.parity/1 report"):
+    with pytest.raises(BadInputError, match="is not an edgeport.parity/2 report"):
         parse_report({"schema": "other/1"}, "baseline")
     assert CheckTolerance.parse(["cosine=1e-3"]).cosine == 1e-3
     with pytest.raises(BadInputError, match="KEY=VALUE"):
         CheckTolerance.parse(["speed=2"])
 
 
-def test_check_cli_exit_codes(tmp_path, cli):
+def test_check_cli_exit_codes(tmp_path, run_inproc):
     base, now = tmp_path / "base.json", tmp_path / "now.json"
     base.write_text(json.dumps(make_report()))
     now.write_text(json.dumps(make_report(cos=0.989999)))
-    ok = cli("check", str(base), "--baseline", str(base))
+    ok = run_inproc("check", str(base), "--baseline", str(base))
     assert ok.returncode == 0 and "no regression" in ok.stdout
-    bad = cli("check", str(now), "--baseline", str(base))
+    bad = run_inproc("check", str(now), "--baseline", str(base))
     assert bad.returncode == 1 and "float32/tflite: p3 cosine 0.999999 -> 0.989999" in bad.stdout
-    assert cli("check", str(now), "--baseline", str(tmp_path / "missing.json")).returncode == 2
-    upd = cli("check", str(now), "--baseline", str(tmp_path / "new" / "base.json"), "--update-baseline")
+    assert run_inproc("check", str(now), "--baseline", str(tmp_path / "missing.json")).returncode == 2
+    upd = run_inproc("check", str(now), "--baseline", str(tmp_path / "new" / "base.json"), "--update-baseline")
     assert upd.returncode == 0 and json.loads((tmp_path / "new" / "base.json").read_text()) == json.loads(now.read_text())

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from edgeport.validate.compare import FLOAT32, INT8, Tolerance, compare_tensors, tensor_metrics
+from edgeport.validate.parity.compare import FLOAT32, INT8, Tolerance, compare_tensors, tensor_metrics
 
 
 def test_identical_tensors():

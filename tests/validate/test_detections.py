@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgeport.models.decode import Detections
-from edgeport.validate.detections import compare_detections, match_detections
+from edgeport.validate.parity.detections import compare_detections, match_detections
 
 
 def _d(boxes, scores, classes=None):

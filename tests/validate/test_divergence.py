@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgeport.validate.divergence import Tensor, locate
+from edgeport.validate.parity.divergence import Tensor, locate
 
 
 def _t(name, value, op="Conv"):
@@ -40,7 +40,7 @@ def test_intermediates_of_every_dtype_are_handled(tmp_path):
     """A graph with Shape (int64) and a float path: ONNX Runtime runs it, only floats come back."""
     import torch
 
-    from edgeport.validate.divergence import onnx_intermediates
+    from edgeport.validate.parity.divergence import onnx_intermediates
 
     class WithShape(torch.nn.Module):
         def __init__(self):

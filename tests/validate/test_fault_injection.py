@@ -2,28 +2,30 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 
-from edgeport.convert.base import ConvertConfig, Pass, PassResult, State
+from edgeport.convert.base import ConvertConfig, Pass, PassResult
 from edgeport.convert.pipeline import PIPELINE, run_pipeline
-from edgeport.validate.boards import load_board
+from edgeport.validate.board.profiles import load_board
 
 pytestmark = pytest.mark.slow
 
 
 class Fault(Pass):
-    """Applies ``fn`` to the state right after the pass named ``after``."""
+    """Applies ``fn`` to the value right after the pass named ``after`` (a ``Prepared`` record)."""
 
     def __init__(self, after: str, fn):
         self.after, self.fn = after, fn
         self.name = f"fault_after_{after}"
 
-    def run(self, state: State) -> PassResult:
-        return PassResult(self.fn(state), changed=True, summary="fault injected")
+    def run(self, value, config) -> PassResult:
+        return PassResult(self.fn(value), changed=True, summary="fault injected")
 
-    def check(self, before: State, after: State) -> None:
+    def check(self, before, after, config) -> None:
         """A fault promises nothing: the passes after it and the parity report must catch it."""
 
 
@@ -34,13 +36,13 @@ def _with_fault(fault: Fault) -> list[Pass]:
 
 
 def _module_edit(edit):
-    def fn(state):
+    def fn(prepared):
         import copy
 
-        module = copy.deepcopy(state.module)
+        module = copy.deepcopy(prepared.module)
         with torch.no_grad():
             edit(module)
-        return state.evolve(module=module)
+        return replace(prepared, module=module)
 
     return fn
 
@@ -51,9 +53,13 @@ def checkpoints(random_checkpoint):
 
 
 def _convert(ckpt, tmp_path, passes, **cfg):
+    from edgeport.validate.report.assemble import build_report
+
+    cfg.setdefault("board", load_board("default"))
     config = ConvertConfig(checkpoint=ckpt, work_dir=tmp_path, imgsz=cfg.pop("imgsz", 96), max_calib=8, max_validate=2, **cfg)
-    state, _ = run_pipeline(config, passes)
-    return state.report
+    validated, _ = run_pipeline(config, passes)
+    prepared = validated.gated.converted.prepared
+    return build_report(validated.parity, model=prepared.describe(), board=validated.gated.board, artifacts={}).to_dict()
 
 
 def _first_divergence(report, variant, runtime="tflite-ref"):
@@ -100,8 +106,9 @@ def test_dropped_bias_is_caught_at_its_conv(checkpoints, tmp_path):
 
 def test_int8_calibrated_on_wrongly_normalised_images_is_caught(demo_ckpt, tmp_path):
     # the trained detector: its outputs depend on the image (a random network's barely do)
-    def times_255(state):
-        return state.evolve(calib=np.ascontiguousarray(state.calib * 255.0))  # 0..255 instead of 0..1
+    def times_255(exported):
+        prepared = replace(exported.prepared, calib=np.ascontiguousarray(exported.prepared.calib * 255.0))  # 0..255, not 0..1
+        return replace(exported, prepared=prepared)
     report = _convert(demo_ckpt, tmp_path, _with_fault(Fault("export_onnx", times_255)))
     rows = {(r["variant"], r["runtime"]): r for r in report["results"]}
     assert rows[("float32", "tflite")]["passed"], "float32 does not depend on calibration"

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from edgeport.validate.parity import ParitySubject, run_parity
-from edgeport.validate.report import failures
-from edgeport.validate.runners import Runner
+from edgeport.validate.parity.result import Verdict
+from edgeport.validate.parity.run import ParitySubject, PlannedRow, run_parity
+from edgeport.validate.parity.runners import Runner
+from edgeport.validate.report.schema import failures
 
 
 class Doubler(torch.nn.Module):
@@ -26,6 +27,18 @@ class FakeRunner(Runner):
         return [x[:, :1] * self.scale + self.offset]
 
 
+def _run(subject: ParitySubject, rows) -> dict:
+    """run_parity on the rows ``rows(subject, shapes)`` lists -- (variant, runner, analysis file,
+    emulator verdict) each -- as the report's dictionary."""
+    def plan(subject, shapes):
+        return [PlannedRow(v, runner.runtime if runner is not None else f"board:{subject.board.name}", runner, file, verdict)
+                for v, runner, file, verdict in rows(subject, shapes)]
+
+    result = run_parity(subject, plan=plan)
+    return {"results": [r.to_dict() for r in result.rows], "passed": result.passed, "inputs": result.inputs,
+            "board_runtime": result.board_runtime}
+
+
 def _subject(tmp_path: Path, **kw) -> ParitySubject:
     rng = np.random.default_rng(0)
     return ParitySubject(reference_module=Doubler(), folded_module=None, onnx_path=None, tflite={}, output_names=("y",),
@@ -36,7 +49,7 @@ def test_rows_pass_and_fail_on_what_the_runners_compute(tmp_path):
     rows = lambda subject, shapes: [("float32", FakeRunner("exact"), None, None),  # noqa: E731
                                     ("float32", FakeRunner("off", offset=0.1), None, None),
                                     ("int8", FakeRunner("noisy-int8", scale=2.02), None, None)]
-    report = run_parity(_subject(tmp_path), row_runners=rows)
+    report = _run(_subject(tmp_path), rows)
     by = {r["runtime"]: r for r in report["results"]}
     assert list(by) == ["pytorch", "exact", "off", "noisy-int8"]
     assert by["exact"]["passed"] and by["exact"]["outputs"][0]["max_abs"] == 0.0
@@ -51,29 +64,28 @@ def test_a_board_that_cannot_run_the_file_is_a_failed_row_with_its_reasons(tmp_p
         name = "tiny"
         has_real_runtime = False
 
-    verdict = {"runnable": False, "reasons": ["CONV_2D has no kernel"], "differences": {}, "arena_bytes": None, "model_bytes": 1}
-    report = run_parity(_subject(tmp_path, board=Board()), row_runners=lambda s, shapes: [("int8", None, None, verdict)])
+    verdict = Verdict("emulator", False, ("CONV_2D has no kernel",), model_bytes=1)
+    report = _run(_subject(tmp_path, board=Board()), lambda s, shapes: [("int8", None, None, verdict)])
     (row,) = [r for r in report["results"] if r["runtime"] == "board:tiny"]
-    assert row["passed"] is False and row["emulator"]["reasons"] == ["CONV_2D has no kernel"] and row["outputs"] == []
+    assert row["passed"] is False and row["verdict"]["reasons"] == ["CONV_2D has no kernel"] and row["outputs"] == []
 
 
 def test_divergence_is_computed_for_failing_rows_only(tmp_path):
     exported = []
     subject = _subject(tmp_path, export_reference=exported.append)
-    report = run_parity(subject, row_runners=lambda s, shapes: [("float32", FakeRunner("exact"), Path("unused.tflite"), None)])
+    report = _run(subject, lambda s, shapes: [("float32", FakeRunner("exact"), Path("unused.tflite"), None)])
     assert exported == [] and report["results"][1]["divergence"] is None
 
 
 class RefusingBoard(Runner):
     """A board's own runtime that refuses the file, as TFLite 1.13.1 refuses CONV_2D v2."""
 
-    runtime = "board:old"
+    runtime = "board:old (TFLite 1.13.1)"
     board_runtime = True
 
     def _run_one(self, x):
-        from edgeport.validate.runners import RuntimeRefused
+        from edgeport.validate.parity.runners import RuntimeRefused
 
-        self.runtime = "board:old (TFLite 1.13.1)"
         raise RuntimeRefused("TFLite 1.13.1 refused the model: Didn't find op for builtin opcode 'CONV_2D' version '2'")
 
 
@@ -85,17 +97,17 @@ def test_the_board_runtime_is_the_judge_of_its_row(tmp_path):
 
     rows = lambda subject, shapes: [("float32", FakeRunner("board:old (emulated)"), None, None),  # noqa: E731
                                     ("float32", RefusingBoard(), None, None)]
-    report = run_parity(_subject(tmp_path, board=Old()), row_runners=rows)
+    report = _run(_subject(tmp_path, board=Old()), rows)
     by = {r["runtime"]: r for r in report["results"]}
     assert by["board:old (emulated)"]["passed"]
     refused = by["board:old (TFLite 1.13.1)"]
-    assert refused["passed"] is False and refused["emulator"]["judge"] == "runtime"
-    assert refused["emulator"]["reasons"] == ["TFLite 1.13.1 refused the model: Didn't find op for builtin opcode 'CONV_2D' version '2'"]
-    assert not report["passed"] and report["board_runtime"] == {"real": False, "via": None, "install": None}
+    assert refused["passed"] is False and refused["verdict"]["judge"] == "runtime"
+    assert refused["verdict"]["reasons"] == ["TFLite 1.13.1 refused the model: Didn't find op for builtin opcode 'CONV_2D' version '2'"]
+    assert not report["passed"] and report["board_runtime"] == {"real": False, "via": None, "install": None, "refused": ["float32"]}
 
 
 def test_a_failing_board_runtime_row_has_its_divergence_located_on_the_emulator(tmp_path, monkeypatch):
-    from edgeport.validate import parity
+    from edgeport.validate.parity import run as parity
 
     class OffBoard(FakeRunner):
         board_runtime = True
@@ -103,7 +115,7 @@ def test_a_failing_board_runtime_row_has_its_divergence_located_on_the_emulator(
     monkeypatch.setattr(parity, "_reference_tensors", lambda subject, x: {"fake": True})
     monkeypatch.setattr(parity, "_divergence", lambda ref, path, x, tol: {"found": False, "file": str(path)})
     rows = lambda subject, shapes: [("float32", OffBoard("board:old (TFLite 1.13.1)", offset=0.1), Path("emulated.tflite"), None)]  # noqa: E731
-    (_, row) = run_parity(_subject(tmp_path), row_runners=rows)["results"]
+    (_, row) = _run(_subject(tmp_path), rows)["results"]
     assert row["divergence"] == {"found": False, "file": "emulated.tflite",
                                  "located_on": "the emulator: the board's runtime exposes no intermediate tensors"}
 
@@ -111,7 +123,7 @@ def test_a_failing_board_runtime_row_has_its_divergence_located_on_the_emulator(
 def test_failing_rows_on_one_file_share_one_divergence_analysis(tmp_path, monkeypatch):
     """int8 on the optimised kernels, the reference kernels and an emulator that changes nothing:
     three failing rows, one file, one analysis (it reruns the file with every intermediate kept)."""
-    from edgeport.validate import parity
+    from edgeport.validate.parity import run as parity
 
     analysed = []
     monkeypatch.setattr(parity, "_reference_tensors", lambda subject, x: {"fake": True})
@@ -120,7 +132,7 @@ def test_failing_rows_on_one_file_share_one_divergence_analysis(tmp_path, monkey
     rows = lambda subject, shapes: [("float32", off("tflite"), Path("a.tflite"), None),  # noqa: E731
                                     ("float32", off("tflite-ref"), Path("a.tflite"), None),
                                     ("float32", off("board:x"), Path("b.tflite"), None)]
-    report = run_parity(_subject(tmp_path), row_runners=rows)
+    report = _run(_subject(tmp_path), rows)
     assert analysed == [Path("a.tflite"), Path("b.tflite")]
     assert [r["divergence"] for r in report["results"][1:]] == [{"file": "a.tflite"}, {"file": "a.tflite"}, {"file": "b.tflite"}]
 
@@ -130,26 +142,25 @@ def test_a_normalised_int8_file_is_compared_in_the_model_units(tmp_path):
     (float32 here: int8 is judged on cosine, which a uniform factor leaves at 1.)"""
     quarter = FakeRunner("tflite", scale=2.0 / 4.0)  # the reference doubles; this file returns a quarter of that
     rows = lambda subject, shapes: [("float32", quarter, None, None)]  # noqa: E731
-    plain = run_parity(_subject(tmp_path), row_runners=rows)
+    plain = _run(_subject(tmp_path), rows)
     assert not plain["results"][1]["passed"]
-    restored = run_parity(_subject(tmp_path, normalised={"float32": [[(1, 0, 1, 4.0)]]}), row_runners=rows)
+    restored = _run(_subject(tmp_path, normalised={"float32": [[(1, 0, 1, 4.0)]]}), rows)
     assert restored["results"][1]["passed"] and restored["results"][1]["outputs"][0]["max_abs"] < 1e-6
 
 
 def test_a_variant_the_converter_did_not_write_is_a_failed_row_that_says_why(tmp_path):
     why = "onnx2tf failed (exit 1): StrictFullIntegerQuantizationError: Unsupported op: PADV2"
-    report = run_parity(_subject(tmp_path, not_converted={"int8": why}),
-                        row_runners=lambda s, shapes: [("float32", FakeRunner("tflite"), None, None)])
+    report = _run(_subject(tmp_path, not_converted={"int8": why}), lambda s, shapes: [("float32", FakeRunner("tflite"), None, None)])
     by = {(r["variant"], r["runtime"]): r for r in report["results"]}
     assert by[("float32", "tflite")]["passed"]
     row = by[("int8", "converter")]
-    assert row["passed"] is False and row["outputs"] == [] and row["emulator"]["reasons"] == [why]
+    assert row["passed"] is False and row["outputs"] == [] and row["verdict"]["reasons"] == [why]
     assert not report["passed"] and [str(f) for f in failures(report)] == [f"int8/converter: {why}"]
 
 
 def test_a_file_the_runtime_cannot_prepare_is_its_refusal_not_a_crash(tmp_path):
-    from edgeport.validate.runners import RuntimeRefused
-    from edgeport.validate.tflite_runner import TFLiteRunner
+    from edgeport.validate.parity.runners import RuntimeRefused
+    from edgeport.validate.parity.tflite_runner import TFLiteRunner
 
     bad = tmp_path / "model_float32.tflite"
     bad.write_bytes(b"TFL3 but not a flatbuffer model")
@@ -179,7 +190,7 @@ class _Meeting(Runner):
 def test_single_threaded_rows_run_side_by_side_and_pytorch_alone(tmp_path, monkeypatch):
     import threading
 
-    import edgeport.validate.parity as parity
+    import edgeport.validate.parity.run as parity
 
     monkeypatch.setattr(parity, "_workers", lambda: 2)
     active: list = []
@@ -187,28 +198,28 @@ def test_single_threaded_rows_run_side_by_side_and_pytorch_alone(tmp_path, monke
     rows = lambda subject, shapes: [("folded", _Meeting("torch-like", None, active, side_by_side=False), None, None),  # noqa: E731
                                     ("float32", _Meeting("a", both, active), None, None),
                                     ("int8", _Meeting("b", both, active), None, None)]
-    report = run_parity(_subject(tmp_path), row_runners=rows)
+    report = _run(_subject(tmp_path), rows)
     assert [r["runtime"] for r in report["results"]] == ["pytorch", "torch-like", "a", "b"]
     assert report["passed"], [r for r in report["results"] if not r["passed"]]
 
 
 def test_a_refusal_in_a_side_by_side_run_is_its_rows_verdict(tmp_path):
-    from edgeport.validate.runners import RuntimeRefused
+    from edgeport.validate.parity.runners import RuntimeRefused
 
     class Refuses(FakeRunner):
         def _run_one(self, x):
             raise RuntimeRefused("no kernel for HARD_SWISH")
 
     rows = lambda subject, shapes: [("float32", Refuses("picky"), None, None), ("float32", FakeRunner("exact"), None, None)]  # noqa: E731
-    by = {r["runtime"]: r for r in run_parity(_subject(tmp_path), row_runners=rows)["results"]}
-    assert by["picky"]["passed"] is False and by["picky"]["emulator"]["reasons"] == ["no kernel for HARD_SWISH"]
+    by = {r["runtime"]: r for r in _run(_subject(tmp_path), rows)["results"]}
+    assert by["picky"]["passed"] is False and by["picky"]["verdict"]["reasons"] == ["no kernel for HARD_SWISH"]
     assert by["exact"]["passed"]
 
 
 def test_a_run_asked_to_stop_stops_before_its_next_image():
     import threading
 
-    from edgeport.validate.runners import Stopped
+    from edgeport.validate.parity.runners import Stopped
 
     stop = threading.Event()
     runner = FakeRunner("exact")
@@ -219,7 +230,7 @@ def test_a_run_asked_to_stop_stops_before_its_next_image():
 
 
 def test_a_slow_runs_images_are_shared_out_and_joined_in_order(tmp_path, monkeypatch):
-    import edgeport.validate.parity as parity
+    import edgeport.validate.parity.run as parity
 
     monkeypatch.setattr(parity, "_workers", lambda: 2)
     shares: list = []
@@ -233,14 +244,14 @@ def test_a_slow_runs_images_are_shared_out_and_joined_in_order(tmp_path, monkeyp
             return super().run(inputs, stop)
 
     rows = lambda subject, shapes: [("float32", Slow("slow-ref"), None, None)]  # noqa: E731
-    report = run_parity(_subject(tmp_path), row_runners=rows)
+    report = _run(_subject(tmp_path), rows)
     (row,) = [r for r in report["results"] if r["runtime"] == "slow-ref"]
     assert sorted(shares) == [2, 2], "two real images and two random ones, two each"
     assert row["passed"] and row["outputs"][0]["max_abs"] == 0.0, "the shares joined back in image order"
 
 
 def test_the_reference_kernels_split_and_the_optimised_do_not(tmp_path):
-    from edgeport.validate.tflite_runner import TFLiteRunner
+    from edgeport.validate.parity.tflite_runner import TFLiteRunner
 
     model = tmp_path / "m.tflite"
     model.write_bytes(b"not loaded until run")
@@ -250,3 +261,28 @@ def test_the_reference_kernels_split_and_the_optimised_do_not(tmp_path):
     assert {p.cache_key for p in parts} == {ref.cache_key} and all(p.kernels == "reference" for p in parts)
     fast = TFLiteRunner(model, [(1, 1, 2, 2)])
     assert fast.split(3) == [fast]
+
+
+class Stateful(FakeRunner):
+    """An interpreter that keeps state between invokes: right the first time, off the second
+    (TFLite 1.13.1's CONV_2D with a runtime filter)."""
+
+    def __init__(self, runtime):
+        super().__init__(runtime)
+        self.calls = 0
+
+    def _run_one(self, x):
+        self.calls += 1
+        return [x[:, :1] * 2.0 + (0.0 if self.calls % 2 else 0.5)]
+
+
+def test_a_runtime_that_answers_an_image_differently_the_second_time_fails_its_row(tmp_path):
+    report = _run(_subject(tmp_path), lambda s, shapes: [("float32", Stateful("stale"), None, None),
+                                                        ("float32", FakeRunner("steady"), None, None)])
+    by = {r["runtime"]: r for r in report["results"]}
+    stale = by["stale"]
+    assert stale["outputs"][0]["passed"], "the first invokes are right"
+    assert not stale["passed"] and stale["repeat"]["passed"] is False and stale["repeat"]["max_abs"] == pytest.approx(0.5)
+    assert "a second invoke of the same image answers differently (max |difference| 0.5)" in stale["reasons"][0]
+    assert by["steady"]["passed"] and by["steady"]["repeat"] == {"max_abs": 0.0, "passed": True}
+    assert by["pytorch"]["repeat"] is None, "the reference is invoked once"

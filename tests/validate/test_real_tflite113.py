@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 import torch
 
-from edgeport.validate.board_runtime import BoardRunner, LocalPython, installed_python
-from edgeport.validate.boards import load_board
-from edgeport.validate.tflite_model import read_tflite
-from edgeport.validate.tflite_runner import TFLiteRunner
+from edgeport.ops.tflite_model import read_tflite
+from edgeport.validate.board.profiles import load_board
+from edgeport.validate.board.runtime import LocalPython, installed_python
+from edgeport.validate.parity.board_runner import BoardRunner
+from edgeport.validate.parity.tflite_runner import TFLiteRunner
 
 pytestmark = pytest.mark.slow
 REAL = "board:tflite-1.13 (TFLite 1.13.1)"
@@ -97,7 +98,7 @@ def test_tflite_113_rows_come_from_the_real_runtime_and_match_the_emulator(tmp_p
     per_image = [session.run(None, {"images": x[i : i + 1]}) for i in range(len(x))]
     refs = [np.concatenate(outs) for outs in zip(*per_image)]
     expected = [(1, *r.shape[1:]) for r in refs]
-    real = BoardRunner(LocalPython(python, what="TFLite 1.13.1"), model, expected, board="tflite-1.13", workdir=tmp_path).run(x)
+    real = BoardRunner(LocalPython(python, what="TFLite 1.13.1"), model, expected, runtime="board:tflite-1.13", workdir=tmp_path).run(x)
     emulated = TFLiteRunner(model, expected, kernels="reference").run(x)
     for got, emu, ref in zip(real.outputs, emulated.outputs, refs, strict=True):
         scale = float(np.abs(ref).max())
@@ -106,7 +107,7 @@ def test_tflite_113_rows_come_from_the_real_runtime_and_match_the_emulator(tmp_p
 
 
 def test_the_shipped_tflite_113_op_table_is_what_the_real_runtime_has():
-    from edgeport.validate.op_probe import probe
+    from edgeport.validate.board.probe import probe
 
     runtime, table = probe(LocalPython(_runtime(), what="TFLite 1.13.1"))
     assert (runtime["runtime"], runtime["version"]) == ("TFLite", "1.13.1")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 
-from edgeport.validate.render import divergence_lines, render_json, render_markdown, rows
-from edgeport.validate.report import SCHEMA, ResultRow
+from edgeport.validate.report.render import divergence_lines, render_json, render_markdown, rows
+from edgeport.validate.report.schema import SCHEMA, ResultRow
 
 
 def _report(passed=True, divergence=None) -> dict:
@@ -50,7 +50,7 @@ def test_log_axes_are_labelled_in_plain_text():
     """Not mathtext: its parser takes 0.06 s to build, the report's two plots 0.15 s -> 0.09 s."""
     import re
 
-    from edgeport.validate.figures import _figure, plain_log_ticks
+    from edgeport.validate.report.figures import _figure, plain_log_ticks
 
     def labels(scale, ys):
         fig, ax = _figure((4, 3))

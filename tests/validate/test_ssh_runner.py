@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeport.validate.board_runtime import installed_python
-from edgeport.validate.boards import BOARDS_DIR, load_board
+from edgeport.validate.board.profiles import BOARDS_DIR, load_board
+from edgeport.validate.board.runtime import installed_python
 
 from ..conftest import free_port as _free_port
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgeport.validate.tensors import dequantize, match_outputs, nchw_to_nhwc, nhwc_to_nchw, quantize
+from edgeport.validate.parity.tensors import dequantize, match_outputs, nchw_to_nhwc, nhwc_to_nchw, quantize
 
 
 def test_layout_roundtrip():
@@ -32,7 +32,7 @@ def test_outputs_matched_by_shape_whatever_their_order():
 
 
 def test_ambiguous_outputs_raise_instead_of_pairing_by_position():
-    from edgeport.validate.tensors import AmbiguousOutputs
+    from edgeport.validate.parity.tensors import AmbiguousOutputs
 
     with pytest.raises(AmbiguousOutputs, match=r"matches converted outputs \[0, 1\]"):
         match_outputs([(1, 6, 8, 8), (1, 6, 8, 8)], [(1, 8, 8, 6), (1, 8, 8, 6)])

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeport._lazy import require
-from edgeport.validate.runners import Runner, RuntimeRefused
-from edgeport.validate.tensors import from_model_output, match_outputs, to_model_input
+from edgeport.validate.parity.runners import Runner, RuntimeRefused
+from edgeport.validate.parity.tensors import from_model_output, match_outputs, to_model_input
 
 KERNELS = ("optimized", "reference")
 
@@ -32,16 +32,17 @@ class TFLiteRunner(Runner):
     """Loads its interpreter on first use; ``cache_key`` says when two runners compute the same
     thing (the same bytes on the same kernels: an emulator that changes nothing in the file)."""
 
-    runtime = "tflite"
-
-    def __init__(self, path: Path, expected_nchw: list[tuple[int, ...]], *, kernels: str = "optimized"):
+    def __init__(self, path: Path, expected_nchw: list[tuple[int, ...]], *, kernels: str = "optimized", runtime: str | None = None):
         import hashlib
 
         self.path, self.expected, self.kernels = Path(path), expected_nchw, kernels
-        if kernels == "reference":
-            self.runtime = "tflite-ref"
-        self.cache_key = (kernels, hashlib.sha256(self.path.read_bytes()).hexdigest())
+        self.runtime = runtime or ("tflite-ref" if kernels == "reference" else "tflite")
+        self._key = (kernels, hashlib.sha256(self.path.read_bytes()).hexdigest())
         self.interp = None
+
+    @property
+    def cache_key(self) -> object:
+        return self._key
 
     def split(self, parts: int) -> list[Runner]:
         """The reference kernels are slow (naive loops, one thread): their images are shared out

@@ -35,7 +35,7 @@ class IgnoreHalfPixelCenters(Difference):
     _FIELD = 10  # vtable offset of ResizeBilinearOptions.half_pixel_centers in TFLite's schema
 
     def apply(self, model: bytes) -> tuple[bytes, int]:
-        from edgeport.validate.tflite_model import operators
+        from edgeport.ops.tflite_model import operators
 
         buf = bytearray(model)
         changed = 0

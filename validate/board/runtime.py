@@ -26,7 +26,6 @@ import os
 import shlex
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -34,14 +33,12 @@ import tempfile
 import uuid
 from pathlib import Path
 
-import numpy as np
-
 from edgeport.errors import BadInputError
 from edgeport.text import for_terminal
-from edgeport.validate.boards import BoardProfile, RunnerSpec
-from edgeport.validate.runners import Runner, RunOutput, RuntimeRefused
+from edgeport.validate.board.profiles import BoardProfile, RunnerSpec
 
-WORKER = Path(__file__).with_name("board_worker.py")
+WORKER = Path(__file__).with_name("worker.py")
+WORKER_NAME = "board_worker.py"  # what it is called on the board
 RUNTIME_MARKER = ".edgeport-runtime.json"
 SSH_GRACE_S = 30.0  # transfers and connection set-up, on top of the board-side timeout
 
@@ -78,10 +75,18 @@ class LocalPython:
         # absolute, not resolved: a venv's python is a link that must stay inside its venv
         self.python, self.what, self.timeout_s = os.path.abspath(python), what, timeout_s
 
-    def execute(self, folder: Path, mode: str) -> dict:
-        shutil.copy2(WORKER, folder / WORKER.name)
+    def identity(self, board: BoardProfile) -> str:
+        """The runtime's name and version, as its installation recorded them (no process started)."""
         try:
-            proc = subprocess.run([self.python, WORKER.name, mode, "."], cwd=folder, capture_output=True, text=True,
+            marker = json.loads((Path(self.python).parents[1] / RUNTIME_MARKER).read_text())
+            return for_terminal(f"{marker['runtime']} {marker['version']}")[:MAX_TEXT]
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            return f"{board.runtime} {board.version}"
+
+    def execute(self, folder: Path, mode: str) -> dict:
+        shutil.copy2(WORKER, folder / WORKER_NAME)
+        try:
+            proc = subprocess.run([self.python, WORKER_NAME, mode, "."], cwd=folder, capture_output=True, text=True,
                                   timeout=self.timeout_s)
         except subprocess.TimeoutExpired as exc:
             raise BoardRuntimeError(f"{self.what} did not finish within {self.timeout_s:.0f} s") from exc
@@ -97,6 +102,10 @@ class Ssh:
         self.spec, self.board = spec, board
         self.what = f"board {spec.url}"
 
+    def identity(self, board: BoardProfile) -> str:
+        """What the profile says the board runs; the run's reply says what it is, and a row notes a difference."""
+        return f"{'TFLite' if board.runtime == 'tflite' else board.runtime} {board.version} over SSH"
+
     def _ssh(self, remote_command: str) -> list[str]:
         # user and host are checked names (boards.parse_ssh_url); "--" ends ssh's options all the same
         s = self.spec
@@ -110,7 +119,7 @@ class Ssh:
     def execute(self, folder: Path, mode: str) -> dict:
         if shutil.which("ssh") is None:
             raise BoardRuntimeError(f"--runner {self.spec.url} needs the ssh client; install OpenSSH (apt install openssh-client)")
-        shutil.copy2(WORKER, folder / WORKER.name)
+        shutil.copy2(WORKER, folder / WORKER_NAME)
         s = self.spec
         run_dir = f"{s.workdir.rstrip('/') or ''}/edgeport-run-{uuid.uuid4().hex[:12]}"
         remote_timeout = max(1, int(s.timeout_s))
@@ -121,7 +130,7 @@ class Ssh:
             "trap 'rm -rf \"$d\"' EXIT HUP INT TERM",
             'cd "$d" && tar -xf - || exit 91',
             f"if command -v timeout >/dev/null 2>&1; then T='timeout -s KILL {remote_timeout}'; else T=''; fi",
-            f"$T {s.python} {WORKER.name} {mode} . >stdout.txt 2>stderr.txt; echo $? >status.txt",
+            f"$T {s.python} {WORKER_NAME} {mode} . >stdout.txt 2>stderr.txt; echo $? >status.txt",
             "tar -cf - $(ls -d result.json outputs stderr.txt status.txt 2>/dev/null)",
         ])
         payload = io.BytesIO()
@@ -263,6 +272,10 @@ def check_reply(result, mode: str, *, images: int | None = None, probes: set[str
         if not (isinstance(ms, list) and len(ms) == images and all(_real(v) and v >= 0 for v in ms)):
             raise _BadReply(f"'ms' is not one time (ms >= 0) per image ({images})")
         checked["ms"] = [float(v) for v in ms]
+        repeat = result.get("repeat_max_abs")  # -1: a NaN or infinite difference; absent: an older worker
+        if repeat is not None and not (_real(repeat) and (repeat >= 0 or repeat == -1.0)):
+            raise _BadReply("'repeat_max_abs' is not a difference >= 0 (or -1)")
+        checked["repeat_max_abs"] = None if repeat is None else (float("inf") if repeat == -1.0 else float(repeat))
     elif mode == "probe":
         accepted = result.get("accepted")
         if not isinstance(accepted, list) or not all(isinstance(a, str) and a in (probes or ()) for a in accepted):
@@ -288,69 +301,6 @@ def _read_result(folder: Path, returncode: int, stderr: str, what: str, mode: st
         raise BoardRuntimeError(f"{what} cannot run TFLite: {result['message']}; install tflite-runtime there, or point "
                                 f"python at an environment that has it")
     return result
-
-
-# -- the runner ----------------------------------------------------------------------------
-
-
-class BoardRunner(Runner):
-    """A board's own runtime behind the ``Runner`` interface: all images in one call."""
-
-    board_runtime = True  # its rows are the board's own word (parity.py)
-
-    def __init__(self, transport, path: Path, expected_nchw, *, board: str, workdir: Path | None):
-        self.transport, self.path, self.expected, self.board, self.workdir = transport, Path(path), expected_nchw, board, workdir
-        self.runtime = f"board:{board}"
-
-    def _run_one(self, x):
-        return self.run(x).outputs
-
-    def run(self, inputs: np.ndarray, stop=None) -> RunOutput:  # one child call: nothing to stop between images
-        from edgeport.validate.tensors import from_model_output, match_outputs, to_model_input
-        from edgeport.validate.tflite_model import read_tflite
-
-        summary = read_tflite(self.path)
-        folder = Path(tempfile.mkdtemp(prefix="board-run-", dir=self.workdir))
-        try:
-            shutil.copy2(self.path, folder / "model.tflite")
-            (folder / "inputs").mkdir()
-            for i in range(inputs.shape[0]):
-                x = to_model_input(np.ascontiguousarray(inputs[i : i + 1], dtype=np.float32), summary.input_shape,
-                                   summary.input_dtype, summary.input_quantization)
-                np.save(folder / "inputs" / f"{i:04d}.npy", x)
-            result = self.transport.execute(folder, "run")
-            self.runtime = f"board:{self.board} ({result['runtime']} {result['version']})"
-            if not result["ok"]:
-                raise RuntimeRefused(f"{result['runtime']} {result['version']} refused the model: {result['message']}")
-            details = result["outputs"]
-            try:
-                pairs = match_outputs(self.expected, [tuple(d["shape"]) for d in details])
-            except ValueError as exc:
-                raise BoardRuntimeError(f"{self.transport.what} answered with outputs the model does not have ({exc})") from None
-            outputs = [
-                np.concatenate([
-                    from_model_output(self._output(folder / "outputs" / f"{i:04d}_{k}.npy", details[k]), details[k]["dtype"],
-                                      tuple(details[k]["quantization"]), nhwc)
-                    for i in range(inputs.shape[0])
-                ]).astype(np.float32)
-                for k, nhwc in pairs
-            ]
-            return RunOutput(outputs, statistics.median(result["ms"]))
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-    def _output(self, path: Path, declared: dict) -> np.ndarray:
-        """One output the board wrote: a plain npy array (never a pickle) of the shape and dtype it declared."""
-        try:
-            y = np.load(path, allow_pickle=False)
-        except (OSError, ValueError, EOFError) as exc:
-            raise BoardRuntimeError(f"{self.transport.what} wrote an output edgeport cannot read ({path.name}: "
-                                    f"{for_terminal(str(exc)[:160])})") from None
-        if list(y.shape) != declared["shape"] or y.dtype.name != declared["dtype"]:
-            raise BoardRuntimeError(f"{self.transport.what} wrote {path.name} as {y.dtype.name}{list(y.shape)}, but declared "
-                                    f"{declared['dtype']}{declared['shape']}")
-        return y
 
 
 def transport_for(board: BoardProfile):
@@ -428,7 +378,7 @@ def install(board: BoardProfile, *, python: str | None = None, log=print) -> dic
 
 
 def _installable() -> list[str]:
-    from edgeport.validate.boards import board_names, load_board
+    from edgeport.validate.board.profiles import board_names, load_board
 
     return [n for n in board_names() if load_board(n).install is not None]
 

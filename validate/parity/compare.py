@@ -28,7 +28,29 @@ class Tolerance:
 # Float32 converters only reorder float arithmetic; int8 is judged on shape of the signal.
 FLOAT32 = Tolerance(max_abs_rel=1e-4, min_cosine=0.99999)
 INT8 = Tolerance(max_abs_rel=None, min_cosine=0.99)
-TOLERANCES = {"folded": FLOAT32, "onnx": FLOAT32, "float32": FLOAT32, "int8": INT8}
+TOLERANCES = {"folded": FLOAT32, "onnx": FLOAT32, "float32": FLOAT32, "int8": INT8, "uint8": INT8}
+# Every channel of a quantised file on its own: one that PyTorch varies must vary too, and keep
+# this cosine; an output's overall cosine hides a channel that collapsed next to larger ones.
+CHANNEL = Tolerance(max_abs_rel=None, min_cosine=0.98)
+QUANTISED = ("int8", "uint8")
+
+
+@dataclass(frozen=True)
+class DetectionTolerance:
+    """How many of PyTorch's boxes a runtime may miss, and how many it may add, at IoU 0.5: a row
+    fails beyond ``max(slack, fraction x PyTorch's boxes)`` of either."""
+
+    fraction: float
+    slack: int = 1
+
+    def allowed(self, boxes: int) -> int:
+        return max(self.slack, int(self.fraction * boxes))
+
+
+# float files compute what PyTorch computes: a box more or less is a tie at the threshold; int8
+# moves scores by a step or two around the 0.25 confidence threshold
+DETECTION_TOLERANCES = {"folded": DetectionTolerance(0.02), "onnx": DetectionTolerance(0.02), "float32": DetectionTolerance(0.02),
+                        "int8": DetectionTolerance(0.2), "uint8": DetectionTolerance(0.2)}
 
 
 @dataclass(frozen=True)
@@ -117,3 +139,30 @@ def error_histogram(refs: list[np.ndarray], gots: list[np.ndarray]) -> dict:
     logs = np.log10(diff[diff > 0]) if diff.size > zeros else np.zeros(0)
     counts, _ = np.histogram(np.clip(logs, HIST_EDGES[0], HIST_EDGES[-1]), bins=np.asarray(HIST_EDGES))
     return {"log10_edges": list(HIST_EDGES), "counts": counts.astype(int).tolist(), "exact_zeros": zeros}
+
+
+def compare_channels(name: str, ref: np.ndarray, got: np.ndarray, axis: int, tol: Tolerance = CHANNEL,
+                     group_of=lambda c: "") -> TensorComparison:
+    """Every channel along ``axis`` on its own: a channel PyTorch varies (beyond float noise) that
+    came back constant has collapsed; one whose cosine falls under ``tol`` has lost its signal.
+    The metrics are the worst channel's; the reasons name each failing channel (and its group)."""
+    r = np.moveaxis(ref.astype(np.float64), axis, 0).reshape(ref.shape[axis], -1)
+    g = np.moveaxis(got.astype(np.float64), axis, 0).reshape(got.shape[axis], -1)
+    scale = float(np.abs(r).max(initial=0.0))
+    varies = np.ptp(r, axis=1) > 1e-6 * max(scale, 1e-30) if r.shape[1] else np.zeros(r.shape[0], bool)
+    reasons, worst, worst_rel = [], 1.0, 0.0
+    for c in np.flatnonzero(varies):
+        label = f"channel {c}" + (f" ({group_of(int(c))})" if group_of(int(c)) else "")
+        cos = cosine(r[c], g[c])
+        rel = relative(float(np.abs(r[c] - g[c]).max()), float(np.abs(r[c]).max()))
+        worst, worst_rel = min(worst, cos) if cos == cos else float("nan"), max(worst_rel, rel)
+        if np.ptp(g[c]) == 0:
+            reasons.append(f"{label} collapsed to the constant {g[c][0]:.4g}; PyTorch's varies {r[c].min():.4g}..{r[c].max():.4g}")
+        elif not cos >= tol.min_cosine:
+            reasons.append(f"{label} cosine {cos:.4f} < {tol.min_cosine}")
+    m = tensor_metrics(ref, got)
+    metrics = TensorMetrics(max_abs=m.max_abs, mean_abs=m.mean_abs, rmse=m.rmse, cosine=worst, snr_db=m.snr_db, p99_abs=m.p99_abs,
+                            ref_max_abs=m.ref_max_abs)
+    shown = reasons[:8] + ([f"and {len(reasons) - 8} more channels"] if len(reasons) > 8 else [])
+    return TensorComparison(f"{name}[channels]", metrics, tol, passed=not reasons, needed=Tolerance(min_cosine=worst),
+                            reasons=tuple(shown))

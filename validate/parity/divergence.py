@@ -22,7 +22,7 @@ import numpy as np
 
 from edgeport._lazy import require
 from edgeport.validate.metrics import cosine, max_abs_rel
-from edgeport.validate.tensors import from_model_output, to_model_input
+from edgeport.validate.parity.tensors import from_model_output, to_model_input
 
 FUSED_CONSUMERS = {"Relu", "Clip", "BatchNormalization", "LeakyRelu"}
 
@@ -95,7 +95,7 @@ def onnx_intermediates(path: Path, x: np.ndarray) -> list[Tensor]:
 
 def tflite_intermediates(path: Path, x: np.ndarray) -> list[Tensor]:
     """Every 4-D op output of a TFLite model run by the reference kernels, in execution order."""
-    from edgeport.validate.tflite_runner import load_interpreter
+    from edgeport.validate.parity.tflite_runner import load_interpreter
 
     interp = load_interpreter(path, kernels="reference", preserve_all_tensors=True)
     (inp,) = interp.get_input_details()

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from edgeport._lazy import require
-from edgeport.validate.runners import Runner
-from edgeport.validate.tensors import from_model_output, match_outputs, to_model_input
+from edgeport.validate.parity.runners import Runner
+from edgeport.validate.parity.tensors import from_model_output, match_outputs, to_model_input
 
 # large enough for any model this product targets: used only to measure what is needed
 MEASURE_ARENA = 64 * 1024 * 1024
@@ -67,12 +67,11 @@ def measure_arena(path: Path) -> ArenaUse:
 
 
 class TFLMRunner(Runner):
-    runtime = "tflm"
-
-    def __init__(self, path: Path, expected_nchw: list[tuple[int, ...]], *, arena_bytes: int):
+    def __init__(self, path: Path, expected_nchw: list[tuple[int, ...]], *, arena_bytes: int, runtime: str = "tflm"):
+        self.runtime = runtime
         self.interp = _interpreter(path, arena_bytes)
         self.inp = self.interp.get_input_details(0)
-        from edgeport.validate.tflite_model import read_tflite
+        from edgeport.ops.tflite_model import read_tflite
 
         outs = [self.interp.get_output_details(i) for i in range(read_tflite(path).num_outputs)]
         self.outs = outs

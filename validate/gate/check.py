@@ -30,7 +30,7 @@ from pathlib import Path
 
 from edgeport.errors import BadInputError
 from edgeport.text import for_terminal
-from edgeport.validate.report import SCHEMA
+from edgeport.validate.report.schema import SCHEMA
 
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # a report is kilobytes; anything near this is not one
 

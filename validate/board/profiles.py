@@ -31,9 +31,9 @@ else:  # the same parser, before it joined the standard library
     import tomli as tomllib
 
 from edgeport.errors import BadInputError
-from edgeport.validate.tflite_model import TFLiteSummary
+from edgeport.ops.tflite_model import TFLiteSummary
 
-BOARDS_DIR = Path(__file__).parent / "boards"
+BOARDS_DIR = Path(__file__).parents[1] / "boards"  # validate/boards/: the profiles and op tables (data)
 DEFAULT_BOARD = "default"
 RUNTIMES = ("tflite", "tflm")
 # index and shape tensors: every runtime has them whatever arithmetic it runs
@@ -230,7 +230,7 @@ def load_board(name_or_path: str) -> BoardProfile:
             if any(o.startswith("-") or not o.isprintable() for o in runner.options) or runner.workdir.startswith("-"):
                 raise ValueError("[runner] options are ssh -o values (Key=Value) and workdir a path, none starting with '-'")
             parse_ssh_url(runner.url)
-        from edgeport.validate.differences import DIFFERENCES
+        from edgeport.validate.board.differences import DIFFERENCES
 
         unknown = [d for d in raw.get("differences", ()) if d not in DIFFERENCES]
         if unknown:

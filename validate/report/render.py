@@ -128,6 +128,11 @@ def render_markdown(report: dict) -> str:
     if report.get("stages"):
         lines += ["", "## Stages", "", "| stage | seconds | changed | summary |", "|---|---|---|---|"]
         lines += [f"| {md(s['name'])} | {s['seconds']:.2f} | {s['changed']} | {md(s['summary'])} |" for s in report["stages"]]
+    converter = report.get("converter")
+    if converter:
+        notes = "; ".join(f"{k}: {v}" for k, v in (converter.get("notes") or {}).items())
+        lines += ["", f"Converter: {md(converter['name'])} {md(converter['version'])} ({md(converter['writer'])})"
+                  + (f"; {md(notes)}" if notes else "")]
     lines += ["", "Versions: " + ", ".join(f"{md(k)} {md(v)}" for k, v in report["versions"].items()), ""]
     return "\n".join(lines)
 
@@ -168,15 +173,14 @@ def _board_items(report: dict, q: Quoting) -> list[str]:
         lines.append(f"{q.code(variant)}: {status} (min_runtime_version {q.text(check.get('min_runtime_version'))}, "
                      f"{check['size_bytes']:,} bytes)")
     for r in report["results"]:
-        em = r.get("emulator")
-        if em and em.get("judge") == "converter":
-            lines.append(f"the converter wrote no {q.code(r['variant'])} file: {q.text('; '.join(em['reasons']))}")
-        elif em:
-            arena = f", arena {em['arena_bytes']:,} of {board['ram_bytes']:,} bytes" if em.get("arena_bytes") else ""
-            diffs = f", differences {q.text(em['differences'])}" if em.get("differences") else ""
-            why = "" if em["runnable"] else ": " + q.text("; ".join(em["reasons"]))
-            who = "runtime" if em.get("judge") == "runtime" else "emulator"
-            lines.append(f"{who} ({q.text(r['runtime'])}), {q.code(r['variant'])}: {'ran' if em['runnable'] else 'cannot run'}"
+        v = r.get("verdict")
+        if v and v["judge"] == "converter":
+            lines.append(f"the converter wrote no {q.code(r['variant'])} file: {q.text('; '.join(v['reasons']))}")
+        elif v:
+            arena = f", arena {v['arena_bytes']:,} of {board['ram_bytes']:,} bytes" if v.get("arena_bytes") else ""
+            diffs = f", differences {q.text(v['differences'])}" if v.get("differences") else ""
+            why = "" if v["runnable"] else ": " + q.text("; ".join(v["reasons"]))
+            lines.append(f"{v['judge']} ({q.text(r['runtime'])}), {q.code(r['variant'])}: {'ran' if v['runnable'] else 'cannot run'}"
                          f"{arena}{diffs}{why}")
     return lines + board_runtime_lines(report, q)
 
@@ -187,6 +191,9 @@ def board_runtime_lines(report: dict, q: Quoting = TERMINAL) -> list[str]:
     if not real:
         return []
     if real["real"]:
+        refused = real.get("refused") or []
+        if refused:
+            return [f"the board's own runtime ({q.text(real['via'])}) refused {q.text(', '.join(refused))}: its rows are the verdict"]
         return [f"the board's own runtime ran every file ({q.text(real['via'])}); its rows are the verdict"]
     how = f": {q.code(real['install'])} installs it" if real.get("install") else ""
     return [f"emulated only: the board's real runtime is not installed here{how}, and its rows then come from it"]
@@ -280,7 +287,7 @@ def write_reports(report: dict, folder: Path, sample_image=None) -> None:
 
 def make_figures(report: dict, sample_image=None) -> dict[str, bytes]:
     from edgeport.models.decode import Detections
-    from edgeport.validate import figures
+    from edgeport.validate.report import figures
 
     out = {"error distribution per runtime": figures.error_histograms(report),
            "per-layer error curve": figures.layer_curves(report)}

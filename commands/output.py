@@ -1,0 +1,42 @@
+"""What commands print: the progress console, the parity table, one-item-a-line verdicts.
+
+Names from files reach the terminal through ``text.for_terminal`` and are never read as markup.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from edgeport.text import for_terminal
+
+
+def console():
+    """The progress console, on stderr; logs and CI are not terminals: room instead of 80 columns."""
+    from rich.console import Console
+
+    return Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+
+
+def finish(out: Path, report: dict, what: str) -> int:
+    """Print the parity table and where it diverges on stdout, then apply the gate (exit 1)."""
+    from rich.console import Console
+
+    from edgeport.validate.report.render import board_runtime_lines, divergence_lines, print_table
+    from edgeport.validate.report.schema import gate
+
+    stdout = Console(width=None if sys.stdout.isatty() else 140)
+    print_table(report, stdout)
+    for line in [f"- {item}" for item in board_runtime_lines(report)] + divergence_lines(report):
+        stdout.print(for_terminal(line), highlight=False, markup=False)
+    gate(out, report)
+    stdout.print(for_terminal(f"{what} in {out}/"), highlight=False, markup=False)
+    return 0
+
+
+def fail_with_list(header: str, items) -> int:
+    """A gate's verdict on stdout: what failed, one item a line (names from files made inert); exit 1."""
+    print(for_terminal(header))
+    for item in items:
+        print(f"  - {for_terminal(item)}")
+    return 1

@@ -1,0 +1,395 @@
+"""onnx2tf, driven: ONNX -> TFLite float32 and full-integer int8, in a child process, offline.
+
+Two onnx2tf generations sit behind one interface (``Onnx2tfBackend``), chosen by what is
+installed, which the Python version decides (pyproject):
+- 2.x (Python 3.12+), the maintained line: writes the flatbuffer directly
+  (``--tflite_backend flatbuffer_direct``), no TensorFlow;
+- 1.28.x (Python 3.10-3.11), the deprecated line: converts through TensorFlow.
+Both take the same flags for what edgeport asks (float32 + full-integer int8 with int8
+input and output, per-channel, our calibration set) and write the same file names.
+
+onnx2tf runs in a child process: it calls ``sys.exit`` on errors, prints a great deal,
+and (1.28) imports TensorFlow, none of which should happen inside the caller's process.
+``convert`` starts that child first (``warm_converter``), so its imports (TensorFlow's 2 s,
+onnx2tf 2.x's 0.5 s) overlap the caller's own, and the conversion takes it when its ONNX is
+ready.
+
+Offline, on purpose: onnx2tf 1.28 downloads sample images from the internet whenever an
+input looks like an NHWC image, unless ``calibration_image_sample_data_20x128x128x3_float32.npy``
+is in its working directory. We write that file from *our* calibration images, pass the
+int8 calibration set explicitly with ``-cind``, and point the child's HTTP(S) proxy at a
+closed local port, so any download attempt fails at once instead of reaching the network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgeport.errors import ConversionError, MissingDependencyError
+
+ONNX2TF_SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
+CALIB_FILE = "calib_nhwc.npy"
+# variant name -> file onnx2tf writes for model.onnx
+ONNX2TF_OUTPUTS = {"float32": "model_float32.tflite", "int8": "model_full_integer_quant.tflite"}
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CLOSED_PORT_PROXY = "http://127.0.0.1:9"
+LEAN_MODULE = "edgeport.convert.onnx2tf_lean"
+# the lean driver's flag: import first, then take one job from standard input (``warm_converter``)
+AWAIT_JOB = "--await-job"
+
+
+def offline_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        HTTP_PROXY=_CLOSED_PORT_PROXY,
+        HTTPS_PROXY=_CLOSED_PORT_PROXY,
+        http_proxy=_CLOSED_PORT_PROXY,
+        https_proxy=_CLOSED_PORT_PROXY,
+        NO_PROXY="",
+        no_proxy="",
+        CUDA_VISIBLE_DEVICES="",
+        ORT_DISABLE_TELEMETRY="1",  # see edgeport/__init__.py
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def write_calibration(work: Path, calib_nchw: np.ndarray) -> Path:
+    """Write onnx2tf's sample-data file and our -cind calibration file (NHWC, [0, 1])."""
+    from PIL import Image
+
+    nhwc = np.ascontiguousarray(calib_nchw.transpose(0, 2, 3, 1), dtype=np.float32)
+    np.save(work / CALIB_FILE, nhwc)
+    if nhwc.shape[-1] != 3:
+        return work / CALIB_FILE  # onnx2tf only fetches sample images for 3-channel inputs
+    # onnx2tf's own sanity check wants exactly 20 images of 128x128: resize ours
+    idx = np.arange(20) % len(nhwc)
+    small = np.stack(
+        [
+            np.asarray(Image.fromarray((nhwc[i] * 255).round().astype(np.uint8)).resize((128, 128), Image.BILINEAR))
+            for i in idx
+        ]
+    ).astype(np.float32) / 255.0
+    np.save(work / ONNX2TF_SAMPLE_FILE, small)
+    return work / CALIB_FILE
+
+
+@dataclass(frozen=True)
+class Onnx2tfBackend:
+    """The installed onnx2tf: its version and how it writes TFLite."""
+
+    version: str
+
+    @property
+    def generation(self) -> int:
+        return int(self.version.split(".")[0])
+
+    @property
+    def writer(self) -> str:
+        return "flatbuffer_direct" if self.generation >= 2 else "tensorflow"
+
+    def describe(self) -> str:
+        return f"onnx2tf {self.version} ({self.writer})"
+
+    @property
+    def module(self) -> str:
+        """What ``python -m`` runs: ``onnx2tf_lean``, onnx2tf itself without the work on files
+        edgeport never ships (the shipped files are plain onnx2tf's, byte for byte)."""
+        return LEAN_MODULE
+
+    def extra_flags(self) -> list[str]:
+        # 2.x: say which writer, so a changed default never changes what edgeport ships
+        return ["-tb", "flatbuffer_direct"] if self.generation >= 2 else []
+
+    @property
+    def keeps_validated_files(self) -> bool:
+        """2.x checks each quantised file in an interpreter and moves it into place before it
+        starts the next variant, so a later variant's failure (its int16-activation files,
+        which edgeport does not use) leaves the files already written good. 1.28 exits
+        non-zero only when the run as a whole failed."""
+        return self.generation >= 2
+
+    @property
+    def int8_granularities(self) -> tuple[str, ...]:
+        """Per-channel first; 2.x's per-channel quantiser fails where per-tensor does not (the
+        bias of every depthwise convolution gets an out-of-range quantized_dimension)."""
+        return ("per-channel", "per-tensor") if self.generation >= 2 else ("per-channel",)
+
+    def prepare(self, onnx_path: Path, work: Path, *, int8: bool) -> Path:
+        """The graph this line converts: for 2.x, a copy with the exact rewrites that steer it
+        around its known bugs (``onnx_rewrites``; for int8, its quantiser's too), named like the
+        original, since onnx2tf names its files after it; 1.28 takes the file as it is."""
+        if self.generation < 2:
+            return onnx_path
+        from edgeport.convert.onnx_rewrites import INT8_REWRITES, REWRITES, rewrite_file
+
+        copy = work / onnx_path.name
+        changed = rewrite_file(onnx_path, copy, INT8_REWRITES if int8 else REWRITES)
+        return copy if changed and any(changed.values()) else onnx_path
+
+
+def installed_backend() -> Onnx2tfBackend:
+    import importlib.metadata as md
+
+    try:
+        return Onnx2tfBackend(md.version("onnx2tf"))
+    except md.PackageNotFoundError as exc:
+        raise MissingDependencyError("onnx2tf is not installed (needed to write TFLite); run `make setup`") from exc
+
+
+def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: str, backend: Onnx2tfBackend | None = None,
+                    python: str = sys.executable, granularity: str = "per-channel", lean: bool = True) -> list[str]:
+    """``lean=False``: onnx2tf itself, with every file it writes (benchmarks' peers)."""
+    backend = backend or installed_backend()
+    cmd = [
+        python, "-m", backend.module if lean else "onnx2tf",
+        "-i", str(onnx_path),
+        "-o", str(out_dir),
+        "-coion",  # keep the ONNX input/output names
+        "-nuo",  # the graph is already simplified by onnxslim
+        "-n",
+        *backend.extra_flags(),
+    ]
+    if int8:
+        # inputs are already in [0, 1]: mean 0, std 1 so onnx2tf does not renormalise
+        cmd += ["-oiqt", "-qt", granularity, "-iqd", "int8", "-oqd", "int8",
+                "-cind", input_name, CALIB_FILE, "[[[[0.0,0.0,0.0]]]]", "[[[[1.0,1.0,1.0]]]]"]
+    return cmd
+
+
+_CAUSED = "The above exception was the direct cause of the following exception"
+
+
+# what TensorFlow and XLA log from C++ (glog/absl: "E0000 00:00:1765.. cuda_driver.cc:152] failed
+# call to cuInit ..."), and its CUDA plugin's registrations: noise on a machine without a GPU, never
+# the converter's reason
+_NATIVE_LOG = re.compile(r"^([EWIF]\d{4} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [EWIF] )"
+                         r"|cuInit|cuda_driver|Unable to register cu(DNN|FFT|BLAS)|TF-TRT Warning")
+
+
+def condense(output: str, limit: int = 240) -> str:
+    """The most telling line of onnx2tf's output, for a one-line error: in a chain of Python
+    exceptions, the first one (the cause), not the wrapper that re-raised it; never a line
+    TensorFlow logs from C++ (``failed call to cuInit`` on every machine without a GPU)."""
+    output = output.split(_CAUSED, 1)[0]
+    lines = [_ANSI.sub("", line).strip() for line in output.splitlines()]
+    lines = [line for line in lines if line and not _NATIVE_LOG.search(line)]
+    for pattern in (r"^\w*(Error|Exception)\b.*:", r"ERROR:", r"Error", r"error"):
+        hits = [line for line in lines if re.search(pattern, line)]
+        if hits:
+            return hits[-1][:limit]
+    return (lines[-1] if lines else "no output")[:limit]
+
+
+class Onnx2tfFailed(ConversionError):
+    """onnx2tf exited non-zero or did not write a file it had to write."""
+
+    def __init__(self, returncode: int, output: str, missing: list[str]):
+        self.returncode, self.output = returncode, output
+        what = f"exit {returncode}" if returncode else f"wrote no {', '.join(missing)}"
+        super().__init__(f"onnx2tf failed ({what}): {condense(output)}")
+
+    def with_log(self) -> ConversionError:
+        """The error for a run that ends here: the output folder is removed, so the full log is
+        kept in the system temp dir and named."""
+        fd, log = tempfile.mkstemp(prefix="edgeport-onnx2tf-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            f.write(self.output)
+        return ConversionError(f"{self}; full log: {log}")
+
+
+_warm: list[tuple[list[str], subprocess.Popen]] = []  # (command prefix, child awaiting its job)
+
+
+@contextlib.contextmanager
+def warm_converter(python: str = sys.executable, *, start: bool | None = None):
+    """Start an onnx2tf child at once, importing onnx2tf (and TensorFlow, on 1.28) while the
+    caller is still importing torch and exporting; the block's first conversion takes it as
+    its own (``Onnx2tfRun``). An untaken child is killed when the block ends, so none outlives
+    the run. Without onnx2tf installed nothing starts: the conversion says what is missing. Only
+    a one-shot process (the ``edgeport`` command, ``_lazy.one_shot_process``) starts one: edgeport
+    used as a library starts no process it was not asked for (``start=True`` asks).
+    (Measured on the demo, 3.11: 7.0 s -> 5.9 s; ``benchmarks/convert_bench.py``.)"""
+    from edgeport._lazy import is_one_shot
+
+    try:
+        installed_backend()
+    except MissingDependencyError:
+        yield
+        return
+    if not (is_one_shot() if start is None else start):
+        yield
+        return
+    prefix = [python, "-m", LEAN_MODULE]
+    proc = subprocess.Popen([*prefix, AWAIT_JOB], env=offline_env(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, text=True)
+    _warm.append((prefix, proc))
+    try:
+        yield
+    finally:
+        if (prefix, proc) in _warm:  # not taken
+            _warm.remove((prefix, proc))
+            _end(proc)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
+def _take_warm(cmd: list[str], cwd: Path, log: Path) -> subprocess.Popen | None:
+    """The warm child, given ``cmd``'s job, when one awaits a command like it; else None."""
+    for prefix, proc in list(_warm):
+        if cmd[: len(prefix)] != prefix:
+            continue
+        _warm.remove((prefix, proc))
+        job = {"argv": cmd[len(prefix):], "cwd": str(cwd), "log": str(log)}
+        if proc.poll() is None:
+            try:
+                proc.stdin.write(json.dumps(job) + "\n")
+                proc.stdin.close()
+                return proc
+            except OSError:
+                pass
+        _end(proc)  # it ended while importing: a fresh child shows why, in its log
+        return None
+    return None
+
+
+class Onnx2tfRun:
+    """One onnx2tf child process, started at once (or the warm one, ``warm_converter``);
+    ``finish`` waits for it and collects its files.
+
+    Its output goes to ``onnx2tf.log`` in its work folder (no pipes), so two runs can proceed
+    side by side; ``kill`` ends a run that is no longer wanted (Ctrl-C, an error elsewhere),
+    so no child outlives the run and writes into a folder that is being removed.
+    """
+
+    def __init__(self, onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str,
+                 backend: Onnx2tfBackend | None = None, granularity: str = "per-channel"):
+        work.mkdir(parents=True, exist_ok=True)
+        write_calibration(work, calib)
+        self.work = work.resolve()
+        self.int8 = int8
+        self.log = self.work / "onnx2tf.log"
+        self.backend = backend or installed_backend()
+        self.failure: Onnx2tfFailed | None = None  # what failed in a run whose files were still taken
+        onnx_path = self.backend.prepare(onnx_path.resolve(), self.work, int8=int8)
+        cmd = onnx2tf_command(onnx_path, self.work / "tf", int8=int8, input_name=input_name, backend=self.backend,
+                              granularity=granularity)
+        self.t0 = time.perf_counter()
+        self.proc = _take_warm(cmd, self.work, self.log)
+        if self.proc is not None:
+            return
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(cmd, cwd=self.work, env=offline_env(), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+
+    def finish(self, timeout_s: float, require: tuple[str, ...] | None = None) -> tuple[dict[str, Path], float]:
+        """{variant: tflite path} and the wall time. Raises ``Onnx2tfFailed`` when a variant in
+        ``require`` (default: every variant asked for) was not written, or onnx2tf failed and its
+        line does not keep validated files; otherwise ``failure`` says what else failed."""
+        try:
+            returncode = self.proc.wait(timeout=max(1.0, timeout_s - (time.perf_counter() - self.t0)))
+        except subprocess.TimeoutExpired as exc:
+            self.kill()
+            raise ConversionError(f"onnx2tf did not finish within {timeout_s:.0f} s; the model may be too large") from exc
+        elapsed = time.perf_counter() - self.t0
+        wanted = {k: self.work / "tf" / v for k, v in ONNX2TF_OUTPUTS.items() if self.int8 or k == "float32"}
+        written = {k: p for k, p in wanted.items() if p.is_file()}
+        missing = [k for k in (wanted if require is None else require) if k not in written]
+        if missing or (returncode != 0 and not self.backend.keeps_validated_files):
+            raise Onnx2tfFailed(returncode, self.log.read_text(errors="replace"), missing)
+        if returncode != 0 or len(written) < len(wanted):
+            self.failure = Onnx2tfFailed(returncode, self.log.read_text(errors="replace"), sorted(set(wanted) - set(written)))
+        return written, elapsed
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def run_onnx2tf(onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str, timeout_s: float,
+                backend: Onnx2tfBackend | None = None, require: tuple[str, ...] | None = None,
+                granularity: str = "per-channel") -> tuple[dict[str, Path], float]:
+    """Convert; return {variant: tflite path} and onnx2tf's wall time in seconds (``Onnx2tfRun``)."""
+    run = Onnx2tfRun(onnx_path, calib, work, int8=int8, input_name=input_name, backend=backend, granularity=granularity)
+    try:
+        return run.finish(timeout_s, require)
+    finally:
+        run.kill()
+
+
+@dataclass
+class Conversion:
+    """What ``convert_variants`` got: the files, why a variant has none, how a variant was made
+    when not as asked first, and onnx2tf's wall time."""
+
+    files: dict[str, Path]
+    not_written: dict[str, str]
+    notes: dict[str, str]
+    seconds: float
+
+
+def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray, work: Path, *, input_name: str,
+                     timeout_s: float, backend: Onnx2tfBackend) -> Conversion:
+    """float32 from ``onnx_path``, and int8 from ``int8_onnx`` when given (the same file, or one
+    with its output groups normalised, converted side by side).
+
+    Only a float32 that cannot be written ends the run. An int8 the converter cannot quantise
+    per channel is tried per tensor where the line offers it (noted), and otherwise reported
+    as a failed row with the converter's reason, beside a float32 that ships.
+    """
+    together = int8_onnx == onnx_path  # one run writes both (1.28 only warns when its int8 fails)
+    runs = [Onnx2tfRun(onnx_path, calib, work / "onnx2tf", int8=together, input_name=input_name, backend=backend)]
+    notes: dict[str, str] = {}
+    why = None  # why there is no int8 yet
+    try:
+        if int8_onnx is not None and not together:
+            runs.append(Onnx2tfRun(int8_onnx, calib, work / "onnx2tf-int8", int8=True, input_name=input_name,
+                                   backend=backend))
+        try:
+            files, seconds = runs[0].finish(timeout_s, require=("float32",))
+        except Onnx2tfFailed as exc:
+            raise exc.with_log() from exc
+        if together and "int8" not in files:
+            why = str(runs[0].failure)
+        elif len(runs) == 2:
+            try:
+                more, more_s = runs[1].finish(timeout_s, require=("int8",))
+                files["int8"], seconds = more["int8"], max(seconds, more_s)
+            except Onnx2tfFailed as exc:
+                why = str(exc)
+        for granularity in backend.int8_granularities[1:]:
+            if why is None:
+                break
+            try:
+                more, more_s = run_onnx2tf(int8_onnx, calib, work / f"onnx2tf-int8-{granularity}", int8=True,
+                                           input_name=input_name, timeout_s=timeout_s, backend=backend,
+                                           require=("int8",), granularity=granularity)
+                files["int8"], seconds = more["int8"], seconds + more_s
+                notes["int8"] = f"{granularity} ({backend.int8_granularities[0]} failed: {why})"
+                why = None
+            except Onnx2tfFailed as exc:
+                why = f"{why}; {granularity} too: {exc}"
+    finally:
+        for run in runs:
+            run.kill()
+    return Conversion(files, {"int8": why} if why else {}, notes, seconds)

@@ -1,0 +1,347 @@
+"""Parity: every runtime on the same inputs, each compared with PyTorch as loaded.
+
+Three steps, each with a typed result (as Polygraphy's runners and comparator):
+
+1. ``plan_rows``: which rows, each a ``PlannedRow`` -- the reference (PyTorch, the checkpoint's
+   model as loaded), ``folded`` (PyTorch after SyncBN revert, BN fold and upsample rewrites: a
+   folding error shows up here first), ``onnx`` (ONNX Runtime), and per TFLite file its
+   optimised kernels (XNNPACK), its reference kernels (BUILTIN_REF), the board emulator, and the
+   board's own runtime where it can be reached;
+2. ``execute``: every distinct run, side by side where runners allow (``RunOutput``);
+3. ``judge``: each run against the reference -- per output, per channel group and, for
+   quantised files, per channel; boxes against PyTorch's; a second invoke that differs -- into a
+   ``ResultRow``; failing rows get their divergence point.
+
+``run_parity`` returns a ``ParityResult``; ``validate/report/schema.py`` assembles the report.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from edgeport.models.decode import COCO_EVAL, Detections
+from edgeport.models.heads import Head, Hints, resolve_head
+from edgeport.validate.parity.compare import (
+    DETECTION_TOLERANCES,
+    QUANTISED,
+    TOLERANCES,
+    compare_channels,
+    compare_tensors,
+    error_histogram,
+)
+from edgeport.validate.parity.detections import compare_detections
+from edgeport.validate.parity.result import ResultRow, Verdict
+from edgeport.validate.parity.runners import Runner, RunOutput, RuntimeRefused, TorchRunner
+
+RANDOM_INPUTS = 2
+
+
+@dataclass(frozen=True)
+class ParitySubject:
+    """What is being validated, and on what."""
+
+    reference_module: object
+    folded_module: object | None
+    onnx_path: Path | None
+    tflite: dict[str, Path]
+    output_names: tuple[str, ...]
+    strides: tuple[int, ...]
+    inputs: np.ndarray  # real images, preprocessed as in training
+    inputs_source: str
+    board: object = None  # BoardProfile; None: no emulator rows
+    workdir: Path | None = None
+    ground_truth: list | None = None  # train.data.Sample per real image, for mAP
+    letterboxes: list | None = None  # models.preprocess.Letterbox per real image
+    seed: int = 0
+    # writes the reference model as ONNX to the path given (for the divergence analysis)
+    export_reference: Callable[[Path], None] | None = None
+    head: Head | str | None = None  # resolved, or a name of models.heads.HEADS; None: auto, from the shapes and hints
+    hints: Hints = field(default_factory=Hints)
+    # variant -> per output, channel ranges the file divides (convert/int8_groups.py): multiplied back
+    normalised: dict = field(default_factory=dict)
+    # variant -> why the converter wrote no file: a failed row each, with that reason
+    not_converted: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PlannedRow:
+    variant: str
+    runtime: str  # the row's label
+    runner: Runner | None  # None: the board cannot run the file (``verdict`` says why)
+    analysis_file: Path | None = None  # the file the divergence analysis reads when the row fails
+    verdict: Verdict | None = None  # the emulator's gate
+
+
+@dataclass(frozen=True)
+class ParityResult:
+    head: Head
+    rows: tuple[ResultRow, ...]
+    inputs: dict  # source, count, random, random_seed, shape, labelled
+    sample: dict | None  # the first image's boxes, as the board computes them where it can
+    board_runtime: dict | None  # whose word the board rows are
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.rows)
+
+
+# -- 1. which rows ----------------------------------------------------------------------------------
+
+
+def plan_rows(subject: ParitySubject, expected_shapes) -> list[PlannedRow]:
+    from edgeport.validate.board.runtime import transport_for
+    from edgeport.validate.parity.board_runner import BoardRunner
+    from edgeport.validate.parity.emulator import emulate
+    from edgeport.validate.parity.runners import OnnxRuntimeRunner
+    from edgeport.validate.parity.tflite_runner import TFLiteRunner
+
+    transport = transport_for(subject.board) if subject.board is not None else None
+    rows: list[PlannedRow] = []
+    if subject.folded_module is not None:
+        rows.append(PlannedRow("folded", "pytorch", TorchRunner(subject.folded_module), subject.onnx_path))
+    if subject.onnx_path is not None:
+        rows.append(PlannedRow("onnx", "onnxruntime", OnnxRuntimeRunner(subject.onnx_path), subject.onnx_path))
+    for variant, path in subject.tflite.items():
+        for kernels in ("optimized", "reference"):
+            runner = TFLiteRunner(path, expected_shapes, kernels=kernels)
+            rows.append(PlannedRow(variant, runner.runtime, runner, path))
+        if subject.board is None:
+            continue
+        from edgeport.validate.parity.emulator import emulator_label
+
+        emulation = emulate(path, subject.board, expected_shapes, subject.workdir)
+        rows.append(PlannedRow(variant, emulator_label(subject.board), emulation.runner, emulation.file, emulation.verdict))
+        if transport is not None:
+            # the board's own runtime, whatever the emulator's gate said: it is the judge. It keeps
+            # no intermediates, so a divergence is located on the emulator's file.
+            label = f"board:{subject.board.name} ({transport.identity(subject.board)})"
+            rows.append(PlannedRow(variant, label, BoardRunner(transport, path, expected_shapes, runtime=label,
+                                                               workdir=subject.workdir), emulation.file))
+    return rows
+
+
+# -- 2. running them ---------------------------------------------------------------------------------
+
+
+def _workers() -> int:
+    """The cores this process may use."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def _settled(compute) -> Future:
+    """A finished future: ``compute()``'s result, or its ``RuntimeRefused``."""
+    done: Future = Future()
+    try:
+        done.set_result(compute())
+    except RuntimeRefused as exc:
+        done.set_exception(exc)
+    return done
+
+
+def execute(runners: list[Runner], inputs: np.ndarray) -> dict[object, Future]:
+    """Every distinct run (``Runner.cache_key``), finished: PyTorch's first, alone (it uses every
+    core itself); then the others -- each on one thread, or in a child process -- side by side, at
+    most one per core. A slow runner's images are shared out (``split``: the reference kernels),
+    slow shares first, so the cores finish together: YOLOv8n's parity at 320 px takes 8 s instead
+    of 11 on two cores. Each image is still timed on its own, but beside another run: on a small
+    machine the reference kernels' ms/img reads up to a fifth higher than alone. A run's refusal
+    (``RuntimeRefused``: the runtime's verdict) waits in its future for its row."""
+    runs: dict[object, Future] = {}
+    for runner in runners:
+        if not runner.side_by_side and runner.cache_key not in runs:
+            runs[runner.cache_key] = _settled(lambda r=runner: r.run(inputs))
+    workers = _workers()
+    shared: dict[object, list] = {}  # run -> (runner, image indices) per share
+    for runner in runners:
+        if runner.cache_key not in runs and runner.cache_key not in shared:
+            pieces = runner.split(min(workers, inputs.shape[0]))
+            shared[runner.cache_key] = list(zip(pieces, np.array_split(np.arange(inputs.shape[0]), len(pieces))))
+    stop = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edgeport-parity")
+    try:
+        jobs = {key: [pool.submit(piece.run, inputs[idx], stop) for piece, idx in pieces]
+                for key, pieces in sorted(shared.items(), key=lambda kv: len(kv[1]) == 1)}  # split (slow) runs first
+        wait([f for fs in jobs.values() for f in fs])
+    finally:
+        stop.set()  # an interrupt, or an error: the others stop at their next image
+        pool.shutdown(wait=True, cancel_futures=True)
+    for key, fs in jobs.items():
+        runs[key] = _settled(lambda fs=fs: fs[0].result() if len(fs) == 1 else RunOutput.joined([f.result() for f in fs]))
+    return runs
+
+
+# -- 3. judging each run -----------------------------------------------------------------------------
+
+
+def comparisons(names, head: Head, refs: list[np.ndarray], gots: list[np.ndarray], variant: str) -> list:
+    """Per output; per channel group where one output mixes scales (box pixels against scores);
+    and, for a quantised file, per channel: a collapsed score or visibility channel then fails by
+    name instead of hiding in a larger channel's range."""
+    tol = TOLERANCES[variant]
+    out = []
+    for k, (name, r, g) in enumerate(zip(names, refs, gots, strict=True)):
+        out.append(compare_tensors(name, r, g, tol))
+        for group in head.groups(k, r.shape):
+            if len(head.groups(k, r.shape)) > 1:
+                out.append(compare_tensors(f"{name}[{group.name}]", group.take(r), group.take(g), tol))
+        axis = head.channel_axis(k, r.shape)
+        if variant in QUANTISED and axis is not None:
+            out.append(compare_channels(name, r, g, axis, group_of=lambda c, k=k, shape=r.shape: head.group_name(k, shape, c)))
+    return out
+
+
+def _detection_reasons(variant: str, agreement) -> list[str]:
+    tol = DETECTION_TOLERANCES[variant]
+    reasons = []
+    if agreement.missed > tol.allowed(agreement.reference_boxes):
+        reasons.append(f"missed {agreement.missed} of PyTorch's {agreement.reference_boxes} boxes (allowed "
+                       f"{tol.allowed(agreement.reference_boxes)})")
+    if agreement.extra > tol.allowed(agreement.reference_boxes):
+        reasons.append(f"{agreement.extra} boxes PyTorch does not find (allowed {tol.allowed(agreement.reference_boxes)})")
+    return reasons
+
+
+@dataclass
+class _Reference:
+    """The reference run and what is derived from it once."""
+
+    outputs: list[np.ndarray]
+    n_real: int
+    detections: list[Detections] | None
+    tensors: object = None  # every intermediate of the reference ONNX, on the first image, when a row fails
+
+
+def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, ref: _Reference, inputs: np.ndarray,
+          located: dict, *, divergence: bool) -> tuple[ResultRow, list[Detections] | None]:
+    """One run against the reference: its row, and its detections on the real images."""
+    outputs = run.outputs
+    if subject.normalised.get(row.variant):
+        from edgeport.validate.parity.tensors import denormalise
+
+        outputs = denormalise(outputs, subject.normalised[row.variant])
+    compared = comparisons(subject.output_names, head, ref.outputs, outputs, row.variant)
+    real = [o[: ref.n_real] for o in outputs]
+    dets = head.decode(real)
+    agreement = compare_detections(ref.detections, dets) if ref.detections is not None and dets is not None else None
+    reasons = _detection_reasons(row.variant, agreement) if agreement is not None else []
+    repeat = None
+    if run.repeat_max_abs is not None:
+        repeat = {"max_abs": run.repeat_max_abs, "passed": run.repeat_max_abs == 0.0}
+        if not repeat["passed"]:
+            reasons.append(f"a second invoke of the same image answers differently (max |difference| {run.repeat_max_abs:.3g}): "
+                           f"the runtime keeps state between invokes")
+    passed = all(c.passed for c in compared) and not reasons
+    found = None
+    if divergence and not passed and row.analysis_file is not None:
+        # where it stops computing what the trained model computes: only for rows that fail
+        if ref.tensors is None:
+            ref.tensors = _reference_tensors(subject, inputs[:1]) or False
+        if row.analysis_file not in located:
+            located[row.analysis_file] = (_divergence(ref.tensors, row.analysis_file, inputs[:1], TOLERANCES[row.variant])
+                                          if ref.tensors else None)
+        found = dict(located[row.analysis_file]) if located[row.analysis_file] is not None else None
+        if found is not None and row.runner is not None and row.runner.board_runtime:
+            found["located_on"] = "the emulator: the board's runtime exposes no intermediate tensors"
+    verdict = Verdict("runtime", True) if row.runner is not None and row.runner.board_runtime else row.verdict
+    result = ResultRow(
+        row.variant, row.runtime, passed, ms_per_image=run.ms_per_image, outputs=tuple(c.to_dict() for c in compared),
+        detections=agreement.to_dict() if agreement is not None else None, map=_map_vs_truth(subject, head, real),
+        verdict=verdict, divergence=found, error_histogram=error_histogram(ref.outputs, outputs), repeat=repeat,
+        reasons=tuple(reasons), reported_runtime=run.reported)
+    return result, dets
+
+
+def run_parity(subject: ParitySubject, *, divergence: bool = True, plan=plan_rows) -> ParityResult:
+    """Every runtime against PyTorch as loaded. ``plan(subject, expected_shapes)`` lists the rows
+    (tests pass fakes)."""
+    rng = np.random.default_rng(subject.seed + 7)
+    noise = rng.random((RANDOM_INPUTS, *subject.inputs.shape[1:]), dtype=np.float32)
+    inputs = np.concatenate([subject.inputs, noise])
+    n_real = subject.inputs.shape[0]
+    ref_run = TorchRunner(subject.reference_module).run(inputs)
+    head = subject.head if isinstance(subject.head, Head) else \
+        resolve_head(subject.head, [o.shape for o in ref_run.outputs], subject.strides, subject.hints)
+    ref_real = [o[:n_real] for o in ref_run.outputs]
+    ref = _Reference(ref_run.outputs, n_real, head.decode(ref_real))
+    results = [ResultRow("reference", "pytorch", True, ms_per_image=ref_run.ms_per_image, map=_map_vs_truth(subject, head, ref_real))]
+    rows = plan(subject, [(1, *o.shape[1:]) for o in ref_run.outputs])
+    runs = execute([r.runner for r in rows if r.runner is not None], inputs)
+    located: dict = {}  # analysis file -> where it diverges: rows on one file share one analysis
+    sample = None
+    for row in rows:
+        if row.runner is None:  # the board cannot run it: a failed row with the reasons
+            results.append(ResultRow.not_runnable(row.variant, row.runtime, row.verdict))
+            continue
+        try:
+            run = runs[row.runner.cache_key].result()
+        except RuntimeRefused as exc:  # the runtime refused the file: its word is final
+            results.append(ResultRow.not_runnable(row.variant, row.runtime, Verdict("runtime", False, (str(exc),))))
+            continue
+        result, dets = judge(row, run, subject, head, ref, inputs, located, divergence=divergence)
+        results.append(result)
+        if dets is not None and ref.detections is not None and (row.runtime.startswith("board:") or sample is None):
+            # the first image's boxes, preferably as the board computes them
+            sample = {"row": f"{row.variant} / {row.runtime}", "image": 0, "reference": _boxes(ref.detections[0]),
+                      "candidate": _boxes(dets[0])}
+    for variant, why in subject.not_converted.items():
+        results.append(ResultRow.not_runnable(variant, "converter", Verdict("converter", False, (why,))))
+    info = {"source": subject.inputs_source, "count": int(n_real), "random": RANDOM_INPUTS, "random_seed": subject.seed + 7,
+            "shape": list(subject.inputs.shape[1:]), "labelled": bool(subject.ground_truth)}
+    return ParityResult(head, tuple(results), info, sample, _board_runtime(subject.board, results))
+
+
+def _map_vs_truth(subject: ParitySubject, head: Head, outputs: list[np.ndarray]) -> dict | None:
+    """mAP against ground truth, by the same protocol (``COCO_EVAL``) as the trainer's."""
+    if not subject.ground_truth or not subject.letterboxes:
+        return None
+    dets = head.decode(outputs, COCO_EVAL)
+    if dets is None:
+        return None
+    from edgeport.validate.metrics import coco_map
+
+    mapped = [Detections(lb.to_original(d.boxes), d.scores, d.classes) for d, lb in zip(dets, subject.letterboxes)]
+    return coco_map(subject.ground_truth, mapped)
+
+
+def _board_runtime(board, results: list[ResultRow]) -> dict | None:
+    """Whose word the board rows are: the board's own runtime (and which files it refused), or the
+    emulator alone and how to install the real one."""
+    if board is None or not board.has_real_runtime:
+        return None
+    from edgeport.validate.board.runtime import install_hint, transport_for
+
+    transport = transport_for(board)
+    refused = [r.variant for r in results if r.verdict is not None and r.verdict.judge == "runtime" and not r.verdict.runnable]
+    return {"real": transport is not None, "via": getattr(transport, "what", None), "install": install_hint(board), "refused": refused}
+
+
+def _boxes(d: Detections) -> list[dict]:
+    return [{"box": [round(float(v), 2) for v in b], "score": round(float(s), 4), "class": int(c)}
+            for b, s, c in zip(d.boxes, d.scores, d.classes)]
+
+
+def _reference_tensors(subject: ParitySubject, x: np.ndarray):
+    from edgeport.validate.parity.divergence import onnx_intermediates
+
+    if subject.export_reference is None or subject.workdir is None:
+        return None
+    path = Path(subject.workdir) / "reference.onnx"
+    if not path.exists():
+        subject.export_reference(path)
+    return onnx_intermediates(path, x)
+
+
+def _divergence(reference_tensors, path: Path, x: np.ndarray, tol) -> dict:
+    from edgeport.validate.parity.divergence import locate, onnx_intermediates, tflite_intermediates
+
+    candidates = onnx_intermediates(path, x) if Path(path).suffix == ".onnx" else tflite_intermediates(path, x)
+    return locate(reference_tensors, candidates, max_abs_rel=tol.max_abs_rel, min_cosine=tol.min_cosine).to_dict()

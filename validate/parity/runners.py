@@ -1,0 +1,127 @@
+"""Runners: each runs one back end on a batch of NCHW float inputs and returns NCHW outputs.
+
+A runner knows nothing about tolerances or reports. It declares what it is -- its label, fixed
+when it is made, and its capabilities as class attributes -- and returns float32 outputs (int8
+models are dequantised in ``tensors.py``) with its median latency per image. A runtime row
+invokes every image twice: an interpreter that keeps state between invokes (TFLite 1.13.1's
+CONV_2D with a runtime filter is right on the first invoke only) answers differently the
+second time, and the row says so.
+"""
+
+from __future__ import annotations
+
+import abc
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+
+class RuntimeRefused(Exception):
+    """The runtime itself refused to load or run the model (its own message): a verdict on the
+    model, reported as a failed row, never an internal error."""
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    outputs: list[np.ndarray]  # per model output, (N, ...) float32 (NCHW for 4-D)
+    ms_per_image: float  # the median, first invokes only
+    image_ms: tuple[float, ...] = ()  # each image's time, where the runner timed images one by one
+    repeat_max_abs: float | None = None  # the largest difference between an image's two invokes; None: invoked once
+    reported: str | None = None  # what a board's runtime called itself, where that is not what its label says
+
+    @staticmethod
+    def joined(parts: list["RunOutput"]) -> "RunOutput":
+        """The run of a batch split into consecutive ``parts``, as one run."""
+        times = tuple(t for p in parts for t in p.image_ms)
+        repeats = [p.repeat_max_abs for p in parts if p.repeat_max_abs is not None]
+        return RunOutput([np.concatenate([p.outputs[k] for p in parts]) for k in range(len(parts[0].outputs))],
+                         statistics.median(times), times, max(repeats) if repeats else None)
+
+
+class Stopped(Exception):
+    """A run was asked to stop between two images: parity is ending early (an interrupt, an error)."""
+
+
+class Runner(abc.ABC):
+    """One back end. ``runtime`` is the row's label, set once when the runner is made."""
+
+    runtime: str
+    #: runs on one thread (or in a child process), so it can run beside other such rows, one per
+    #: core, and still time itself truly; PyTorch uses every core itself and runs alone
+    side_by_side: ClassVar[bool] = True
+    #: the board's own runtime: its word on whether the file runs is final
+    board_runtime: ClassVar[bool] = False
+    #: invoke every image twice and report any difference (a runtime, not the reference)
+    repeats: ClassVar[bool] = True
+
+    @property
+    def cache_key(self) -> object:
+        """Rows whose runners share a key compute the same thing and share one run."""
+        return id(self)
+
+    def split(self, parts: int) -> list["Runner"]:
+        """Runners that together compute this one's run, each on a share of the images, side by
+        side: for the slow ones (the reference kernels). By default, this runner alone."""
+        return [self]
+
+    @abc.abstractmethod
+    def _run_one(self, x: np.ndarray) -> list[np.ndarray]:
+        """One image, ``(1, 3, H, W)`` float32 -> outputs with batch 1."""
+
+    def run(self, inputs: np.ndarray, stop: threading.Event | None = None) -> RunOutput:
+        per_image, times, repeat = [], [], None
+        for i in range(inputs.shape[0]):
+            if stop is not None and stop.is_set():
+                raise Stopped(self.runtime)
+            x = np.ascontiguousarray(inputs[i : i + 1], dtype=np.float32)
+            t0 = time.perf_counter()
+            first = [np.array(o, dtype=np.float32) for o in self._run_one(x)]  # copies: a runtime may reuse its buffers
+            times.append((time.perf_counter() - t0) * 1e3)
+            if self.repeats:
+                diff = max(_difference(a, np.asarray(b, np.float32)) for a, b in zip(first, self._run_one(x)))
+                repeat = diff if repeat is None else max(repeat, diff)
+            per_image.append(first)
+        outputs = [np.concatenate([img[k] for img in per_image]).astype(np.float32) for k in range(len(per_image[0]))]
+        return RunOutput(outputs, statistics.median(times), tuple(times), repeat)
+
+
+def _difference(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest |a - b|, where NaN matches NaN (a NaN output fails its row by itself) and a
+    NaN against a number is infinitely different."""
+    both_nan = np.isnan(a) & np.isnan(b)
+    diff = np.abs(np.where(both_nan, 0.0, a.astype(np.float64) - b.astype(np.float64)))
+    return float(np.max(np.nan_to_num(diff, nan=np.inf), initial=0.0))
+
+
+class TorchRunner(Runner):
+    side_by_side = False
+    repeats = False  # PyTorch is the reference, or the folded model beside it
+
+    def __init__(self, module, *, runtime: str = "pytorch"):
+        self.module = module.eval()
+        self.runtime = runtime
+
+    def _run_one(self, x):
+        from edgeport.models.inference import forward
+
+        return forward(self.module, x)
+
+
+class OnnxRuntimeRunner(Runner):
+    def __init__(self, path: Path, *, runtime: str = "onnxruntime"):
+        from edgeport._lazy import require
+
+        ort = require("onnxruntime", purpose="ONNX Runtime parity")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        self.input_name = self.session.get_inputs()[0].name
+        self.runtime = runtime
+
+    def _run_one(self, x):
+        return self.session.run(None, {self.input_name: x})

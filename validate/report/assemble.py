@@ -1,0 +1,40 @@
+"""The one place a report is assembled: parity's result and what the other phases found."""
+
+from __future__ import annotations
+
+from edgeport._lazy import installed_versions
+from edgeport.validate.parity.compare import CHANNEL, DETECTION_TOLERANCES, TOLERANCES
+from edgeport.validate.parity.run import ParityResult
+from edgeport.validate.report.schema import BoardSection, Report
+
+VERSION_PACKAGES = ("edgeport", "torch", "onnx", "onnxruntime", "onnxslim", "onnx2tf", "tensorflow", "ai-edge-litert",
+                    "tflite-micro", "numpy")
+
+
+def tolerances() -> dict:
+    out = {v: {"max_abs_rel": t.max_abs_rel, "min_cosine": t.min_cosine,
+               "boxes": {"fraction": DETECTION_TOLERANCES[v].fraction, "slack": DETECTION_TOLERANCES[v].slack}}
+           for v, t in TOLERANCES.items()}
+    out["channels"] = {"min_cosine": CHANNEL.min_cosine, "applies_to": "quantised files, each channel"}
+    return out
+
+
+def build_report(parity: ParityResult, *, model: dict, board: BoardSection | None, artifacts: dict, stages=(),
+                 upsample: dict | None = None, int8_normalised: list | None = None, converter: dict | None = None) -> Report:
+    """``model``: checkpoint, layout, arch, config, imgsz, weights_sha256, outputs, strides (and what the
+    command adds); the head parity resolved joins it."""
+    return Report(
+        model=dict(model, head=parity.head.name, head_detail=parity.head.describe()),
+        inputs=parity.inputs,
+        results=parity.rows,
+        tolerances=tolerances(),
+        versions=installed_versions(VERSION_PACKAGES),
+        artifacts=artifacts,
+        board=board,
+        board_runtime=parity.board_runtime,
+        sample=parity.sample,
+        upsample=upsample,
+        int8_normalised=int8_normalised,
+        converter=converter,
+        stages=tuple(stages),
+    )
