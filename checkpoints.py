@@ -78,13 +78,54 @@ def _unsupported_global(message: str) -> str | None:
     return match.group(1) if match else None
 
 
+_STANDINS: dict = {}
+
+
+def _ddp_contents() -> type:
+    """What a pickled ``DistributedDataParallel`` unpickles as: its modules, without the process
+    group DDP's own ``__setstate__`` insists on (a checkpoint saved as ``torch.save(ddp_model)``
+    loads on a machine with no process group, and no GPU)."""
+    if "ddp" not in _STANDINS:
+        from torch import nn
+
+        class DistributedDataParallelContents(nn.Module):
+            """A DistributedDataParallel's state, unpickled without its communication: ``module`` is the model."""
+
+            def __setstate__(self, state):
+                nn.Module.__setstate__(self, state)
+
+        _STANDINS["ddp"] = DistributedDataParallelContents
+    return _STANDINS["ddp"]
+
+
+def _trusting_pickle():
+    """The pickle module ``torch.load`` uses for a trusted checkpoint: pickle itself, with a stand-in
+    for DistributedDataParallel."""
+    import pickle as std
+    import types
+
+    class Unpickler(std.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) == ("torch.nn.parallel.distributed", "DistributedDataParallel"):
+                return _ddp_contents()
+            return super().find_class(module, name)
+
+    module = types.ModuleType("edgeport_trusted_pickle")
+    module.Unpickler = Unpickler
+    module.load = lambda f, **kw: Unpickler(f, **kw).load()
+    module.__dict__.update({k: getattr(std, k) for k in ("UnpicklingError", "HIGHEST_PROTOCOL", "dumps", "dump")})
+    return module
+
+
 def torch_load(path: Path, *, trust: bool) -> Any:
     """``torch.load`` with the failure modes turned into one-line ``CheckpointError``s."""
     import torch
 
     sniff(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=not trust)
+        if trust:
+            return torch.load(path, map_location="cpu", weights_only=False, pickle_module=_trusting_pickle())
+        return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         culprit = _unsupported_global(str(exc))
         if not trust and culprit:
@@ -214,8 +255,8 @@ def unwrap_module(module: Any) -> tuple[Any, list[str]]:
 
     peeled: list[str] = []
     while True:
-        if isinstance(module, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
-            peeled.append(type(module).__name__)
+        if isinstance(module, (nn.parallel.DistributedDataParallel, nn.DataParallel, _ddp_contents())):
+            peeled.append("DistributedDataParallel" if isinstance(module, _ddp_contents()) else type(module).__name__)
             module = module.module
         elif hasattr(module, "_orig_mod") and isinstance(module._orig_mod, nn.Module):
             peeled.append(type(module).__name__)

@@ -140,6 +140,11 @@ class Head:
             return [Group("logits", 1, _span(0, shape[1]))]
         return []
 
+    @property
+    def unordered_rows(self) -> bool:
+        """Whether the output's rows are a set (an end-to-end head's top-k), not a sequence."""
+        return self.name == "yolov10"
+
     def channel_axis(self, k: int, shape: tuple[int, ...]) -> int | None:
         """The axis along which output ``k``'s channels lie (each compared on its own), or None."""
         groups = self.groups(k, shape)
@@ -150,12 +155,6 @@ class Head:
         if len(shape) == 3:
             return 1 if shape[1] <= shape[2] else 2  # channels are the shorter axis: (N, C, A) or (N, A, C)
         return None
-
-    def group_name(self, k: int, shape: tuple[int, ...], channel: int) -> str:
-        for g in self.groups(k, shape):
-            if channel in g.channels:
-                return g.name
-        return ""
 
     def decode(self, outputs: list[np.ndarray], protocol: DecodeProtocol = DETECT) -> list[Detections] | None:
         """Per-image detections; None for heads without boxes (classify, raw)."""

@@ -108,6 +108,9 @@ def require_fixed_outputs(first, second, spec: str | None) -> None:
             raise BadInputError(f"output {k} ({describe(a)}) is {str(a.dtype).replace('torch.', '')}, not floating point "
                                 f"(labels or indices of a post-processed result); {way_out}")
     for k, (a, b) in enumerate(zip(first, second)):
+        if 0 in a.shape or 0 in b.shape:
+            raise BadInputError(f"output {k} is empty for an image ({tuple(a.shape)}, {tuple(b.shape)}): the model returns "
+                                f"only what survives its post-processing (a score threshold, NMS); {way_out}")
         if tuple(a.shape) != tuple(b.shape):
             raise BadInputError(f"output {k}'s shape depends on the image ({tuple(a.shape)} for one, {tuple(b.shape)} for "
                                 f"another): the model post-processes its detections; {way_out}")

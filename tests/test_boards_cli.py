@@ -62,7 +62,7 @@ def test_legacy_resize_runs_on_the_old_board_but_fails_parity(bilinear_ckpt, tmp
     if installed_python(load_board("tflite-1.13")) is not None:
         # the write-up's bug on the write-up's runtime: it runs the file, and computes something else
         (real,) = [r for r in report["results"] if r["runtime"] == "board:tflite-1.13 (TFLite 1.13.1)"]
-        assert not real["passed"] and real["emulator"]["runnable"] and real["divergence"]["found"]
+        assert not real["passed"] and real["verdict"]["runnable"] and real["divergence"]["found"]
         assert real["divergence"]["located_on"].startswith("the emulator") and "Resize" in real["divergence"]["first"]["reference"]
 
 

@@ -103,12 +103,12 @@ def test_demo_converts_end_to_end_within_targets(demo):
         assert stage in proc.stderr, f"no progress line for {stage}"
     report = json.loads((out / "report.json").read_text())
     assert report["schema"] == "edgeport.parity/2" and report["passed"] is True
-    # every field validate/SCHEMA.md documents is there
+    # every field validate/report/SCHEMA.md documents is there
     assert {"schema", "created", "passed", "model", "inputs", "reference", "tolerances", "versions", "artifacts", "board",
-            "upsample", "results", "sample", "stages"} <= set(report)
+            "board_runtime", "converter", "upsample", "int8_normalised", "results", "sample", "stages"} == set(report)
     for r in report["results"]:
-        assert {"variant", "runtime", "passed", "ms_per_image", "outputs", "detections", "map", "emulator", "divergence",
-                "error_histogram"} <= set(r)
+        assert {"variant", "runtime", "passed", "ms_per_image", "outputs", "detections", "map", "verdict", "divergence",
+                "error_histogram", "repeat", "reasons", "reported_runtime"} == set(r)
     rows = {r["variant"]: r for r in report["results"]}
     assert set(rows) == {"reference", "folded", "onnx", "float32", "int8"}
     rows = {r["variant"]: r for r in report["results"] if r["runtime"] in ("pytorch", "onnxruntime", "tflite")}

@@ -12,6 +12,7 @@ from edgeport.convert.base import ConvertConfig
 from edgeport.convert.pipeline import PIPELINE, run_pipeline
 from edgeport.convert.tflite_fixes import _SCALE, RESIZE_OPS, _quant, share_resize_quantization
 from edgeport.ops.tflite_model import operators
+from edgeport.validate.board.profiles import load_board
 
 pytestmark = pytest.mark.slow
 
@@ -34,9 +35,9 @@ def _skew(model: bytes) -> bytes:
 @pytest.fixture(scope="module")
 def int8_bilinear(tmp_path_factory, random_checkpoint) -> Path:
     work = tmp_path_factory.mktemp("fix")
-    cfg = ConvertConfig(checkpoint=random_checkpoint("pdet-n-bilinear", 2), work_dir=work, imgsz=64)
-    state, _ = run_pipeline(cfg, [p for p in PIPELINE if p.name not in ("board_gate", "parity")])
-    return state.tflite["int8"]
+    cfg = ConvertConfig(checkpoint=random_checkpoint("pdet-n-bilinear", 2), work_dir=work, imgsz=64, board=load_board("default"))
+    converted, _ = run_pipeline(cfg, [p for p in PIPELINE if p.name not in ("board_gate", "parity")])
+    return converted.files["int8"]
 
 
 def test_skewed_resize_quantisation_is_shared_again_and_xnnpack_prepares_it(int8_bilinear, tmp_path):
@@ -93,9 +94,10 @@ def int8_concat(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("concat")
     torch.manual_seed(0)
     torch.save({"model": TwoBranches().state_dict()}, work / "ckpt.pt")
-    cfg = ConvertConfig(checkpoint=work / "ckpt.pt", work_dir=work, imgsz=32, arch=f"{__name__}:two_branches")
-    state, _ = run_pipeline(cfg, [p for p in PIPELINE if p.name not in ("board_gate", "parity")])
-    return state.tflite["int8"]
+    cfg = ConvertConfig(checkpoint=work / "ckpt.pt", work_dir=work, imgsz=32, arch=f"{__name__}:two_branches",
+                        board=load_board("default"))
+    converted, _ = run_pipeline(cfg, [p for p in PIPELINE if p.name not in ("board_gate", "parity")])
+    return converted.files["int8"]
 
 
 def _set_scale_then_fix(model: bytes, q, scale: float, tmp_path: Path, refusal: str) -> Path:

@@ -121,7 +121,10 @@ def test_install_refusals(tmp_path, monkeypatch):
     old = load_board("tflite-1.13")
     with pytest.raises(BadInputError, match=r"--python .* is Python 3\.\d+\.\d+; tflite-1.13's runtime needs Python 3.7"):
         install(old, python=sys.executable)
-    fake = BoardProfile("fake", "", "tflite", "1.0.0", ("float32",), 1, 1, install=InstallSpec("2.9", ("x",)))
+    custom = BoardProfile("mine", "", "tflite", "1.0.0", ("float32",), 1, 1, install=InstallSpec("3.7", ("evil-package",)))
+    with pytest.raises(BadInputError, match="'mine' is not one edgeport ships; `boards install` installs only"):
+        install(custom)  # its packages would be installed, and their code run, from a file
+    fake = BoardProfile("fake", "", "tflite", "1.0.0", ("float32",), 1, 1, install=InstallSpec("2.9", ("x",)), shipped=True)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "pyenv"))
     monkeypatch.setattr(board_runtime.Path, "home", lambda: tmp_path)

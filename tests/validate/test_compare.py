@@ -50,3 +50,39 @@ def test_non_finite_output_fails_and_shape_mismatch_raises():
         tensor_metrics(ref, np.ones(5, np.float32))
     d = compare_tensors("p", ref, ref, FLOAT32).to_dict()
     assert {"max_abs", "mean_abs", "rmse", "cosine", "snr_db", "p99_abs", "passed", "needed"} <= set(d)
+
+
+def test_a_varying_channel_that_collapses_fails_by_name_and_group():
+    """One int8 scale over box pixels and a score: the score (and a keypoint visibility) round to a
+    constant, while the output's overall cosine stays high."""
+    from edgeport.validate.parity.compare import compare_channels, compare_tensors
+
+    rng = np.random.default_rng(0)
+    ref = np.concatenate([rng.uniform(0, 300, (4, 1, 50)), rng.uniform(0, 1, (4, 1, 50))], axis=1)  # boxes, score
+    got = ref.copy()
+    got[:, 1] = 0.0  # the score collapsed
+    assert compare_tensors("y", ref, got, INT8).passed, "the whole output hides it"
+    result = compare_channels("y", ref, got, 1, groups=(("boxes", (0,)), ("scores", (1,))))
+    assert not result.passed and result.name == "y[channels]"
+    assert result.reasons[0].startswith("channel 1 (scores) collapsed to the constant 0; PyTorch's varies")
+
+
+def test_a_channel_that_barely_varies_is_not_held_to_int8s_resolution():
+    """A class no object belongs to (scores 1e-4..1e-3 next to 0.9): under a tenth of its group's
+    range, int8 does not promise its shape."""
+    from edgeport.validate.parity.compare import compare_channels
+
+    rng = np.random.default_rng(1)
+    ref = np.stack([rng.uniform(0, 0.9, 100), rng.uniform(1e-4, 1e-3, 100)])[None]
+    got = np.round(ref * 256) / 256
+    result = compare_channels("scores", ref, got, 1, groups=(("scores", (0, 1)),))
+    assert result.passed and result.metrics.cosine > 0.99
+
+
+def test_top_k_rows_are_compared_as_a_set():
+    from edgeport.validate.parity.compare import align_rows
+
+    ref = np.array([[[1, 2, 3, 4, 0.5, 0], [5, 6, 7, 8, 0.5, 1], [0, 0, 1, 1, 0.1, 0]]], np.float32)
+    got = ref[:, [1, 0, 2]] + 1e-6  # a tie between two scores, ordered the other way
+    np.testing.assert_allclose(align_rows(ref, got), ref, atol=1e-5)
+    assert compare_tensors("y", ref, align_rows(ref, got), FLOAT32).passed and not compare_tensors("y", ref, got, FLOAT32).passed

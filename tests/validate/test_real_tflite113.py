@@ -85,7 +85,7 @@ def test_tflite_113_rows_come_from_the_real_runtime_and_match_the_emulator(tmp_p
         assert "LOGISTIC" in ops  # tabulated at 1.14.0, present in 1.13.1
     report = json.loads((out / "report.json").read_text())
     rows = {r["runtime"]: r for r in report["results"]}
-    assert rows[REAL]["passed"] and rows[REAL]["emulator"]["judge"] == "runtime", proc.stdout[-3000:]
+    assert rows[REAL]["passed"] and rows[REAL]["verdict"]["judge"] == "runtime", proc.stdout[-3000:]
     assert rows["board:tflite-1.13 (emulated)"]["passed"] and report["board_runtime"]["real"] is True
     assert "the board's own runtime ran every file" in proc.stdout
 

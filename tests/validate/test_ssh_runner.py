@@ -73,7 +73,8 @@ def test_a_board_over_ssh_runs_the_model_on_its_own_runtime(tmp_path, sshd, rand
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     rows = {r["runtime"]: r for r in report["results"]}
-    assert rows["board:ssh-board (TFLite 1.13.1)"]["passed"], sorted(rows)
+    assert rows["board:ssh-board (TFLite 1.13.1 over SSH)"]["passed"], sorted(rows)
+    assert rows["board:ssh-board (TFLite 1.13.1 over SSH)"]["reported_runtime"] is None, "it is what the profile says"
     assert rows["board:ssh-board (emulated)"]["passed"]
     assert report["board_runtime"]["via"].startswith("board ssh://")
     assert list(board_dir.iterdir()) == []  # nothing left on the board

@@ -161,6 +161,7 @@ class BoardProfile:
     op_table: OpTable | None = None  # probed from the real runtime; beats op_min_runtime.toml
     install: InstallSpec | None = None
     runner: RunnerSpec | None = None
+    shipped: bool = False  # one of edgeport's own profiles (validate/boards/), not a file the user passed
 
     @property
     def has_real_runtime(self) -> bool:
@@ -240,6 +241,7 @@ def load_board(name_or_path: str) -> BoardProfile:
             version=str(raw["version"]), dtypes=tuple(raw["dtypes"]), ram_bytes=int(raw["ram_bytes"]),
             flash_bytes=int(raw["flash_bytes"]), ops=tuple(raw["ops"]) if "ops" in raw else None, overrides=overrides,
             differences=tuple(raw.get("differences", ())), op_table=op_table, install=install, runner=runner,
+            shipped=path.resolve().parent == BOARDS_DIR.resolve(),
         )
     except (KeyError, ValueError, TypeError, OSError, tomllib.TOMLDecodeError) as exc:
         raise BadInputError(f"board profile {str(path)!r} is invalid ({type(exc).__name__}: {exc}); see validate/boards/*.toml") from exc

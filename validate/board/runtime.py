@@ -346,6 +346,11 @@ def install(board: BoardProfile, *, python: str | None = None, log=print) -> dic
     if board.install is None:
         raise BadInputError(f"board {board.name!r} has no installable runtime (no [install] in its profile); "
                             f"boards with one: {', '.join(_installable())}")
+    if not board.shipped:
+        # the packages an [install] names are installed, and installing runs their code: only
+        # edgeport's own profiles choose them
+        raise BadInputError(f"board profile {board.name!r} is not one edgeport ships; `boards install` installs only the runtimes "
+                            f"of shipped profiles ({', '.join(_installable())}): install a custom board's runtime yourself")
     spec = board.install
     interpreter = python or find_python(spec.python)
     if interpreter is None:

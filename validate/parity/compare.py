@@ -47,10 +47,14 @@ class DetectionTolerance:
         return max(self.slack, int(self.fraction * boxes))
 
 
-# float files compute what PyTorch computes: a box more or less is a tie at the threshold; int8
-# moves scores by a step or two around the 0.25 confidence threshold
-DETECTION_TOLERANCES = {"folded": DetectionTolerance(0.02), "onnx": DetectionTolerance(0.02), "float32": DetectionTolerance(0.02),
-                        "int8": DetectionTolerance(0.2), "uint8": DetectionTolerance(0.2)}
+# float files compute what PyTorch computes (their tensors are held to 1e-4): a box more or less is a
+# tie at the threshold or at NMS's overlap, more of them the more boxes crowd an image. int8 moves a
+# score by a step across the 0.25 confidence threshold and a box by a step across NMS's 0.5 overlap,
+# again more often the more boxes crowd an image. Measured: the shipped detector's int8 misses 4 to
+# 6 of PyTorch's 36 boxes; YOLOv8n with a trained-like head (boxes of a few strides, 8 to an image)
+# adds 24 to its 64 (37 %) by surviving NMS; a file adding 86 boxes to 187 (46 %) fails.
+DETECTION_TOLERANCES = {"folded": DetectionTolerance(0.05), "onnx": DetectionTolerance(0.05), "float32": DetectionTolerance(0.05),
+                        "int8": DetectionTolerance(0.4, 2), "uint8": DetectionTolerance(0.4, 2)}
 
 
 @dataclass(frozen=True)
@@ -141,21 +145,32 @@ def error_histogram(refs: list[np.ndarray], gots: list[np.ndarray]) -> dict:
     return {"log10_edges": list(HIST_EDGES), "counts": counts.astype(int).tolist(), "exact_zeros": zeros}
 
 
+# a channel "varies" when its values span at least this fraction of its group's range (boxes,
+# scores, ...; the whole output where the head names no groups): below it, int8 gives the channel
+# fewer than 26 of the group's 256 steps, and its shape is not something int8 promises to keep (an
+# untrained classifier's logits; a class no object in the images belongs to). A score or a
+# keypoint visibility that collapsed spans its group's whole range in PyTorch.
+VARYING = 0.1
+
+
 def compare_channels(name: str, ref: np.ndarray, got: np.ndarray, axis: int, tol: Tolerance = CHANNEL,
-                     group_of=lambda c: "") -> TensorComparison:
-    """Every channel along ``axis`` on its own: a channel PyTorch varies (beyond float noise) that
-    came back constant has collapsed; one whose cosine falls under ``tol`` has lost its signal.
-    The metrics are the worst channel's; the reasons name each failing channel (and its group)."""
+                     groups: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> TensorComparison:
+    """Every channel along ``axis`` on its own: a varying channel (``VARYING``) that came back
+    constant has collapsed; one whose cosine falls under ``tol`` has lost its signal. ``groups``:
+    (name, channels) of the head's channel groups. The metrics are the worst varying channel's;
+    the reasons name each failing channel, with its group."""
     r = np.moveaxis(ref.astype(np.float64), axis, 0).reshape(ref.shape[axis], -1)
     g = np.moveaxis(got.astype(np.float64), axis, 0).reshape(got.shape[axis], -1)
-    scale = float(np.abs(r).max(initial=0.0))
-    varies = np.ptp(r, axis=1) > 1e-6 * max(scale, 1e-30) if r.shape[1] else np.zeros(r.shape[0], bool)
-    reasons, worst, worst_rel = [], 1.0, 0.0
-    for c in np.flatnonzero(varies):
-        label = f"channel {c}" + (f" ({group_of(int(c))})" if group_of(int(c)) else "")
+    group_of = {c: gname for gname, chans in groups for c in chans}
+    whole = float(np.abs(r).max(initial=0.0))
+    span = {gname: float(np.abs(r[list(chans)]).max(initial=0.0)) for gname, chans in groups if chans}
+    reasons, worst = [], 1.0
+    for c in range(r.shape[0]):
+        if not r.shape[1] or np.ptp(r[c]) <= VARYING * span.get(group_of.get(c, ""), whole):
+            continue
+        label = f"channel {c}" + (f" ({group_of[c]})" if c in group_of else "")
         cos = cosine(r[c], g[c])
-        rel = relative(float(np.abs(r[c] - g[c]).max()), float(np.abs(r[c]).max()))
-        worst, worst_rel = min(worst, cos) if cos == cos else float("nan"), max(worst_rel, rel)
+        worst = cos if not cos >= worst else worst  # NaN sticks
         if np.ptp(g[c]) == 0:
             reasons.append(f"{label} collapsed to the constant {g[c][0]:.4g}; PyTorch's varies {r[c].min():.4g}..{r[c].max():.4g}")
         elif not cos >= tol.min_cosine:
@@ -166,3 +181,26 @@ def compare_channels(name: str, ref: np.ndarray, got: np.ndarray, axis: int, tol
     shown = reasons[:8] + ([f"and {len(reasons) - 8} more channels"] if len(reasons) > 8 else [])
     return TensorComparison(f"{name}[channels]", metrics, tol, passed=not reasons, needed=Tolerance(min_cosine=worst),
                             reasons=tuple(shown))
+
+
+def align_rows(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
+    """``got`` with its rows (axis 1) in ``ref``'s order, each paired with the nearest free row:
+    what an end-to-end head's top-k returns is a set, and a tie between two scores orders it
+    differently on another runtime. Per image, greedy, the closest pair first."""
+    if ref.ndim != 3 or ref.shape != got.shape:
+        return got
+    out = got.copy()
+    for n in range(ref.shape[0]):
+        r, g = ref[n].astype(np.float64), got[n].astype(np.float64)
+        cost = np.abs(r[:, None, :] - g[None, :, :]).max(axis=2)  # rows x rows: a few hundred, a few values each
+        order = np.argsort(cost, axis=None, kind="stable")
+        taken_r, taken_g, pairs = np.zeros(len(r), bool), np.zeros(len(g), bool), {}
+        for flat in order:
+            i, j = divmod(int(flat), len(g))
+            if not taken_r[i] and not taken_g[j]:
+                taken_r[i] = taken_g[j] = True
+                pairs[i] = j
+                if len(pairs) == len(r):
+                    break
+        out[n] = got[n][[pairs[i] for i in range(len(r))]]
+    return out

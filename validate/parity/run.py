@@ -32,6 +32,7 @@ from edgeport.validate.parity.compare import (
     DETECTION_TOLERANCES,
     QUANTISED,
     TOLERANCES,
+    align_rows,
     compare_channels,
     compare_tensors,
     error_histogram,
@@ -195,7 +196,8 @@ def comparisons(names, head: Head, refs: list[np.ndarray], gots: list[np.ndarray
                 out.append(compare_tensors(f"{name}[{group.name}]", group.take(r), group.take(g), tol))
         axis = head.channel_axis(k, r.shape)
         if variant in QUANTISED and axis is not None:
-            out.append(compare_channels(name, r, g, axis, group_of=lambda c, k=k, shape=r.shape: head.group_name(k, shape, c)))
+            groups = tuple((grp.name, grp.channels) for grp in head.groups(k, r.shape))
+            out.append(compare_channels(name, r, g, axis, groups=groups))
     return out
 
 
@@ -228,6 +230,8 @@ def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, r
         from edgeport.validate.parity.tensors import denormalise
 
         outputs = denormalise(outputs, subject.normalised[row.variant])
+    if head.unordered_rows:  # top-k rows: a set, compared in the reference's order
+        outputs = [align_rows(r, o) for r, o in zip(ref.outputs, outputs)]
     compared = comparisons(subject.output_names, head, ref.outputs, outputs, row.variant)
     real = [o[: ref.n_real] for o in outputs]
     dets = head.decode(real)
