@@ -101,7 +101,7 @@ def _summarise(schema, model, path: str, size: int) -> TFLiteSummary:
         for o in range(sg.OperatorsLength()):
             op = sg.Operators(o)
             name, version = codes[op.OpcodeIndex()]
-            notes = _resize_notes(schema, op, name)
+            notes = _resize_notes(schema, op, name) + _conv_notes(sg, op, name)
             counts[(name, version, notes)] = counts.get((name, version, notes), 0) + 1
     main = model.Subgraphs(0)
     first_input = main.Tensors(int(main.Inputs(0))) if main.InputsLength() else None
@@ -127,6 +127,18 @@ def _quantization(tensor) -> tuple[float, int]:
     if q is None or q.ScaleLength() == 0:
         return (0.0, 0)
     return (float(q.Scale(0)), int(q.ZeroPoint(0)) if q.ZeroPointLength() else 0)
+
+
+def _conv_notes(sg, op, name: str) -> tuple[str, ...]:
+    """``grouped`` for a CONV_2D whose input has more channels than its filter: a grouped
+    convolution, whatever version the writer declared (onnx2tf 2.x writes these as v1, which only
+    runtimes with the v6 kernel compute; older ones refuse the file when they prepare it)."""
+    if name != "CONV_2D" or op.InputsLength() < 2:
+        return ()
+    x, w = sg.Tensors(op.Inputs(0)), sg.Tensors(op.Inputs(1))
+    if x.ShapeLength() == 4 and w.ShapeLength() == 4 and x.Shape(3) != w.Shape(3):
+        return ("grouped",)
+    return ()
 
 
 def _resize_notes(schema, op, name: str) -> tuple[str, ...]:

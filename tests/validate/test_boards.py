@@ -52,6 +52,16 @@ def test_a_flag_only_newer_kernels_honour_is_refused_whatever_version_is_declare
     assert check_model(summary(OpUse("RESIZE_BILINEAR", 1, 2, ("align_corners",))), load_board("tflite-1.13")) == []
 
 
+def test_a_grouped_convolution_declared_v1_is_refused_where_no_v6_kernel_runs():
+    # onnx2tf 2.x writes grouped convolutions as CONV_2D v1 whose filter has fewer channels than
+    # its input: TFLite 1.13.1 refuses that at prepare ("input->dims->data[3] != filter->dims->data[3]")
+    s = summary(OpUse("CONV_2D", 1, 3, ("grouped",)), min_rt=None)
+    (reason,) = check_model(s, load_board("tflite-1.13"))
+    assert reason.startswith("CONV_2D v1 (grouped): only CONV_2D v6 kernels honour grouped; tflite-1.13 runs 1.13.1, whose "
+                             "kernel refuses it"), reason
+    assert check_model(s, load_board("default")) == []
+
+
 def test_the_probed_op_table_beats_the_tabulated_runtime():
     # every YOLO is SiLU = LOGISTIC + MUL; runtime_version.cc says LOGISTIC v1 needs 1.14.0,
     # the real TFLite 1.13.1 has it (validate/boards/tflite-1.13.ops.toml)

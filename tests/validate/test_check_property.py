@@ -41,8 +41,9 @@ def _passing_rows(report: dict) -> list[int]:
 # -- mutations that make a report worse: each takes (report, draw) and changes it in place ------------
 
 def drop_row(r, draw):
-    """Every row of one (variant, runtime): a duplicate made by another mutation goes with it."""
-    keys = sorted({(row["variant"], row["runtime"]) for row in r["results"]})
+    """Every row of one of the baseline's (variant, runtime): a duplicate made by another mutation goes with it
+    (a row another mutation added is not the baseline's, so dropping it would undo that mutation)."""
+    keys = sorted({(row["variant"], row["runtime"]) for row in r["_baseline"]["results"]})
     key = draw(st.sampled_from(keys))
     r["results"] = [row for row in r["results"] if (row["variant"], row["runtime"]) != key]
 

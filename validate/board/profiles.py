@@ -41,7 +41,12 @@ INDEX_DTYPES = {"int32", "int64", "bool"}
 # Option flags that only later kernel versions honour. A converter may set the flag yet declare
 # version 1 (onnx2tf 2.x does for half_pixel_centers): an older runtime then loads the op and
 # silently ignores the flag -- the write-up's bug -- so the flag, not the version, decides.
-FLAG_NEEDS_VERSION = {("RESIZE_BILINEAR", "half_pixel_centers"): 3, ("RESIZE_NEAREST_NEIGHBOR", "half_pixel_centers"): 3}
+# (op, note from ops/tflite_model.py) -> the first kernel version that computes it, and what an older kernel does
+FLAG_NEEDS_VERSION = {
+    ("RESIZE_BILINEAR", "half_pixel_centers"): (3, "would load the op and ignore it (computing something else)"),
+    ("RESIZE_NEAREST_NEIGHBOR", "half_pixel_centers"): (3, "would load the op and ignore it (computing something else)"),
+    ("CONV_2D", "grouped"): (6, "refuses it when the interpreter prepares it (input and filter channels differ)"),
+}
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -271,11 +276,10 @@ def check_model(summary: TFLiteSummary, board: BoardProfile) -> list[str]:
                 reasons.append(f"{op.name} has no TFLite Micro kernel on {board.name}")
             continue
         for note in op.notes:
-            need = FLAG_NEEDS_VERSION.get((op.name, note))
+            need, older = FLAG_NEEDS_VERSION.get((op.name, note), (None, ""))
             # (a declared version >= need is judged by the version rule below)
             if need is not None and op.version < need and board.max_op_version(op.name) < need:
-                reasons.append(f"{_op_label(op)}: only {op.name} v{need} kernels honour {note}; {runs}, whose kernel "
-                               f"would load the op and ignore it (computing something else)")
+                reasons.append(f"{_op_label(op)}: only {op.name} v{need} kernels honour {note}; {runs}, whose kernel {older}")
         if board.op_table is not None:
             have = sorted(board.op_table.versions.get(op.name, ()))
             if op.version not in have:
