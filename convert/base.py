@@ -52,9 +52,10 @@ class ConvertConfig:
 
     @property
     def variants(self) -> tuple[str, ...]:
-        """The TFLite variants to produce: those the board runs (int8 only when asked)."""
-        wanted = ("float32", "int8") if self.int8 else ("float32",)
-        return tuple(v for v in wanted if self.board.runs_dtype(v))
+        """The TFLite variants to produce: those the board runs -- float32, and the quantised type
+        it runs (int8, or uint8 on TFLite 1.x boards) unless ``--no-int8``."""
+        quantised = self.board.quantised if self.int8 else None
+        return tuple(v for v in ("float32", quantised) if v and self.board.runs_dtype(v))
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,11 @@ class Converted:
     notes: dict[str, str] = field(default_factory=dict)  # variant -> how it was made, when not as asked first
     converter: dict = field(default_factory=dict)  # {name, version, writer}
     int8_plans: Any = None  # per output, the channel ranges the int8 file divides (convert/int8_groups.py)
+    # variant -> the int8 file it was rewritten from (uint8: convert/uint8.py), for the twin check
+    twins: dict[str, Path] = field(default_factory=dict)
+    # variant -> what lower_for_board rewrote (ops/lowering/registry.Lowering.describe), where it did
+    lowered: dict[str, str] = field(default_factory=dict)
+    lowered_rules: dict[str, dict] = field(default_factory=dict)  # variant -> {rule: ops rewritten}, where any
 
     @property
     def prepared(self) -> Prepared:

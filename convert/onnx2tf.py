@@ -349,22 +349,25 @@ class Conversion:
 
 
 def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray, work: Path, *, input_name: str,
-                     timeout_s: float, backend: Onnx2tfBackend) -> Conversion:
+                     timeout_s: float, backend: Onnx2tfBackend, granularities: tuple[str, ...] | None = None) -> Conversion:
     """float32 from ``onnx_path``, and int8 from ``int8_onnx`` when given (the same file, or one
     with its output groups normalised, converted side by side).
 
     Only a float32 that cannot be written ends the run. An int8 the converter cannot quantise
     per channel is tried per tensor where the line offers it (noted), and otherwise reported
-    as a failed row with the converter's reason, beside a float32 that ships.
+    as a failed row with the converter's reason, beside a float32 that ships. ``granularities``
+    (default: the line's) are tried in order: ``("per-tensor",)`` for a uint8 board.
     """
+    granularities = granularities or backend.int8_granularities
     together = int8_onnx == onnx_path  # one run writes both (1.28 only warns when its int8 fails)
-    runs = [Onnx2tfRun(onnx_path, calib, work / "onnx2tf", int8=together, input_name=input_name, backend=backend)]
+    runs = [Onnx2tfRun(onnx_path, calib, work / "onnx2tf", int8=together, input_name=input_name, backend=backend,
+                       granularity=granularities[0])]
     notes: dict[str, str] = {}
     why = None  # why there is no int8 yet
     try:
         if int8_onnx is not None and not together:
             runs.append(Onnx2tfRun(int8_onnx, calib, work / "onnx2tf-int8", int8=True, input_name=input_name,
-                                   backend=backend))
+                                   backend=backend, granularity=granularities[0]))
         try:
             files, seconds = runs[0].finish(timeout_s, require=("float32",))
         except Onnx2tfFailed as exc:
@@ -377,7 +380,7 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
                 files["int8"], seconds = more["int8"], max(seconds, more_s)
             except Onnx2tfFailed as exc:
                 why = str(exc)
-        for granularity in backend.int8_granularities[1:]:
+        for granularity in granularities[1:]:
             if why is None:
                 break
             try:
@@ -385,7 +388,7 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
                                            input_name=input_name, timeout_s=timeout_s, backend=backend,
                                            require=("int8",), granularity=granularity)
                 files["int8"], seconds = more["int8"], seconds + more_s
-                notes["int8"] = f"{granularity} ({backend.int8_granularities[0]} failed: {why})"
+                notes["int8"] = f"{granularity} ({granularities[0]} failed: {why})"
                 why = None
             except Onnx2tfFailed as exc:
                 why = f"{why}; {granularity} too: {exc}"

@@ -27,7 +27,10 @@ def subject_of(gated: Gated, config: ConvertConfig) -> ParitySubject:
         inputs_source=prepared.val_source,
         board=config.board,
         head=prepared.head,
-        normalised={"int8": converted.int8_plans} if converted.int8_plans else {},
+        normalised={v: converted.int8_plans for v in converted.files if v != "float32"} if converted.int8_plans else {},
+        twins=dict(converted.twins),
+        # a twin is held to its steps where the file is its graph op for op (a lowering rule rounds its own way)
+        twin_gated={v: v not in converted.lowered_rules for v in converted.twins},
         workdir=config.work_dir,
         seed=config.seed,
         export_reference=functools.partial(export_onnx, prepared.reference, prepared.imgsz,

@@ -17,6 +17,7 @@ from edgeport.convert.build_model_pass import BuildModelPass
 from edgeport.convert.export_onnx_pass import ExportOnnxPass
 from edgeport.convert.fold_bn_pass import FoldBNPass
 from edgeport.convert.load_checkpoint_pass import LoadCheckpointPass
+from edgeport.convert.lower_for_board_pass import LowerForBoardPass
 from edgeport.convert.parity_pass import ParityPass
 from edgeport.convert.prepare_inputs_pass import PrepareInputsPass
 from edgeport.convert.revert_syncbn_pass import RevertSyncBNPass
@@ -33,7 +34,7 @@ PREPARE = (PrepareInputsPass(),)
 REWRITE = (RevertSyncBNPass(), FoldBNPass(), RewriteUpsamplePass())
 # Prepared -> Exported -> Converted -> Gated -> Validated
 EXPORT = (ExportOnnxPass(),)
-CONVERT = (ToTFLitePass(),)
+CONVERT = (ToTFLitePass(), LowerForBoardPass())
 GATE = (BoardGatePass(),)
 PARITY = (ParityPass(),)
 

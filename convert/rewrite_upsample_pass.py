@@ -4,9 +4,11 @@ Upsampling sites are found on the traced graph -- ``nn.Upsample`` modules, edgep
 ``BoardUpsample`` and ``F.interpolate`` calls, wherever they are -- with their input and
 output shapes from a sample forward. Each site goes to the first rule in
 ``ops.registry.RULES`` that matches it and whose operators the board runs: a native rule
-keeps the board's own resize, a rewrite rule swaps in a board-exact module. A site no
-rule covers stops the conversion with the module, its mode and factor, and what is
-supported. When the model cannot be traced, ``nn.Upsample`` modules are still found.
+keeps the model's upsample (the board computes it as converted, or the board lowering makes
+it so after conversion: ``ops/lowering``, nothing of the model's modules replaced); only
+``--legacy-resize`` swaps in another module, on purpose. A site no rule covers stops the
+conversion with the module, its mode and factor, and what is supported. When the model
+cannot be traced, ``nn.Upsample`` modules are still found.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from edgeport.convert.tracing import trace
 from edgeport.errors import PassCheckError
 from edgeport.ops.base import UpsampleSpec
 from edgeport.ops.board_upsample import BoardUpsample
-from edgeport.ops.half_pixel_bilinear import HalfPixelBilinear2x
 from edgeport.ops.registry import Decision, decide
 
 INTERPOLATE_FUNCS = (F.interpolate, F.upsample, torch.nn.functional.upsample_nearest, torch.nn.functional.upsample_bilinear)
@@ -34,8 +35,6 @@ REWRITE_REL_TOL = 1e-5
 
 def _module_spec(where: str, m: nn.Module, in_shape, out_shape) -> UpsampleSpec | None:
     scale = (out_shape[-2] / in_shape[-2], out_shape[-1] / in_shape[-1])
-    if isinstance(m, HalfPixelBilinear2x):
-        return None  # already board-exact
     if isinstance(m, BoardUpsample):
         mode = "bilinear" if m.align_corners else "tf_legacy_bilinear"
         return UpsampleSpec(where, mode, scale, m.align_corners, int(in_shape[1]))

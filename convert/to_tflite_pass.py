@@ -2,8 +2,11 @@
 
 int8 is converted from the graph with its output groups normalised where one output mixes
 scales (``int8_groups.py``), and fixed where the converter breaks a kernel's quantisation
-constraint (``tflite_fixes.py``). A variant the converter cannot write is reported, not fatal:
-the float32 file still ships, and parity gives the missing variant a failed row that says why.
+constraint (``tflite_fixes.py``). A board that runs uint8 (TFLite 1.x) gets the int8 file
+quantised per tensor and rewritten as uint8 (``uint8.py``); the int8 file it came from is kept
+as its twin, which parity compares it with. A variant the converter cannot write is reported,
+not fatal: the float32 file still ships, and parity gives the missing variant a failed row
+that says why.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import numpy as np
 from edgeport.convert.base import ConvertConfig, Converted, Exported, Pass, PassResult
 from edgeport.convert.onnx2tf import convert_variants, installed_backend
 from edgeport.convert.tflite_fixes import requantize_int8_constraints, share_resize_quantization
-from edgeport.errors import BadInputError, PassCheckError
+from edgeport.convert.uint8 import int8_to_uint8
+from edgeport.errors import BadInputError, ConversionError, PassCheckError
 
 
 class ToTFLitePass(Pass[Exported, Converted]):
@@ -30,7 +34,8 @@ class ToTFLitePass(Pass[Exported, Converted]):
             )
         backend = installed_backend()
         plans = None
-        int8_onnx = value.onnx if "int8" in variants else None
+        quantised = next((v for v in variants if v != "float32"), None)  # int8, uint8 or none
+        int8_onnx = value.onnx if quantised else None
         if int8_onnx is not None:
             from edgeport.convert.int8_groups import normalise_onnx, plan_for
 
@@ -42,25 +47,40 @@ class ToTFLitePass(Pass[Exported, Converted]):
                     int8_onnx = normalised  # int8 from the graph with its groups normalised; float32 keeps the model's values
                 else:
                     plans = None  # the groups cannot be scaled apart: int8 as it is; parity says what it costs
+        # uint8 kernels have one scale per tensor: its int8 file is quantised so
+        granularities = ("per-tensor",) if quantised == "uint8" else None
         conversion = convert_variants(value.onnx, int8_onnx, prepared.calib, config.work_dir, input_name=INPUT_NAME,
-                                      timeout_s=config.onnx2tf_timeout_s, backend=backend)
+                                      timeout_s=config.onnx2tf_timeout_s, backend=backend, granularities=granularities)
         files, not_written, seconds = conversion.files, conversion.not_written, conversion.seconds
-        if "int8" in not_written:
+        not_written = {(quantised if v == "int8" else v): why for v, why in not_written.items()}
+        if quantised in not_written:
             plans = None
-        tflite = {}
+        tflite, twins = {}, {}
         fixed = requantized = 0
         for variant, src in files.items():
-            if variant not in variants:
-                continue  # the board does not run it: do not ship it
-            dst = config.work_dir / f"model_{variant}.tflite"
             model = src.read_bytes()
             if variant == "int8":
                 model, fixed = share_resize_quantization(model)
                 model, requantized = requantize_int8_constraints(model)
+            if variant == "int8" and quantised == "uint8":
+                twin = config.work_dir / "int8_twin" / "model_int8.tflite"
+                twin.parent.mkdir(exist_ok=True)
+                twin.write_bytes(model)
+                try:
+                    model = int8_to_uint8(model)
+                except ConversionError as exc:
+                    not_written["uint8"], plans = f"the int8 file cannot be rewritten as uint8: {exc}", None
+                    continue
+                variant, twins["uint8"] = "uint8", twin
+            if variant not in variants:
+                continue  # the board does not run it: do not ship it
+            dst = config.work_dir / f"model_{variant}.tflite"
             dst.write_bytes(model)
             tflite[variant] = dst
         sizes = ", ".join(f"{v} {p.stat().st_size / 1024:.0f} KiB" for v, p in tflite.items())
         note = f"; {fixed} int8 resize outputs given their input's quantisation" if fixed else ""
+        if twins:
+            note += "; uint8 from the int8 file quantised per tensor (its twin: convert/uint8.py)"
         if requantized:
             note += f"; {requantized} int8 requantise ops inserted where the converter broke a kernel's quantisation constraint"
         if plans is not None:
@@ -70,7 +90,7 @@ class ToTFLitePass(Pass[Exported, Converted]):
         for variant, why in not_written.items():
             note += f"; {variant} NOT written: {why}"
         converter = {"name": "onnx2tf", "version": backend.version, "writer": backend.writer}
-        converted = Converted(value, tflite, not_written, conversion.notes, converter, plans)
+        converted = Converted(value, tflite, not_written, conversion.notes, converter, plans, twins)
         return PassResult(converted, changed=True, summary=f"{sizes} ({backend.describe()}: {seconds:.1f} s{note})")
 
     def check(self, before: Exported, after: Converted, config: ConvertConfig) -> None:
@@ -88,11 +108,11 @@ class ToTFLitePass(Pass[Exported, Converted]):
             want = (1, imgsz, imgsz, 3)
             if tuple(inp["shape"]) != want:
                 raise PassCheckError(f"{variant} TFLite input is {tuple(inp['shape'])}, expected NHWC {want}")
-            if variant == "int8":
-                # full integer: int8 in and int8 out, as a microcontroller or NPU needs
+            if variant in ("int8", "uint8"):
+                # full integer: quantised in and out, as a microcontroller, an NPU or an old runtime needs
                 dtypes = [("input", inp["dtype"])] + [(d["name"], d["dtype"]) for d in interp.get_output_details()]
-                wrong = [f"{name} {np.dtype(dt)}" for name, dt in dtypes if np.dtype(dt) != np.int8]
+                wrong = [f"{name} {np.dtype(dt)}" for name, dt in dtypes if np.dtype(dt) != np.dtype(variant)]
                 if wrong:
-                    raise PassCheckError(f"int8 TFLite is not full-integer at its edges: {', '.join(wrong)} (expected int8)")
+                    raise PassCheckError(f"{variant} TFLite is not full-integer at its edges: {', '.join(wrong)} (expected {variant})")
             if len(interp.get_output_details()) != len(names):
                 raise PassCheckError(f"{variant} TFLite has {len(interp.get_output_details())} outputs, expected {len(names)}")

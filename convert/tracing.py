@@ -1,6 +1,6 @@
 """torch.fx tracing shared by the model passes.
 
-edgeport's own board ops are leaves: their forward has data-dependent indexing and an
+edgeport's own board upsample is a leaf: its forward has data-dependent indexing and an
 export-time branch that symbolic tracing must not look into. So is every BatchNorm,
 subclasses included (timm's ``BatchNormAct2d``): the BN fold must see it as one call.
 """
@@ -11,9 +11,8 @@ from torch import fx, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from edgeport.ops.board_upsample import BoardUpsample
-from edgeport.ops.half_pixel_bilinear import HalfPixelBilinear2x
 
-LEAF_MODULES = (BoardUpsample, HalfPixelBilinear2x, _BatchNorm)
+LEAF_MODULES = (BoardUpsample, _BatchNorm)
 
 
 class _Tracer(fx.Tracer):

@@ -1,5 +1,5 @@
-"""Board-exact operator rewrites, one rule per file, registered in ``registry.py``.
-
-``board_upsample.BoardUpsample`` is the board-semantics upsample for training;
-``half_pixel_bilinear.HalfPixelBilinear2x`` is PyTorch's bilinear x2 from TFLite 1.13 ops.
+"""Board-exact operators: the upsample rules that decide each site in PyTorch (one per file,
+``registry.py``), ``board_upsample.BoardUpsample`` (the board's semantics, for training), and,
+after conversion, the .tflite graph (``tflite_graph``, ``tflite_versions``) and the board
+lowering (``lowering/``).
 """

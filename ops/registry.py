@@ -10,8 +10,8 @@ from torch import nn
 
 from edgeport.ops.base import UnsupportedUpsampleError, UpsampleRule, UpsampleSpec
 from edgeport.ops.bilinear_align_corners_native_rule import BilinearAlignCornersNativeRule
+from edgeport.ops.bilinear_half_pixel_lowered_rule import BilinearHalfPixelLoweredRule
 from edgeport.ops.bilinear_half_pixel_native_rule import BilinearHalfPixelNativeRule
-from edgeport.ops.bilinear_half_pixel_x2_rule import BilinearHalfPixelX2Rule
 from edgeport.ops.legacy_resize_rule import LegacyResizeRule
 from edgeport.ops.nearest_native_rule import NearestNativeRule
 from edgeport.ops.tf_legacy_bilinear_native_rule import TFLegacyBilinearNativeRule
@@ -21,7 +21,7 @@ RULES: tuple[UpsampleRule, ...] = (
     BilinearAlignCornersNativeRule(),
     BilinearHalfPixelNativeRule(),
     TFLegacyBilinearNativeRule(),
-    BilinearHalfPixelX2Rule(),
+    BilinearHalfPixelLoweredRule(),
 )
 LEGACY_RULES: tuple[UpsampleRule, ...] = (LegacyResizeRule(),)
 

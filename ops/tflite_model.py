@@ -19,6 +19,9 @@ class OpUse:
     version: int
     count: int
     notes: tuple[str, ...] = ()  # e.g. ("half_pixel_centers",)
+    # the version what these uses compute needs, where more than declared (ops/tflite_versions.py)
+    needs: int | None = None
+    dtype: str = ""  # the type of their first input (a quantised kernel is per type)
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ def read_tflite(path: Path) -> TFLiteSummary:
         model = schema.Model.GetRootAs(data, 0)
         if model.SubgraphsLength() == 0:
             raise ValueError("no subgraphs")
-        return _summarise(schema, model, str(path), len(data))
+        return _summarise(schema, model, str(path), len(data), data)
     except Exception as exc:  # a damaged flatbuffer raises anything from struct errors to IndexError
         raise BadInputError(f"{str(path)!r} is a damaged TFLite flatbuffer ({type(exc).__name__}: {exc})") from exc
 
@@ -86,11 +89,15 @@ def operators(model: bytes, names: tuple[str, ...]):
                 yield schema, sg, op
 
 
-def _summarise(schema, model, path: str, size: int) -> TFLiteSummary:
+def _summarise(schema, model, path: str, size: int, data: bytes) -> TFLiteSummary:
+    from edgeport.ops.tflite_graph import Graph
+    from edgeport.ops.tflite_versions import data_type, needed_version
+
     dtype_names = _names(schema.TensorType)
     codes = operator_codes(schema, model)
-    counts: dict[tuple[str, int, tuple[str, ...]], int] = {}
+    counts: dict[tuple[str, int, tuple[str, ...], int | None, str], int] = {}
     activation = set()
+    graph = Graph(data)
     for g in range(model.SubgraphsLength()):
         sg = model.Subgraphs(g)
         for t in range(sg.TensorsLength()):
@@ -98,11 +105,14 @@ def _summarise(schema, model, path: str, size: int) -> TFLiteSummary:
             buf = model.Buffers(tensor.Buffer()) if tensor.Buffer() < model.BuffersLength() else None
             if buf is None or buf.DataLength() == 0:
                 activation.add(dtype_names.get(tensor.Type(), str(tensor.Type())).lower())
-        for o in range(sg.OperatorsLength()):
-            op = sg.Operators(o)
-            name, version = codes[op.OpcodeIndex()]
-            notes = _resize_notes(schema, op, name) + _conv_notes(sg, op, name)
-            counts[(name, version, notes)] = counts.get((name, version, notes), 0) + 1
+        view = graph.at(g)
+        for op in view.ops:
+            name, version = codes[op.opcodeIndex]
+            notes = _notes(view, op, name)
+            needs = needed_version(view, op) if not name.startswith("CUSTOM:") else None
+            dtype = data_type(view, op)
+            key = (name, version, notes, needs if needs is not None and needs > version else None, dtype)
+            counts[key] = counts.get(key, 0) + 1
     main = model.Subgraphs(0)
     first_input = main.Tensors(int(main.Inputs(0))) if main.InputsLength() else None
     min_rt = None
@@ -111,7 +121,8 @@ def _summarise(schema, model, path: str, size: int) -> TFLiteSummary:
         if md.Name() == b"min_runtime_version":
             raw = model.Buffers(md.Buffer()).DataAsNumpy().tobytes()
             min_rt = raw.split(b"\x00")[0].decode() or None
-    ops = tuple(OpUse(n, v, c, notes) for (n, v, notes), c in sorted(counts.items()))
+    ops = tuple(OpUse(n, v, c, notes, needs, dtype) for (n, v, notes, needs, dtype), c in
+                sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3] or 0, kv[0][4])))
     return TFLiteSummary(
         path=path, size_bytes=size, ops=ops, activation_dtypes=tuple(sorted(activation)),
         min_runtime_version=min_rt, custom_ops=tuple(sorted({n for n, _ in codes if n.startswith("CUSTOM:")})),
@@ -129,29 +140,20 @@ def _quantization(tensor) -> tuple[float, int]:
     return (float(q.Scale(0)), int(q.ZeroPoint(0)) if q.ZeroPointLength() else 0)
 
 
-def _conv_notes(sg, op, name: str) -> tuple[str, ...]:
-    """``grouped`` for a CONV_2D whose input has more channels than its filter: a grouped
-    convolution, whatever version the writer declared (onnx2tf 2.x writes these as v1, which only
-    runtimes with the v6 kernel compute; older ones refuse the file when they prepare it)."""
-    if name != "CONV_2D" or op.InputsLength() < 2:
-        return ()
-    x, w = sg.Tensors(op.Inputs(0)), sg.Tensors(op.Inputs(1))
-    if x.ShapeLength() == 4 and w.ShapeLength() == 4 and x.Shape(3) != w.Shape(3):
-        return ("grouped",)
-    return ()
+def _notes(g, op, name: str) -> tuple[str, ...]:
+    """What an op computes beyond its plain form, where a kernel version decides it:
+    ``half_pixel_centers`` / ``align_corners`` of a resize, ``grouped`` for a CONV_2D whose input
+    has more channels than its filter (a grouped convolution, whatever version the writer
+    declared: onnx2tf 2.x writes these as v1, which only runtimes with the v6 kernel compute)."""
+    from edgeport.ops.tflite_versions import is_grouped
 
-
-def _resize_notes(schema, op, name: str) -> tuple[str, ...]:
-    options = {"RESIZE_BILINEAR": schema.ResizeBilinearOptions, "RESIZE_NEAREST_NEIGHBOR": schema.ResizeNearestNeighborOptions}
-    cls = options.get(name)
-    if cls is None or op.BuiltinOptions() is None:
-        return ()
-    opts = cls()
-    table = op.BuiltinOptions()
-    opts.Init(table.Bytes, table.Pos)
+    opts = op.builtinOptions
     notes = []
-    if opts.AlignCorners():
-        notes.append("align_corners")
-    if opts.HalfPixelCenters():
-        notes.append("half_pixel_centers")
+    if name in ("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR") and opts is not None:
+        if opts.alignCorners:
+            notes.append("align_corners")
+        if opts.halfPixelCenters:
+            notes.append("half_pixel_centers")
+    if name == "CONV_2D" and len(op.inputs) >= 2 and is_grouped(g, op):
+        notes.append("grouped")
     return tuple(notes)

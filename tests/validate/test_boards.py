@@ -45,7 +45,7 @@ def test_the_write_up_bug_is_named():
 def test_a_flag_only_newer_kernels_honour_is_refused_whatever_version_is_declared():
     # onnx2tf 2.x writes RESIZE_BILINEAR v1 with half_pixel_centers set and no min_runtime_version:
     # TFLite 1.13 would load it and ignore the flag, the write-up's bug
-    s = summary(OpUse("RESIZE_BILINEAR", 1, 2, ("half_pixel_centers",)), min_rt=None)
+    s = summary(OpUse("RESIZE_BILINEAR", 1, 2, ("half_pixel_centers",), needs=3), min_rt=None)
     (reason,) = check_model(s, load_board("tflite-1.13"))
     assert reason.startswith("RESIZE_BILINEAR v1 (half_pixel_centers): only RESIZE_BILINEAR v3 kernels honour half_pixel_centers")
     assert check_model(s, load_board("default")) == []
@@ -55,7 +55,7 @@ def test_a_flag_only_newer_kernels_honour_is_refused_whatever_version_is_declare
 def test_a_grouped_convolution_declared_v1_is_refused_where_no_v6_kernel_runs():
     # onnx2tf 2.x writes grouped convolutions as CONV_2D v1 whose filter has fewer channels than
     # its input: TFLite 1.13.1 refuses that at prepare ("input->dims->data[3] != filter->dims->data[3]")
-    s = summary(OpUse("CONV_2D", 1, 3, ("grouped",)), min_rt=None)
+    s = summary(OpUse("CONV_2D", 1, 3, ("grouped",), needs=6), min_rt=None)
     (reason,) = check_model(s, load_board("tflite-1.13"))
     assert reason.startswith("CONV_2D v1 (grouped): only CONV_2D v6 kernels honour grouped; tflite-1.13 runs 1.13.1, whose "
                              "kernel refuses it"), reason

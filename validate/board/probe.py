@@ -14,7 +14,10 @@ import datetime as _dt
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from edgeport._lazy import require
+from edgeport.validate.board import uint8_probe
 
 MAX_VERSION = 16  # past the highest version of any builtin op to date (FULLY_CONNECTED: 13)
 
@@ -45,8 +48,11 @@ def builtin_ops() -> dict[str, int]:
     return {k: v for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_") and isinstance(v, int)}
 
 
-def probe(transport, *, max_version: int = MAX_VERSION, workdir: Path | None = None) -> tuple[dict, dict[str, list[int]]]:
-    """Run the probe on ``transport``; returns (what the runtime says of itself, op -> versions)."""
+def probe(transport, *, max_version: int = MAX_VERSION, workdir: Path | None = None,
+          uint8: bool = True) -> tuple[dict, dict[str, list[int]]]:
+    """Run the probe on ``transport``; returns (what the runtime says of itself, op -> versions).
+    With ``uint8``, each op of ``uint8_probe.PROBES`` also runs as a uint8 model and the reply's
+    ``uint8_ops`` lists those the runtime computes (``uint8_probe``)."""
     schema = require("ai_edge_litert.schema_py_generated", package="ai-edge-litert", purpose="writing probe models")
     with tempfile.TemporaryDirectory(prefix="edgeport-probe-", dir=workdir) as tmp:
         folder = Path(tmp)
@@ -54,12 +60,53 @@ def probe(transport, *, max_version: int = MAX_VERSION, workdir: Path | None = N
         for name, code in builtin_ops().items():
             for version in range(1, max_version + 1):
                 (folder / "probes" / f"{name}.{version}.tflite").write_bytes(one_op_model(schema, code, version))
+        models = uint8_probe.probe_models() if uint8 else {}
+        if models:
+            (folder / "uint8").mkdir()
+            for name, model in models.items():
+                (folder / "uint8" / f"{name}.tflite").write_bytes(model)
+                np.save(folder / "uint8" / f"{name}.input.npy", uint8_probe.probe_input(name))
         result = transport.execute(folder, "probe")
+        if models:
+            result["uint8_ops"], result["uint8_not"] = _uint8_kernels(folder, models, result.get("uint8") or {})
     table: dict[str, list[int]] = {}
     for item in result["accepted"]:
         name, version = item.rsplit(".", 1)
         table.setdefault(name, []).append(int(version))
     return result, {op: sorted(vs) for op, vs in sorted(table.items())}
+
+
+def _uint8_kernels(folder: Path, models: dict[str, bytes], said: dict) -> tuple[list[str], dict[str, str]]:
+    """The ops whose uint8 model the runtime ran within ``uint8_probe.STEPS`` of today's reference
+    kernels on the same file (read strictly: a plain array of the output's shape and type), and
+    for each other op, why not."""
+    from edgeport.validate.parity.tflite_runner import load_interpreter
+
+    agree, why = [], {}
+    for name in models:
+        if said.get(name) != "ran":
+            why[name] = said.get(name, "no answer")
+            continue
+        interp = load_interpreter(folder / "uint8" / f"{name}.tflite", kernels="reference")
+        interp.set_tensor(interp.get_input_details()[0]["index"], uint8_probe.probe_input(name))
+        interp.invoke()
+        want = interp.get_tensor(interp.get_output_details()[0]["index"])
+        try:
+            got = np.load(folder / "outputs" / f"uint8.{name}.npy", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            why[name] = f"its output cannot be read ({exc})"
+            continue
+        if got.shape != want.shape or got.dtype != want.dtype:
+            why[name] = f"returned {got.dtype}{list(got.shape)}, not {want.dtype}{list(want.shape)}"
+            continue
+        steps = np.abs(got.astype(np.int32) - want.astype(np.int32))
+        if int(steps.max()) > uint8_probe.STEPS:
+            why[name] = (f"{int((steps > uint8_probe.STEPS).sum())} of {steps.size} values differ from today's kernels by more "
+                         f"than {uint8_probe.STEPS} step (up to {int(steps.max())}: got {got.ravel()[int(steps.argmax())]}, "
+                         f"expected {want.ravel()[int(steps.argmax())]})")
+            continue
+        agree.append(name)
+    return sorted(agree), why
 
 
 def table_toml(board: str, runtime: dict, table: dict[str, list[int]], *, command: str) -> str:
@@ -92,4 +139,15 @@ def table_toml(board: str, runtime: dict, table: dict[str, list[int]], *, comman
         "[ops]",
         *[f"{op} = [{', '.join(map(str, vs))}]" for op, vs in table.items()],
     ]
+    if runtime.get("uint8_ops") is not None:
+        lines += [
+            "",
+            "# The ops it computes on uint8: each ran as a one-op uint8 model (validate/board/uint8_probe.py)",
+            f"# and agreed with today's reference kernels on the same file within {uint8_probe.STEPS} step.",
+            "# Not computed on uint8 (what the runtime said, or how it differed):",
+            *[f"#   {op}: {for_terminal(why)[:200]}" for op, why in sorted(runtime.get("uint8_not", {}).items())],
+            "[uint8]",
+            f"probed = {len(uint8_probe.PROBES)}",
+            f"ops = [{', '.join(q(op) for op in runtime['uint8_ops'])}]",
+        ]
     return "\n".join(lines) + "\n"

@@ -31,21 +31,22 @@ else:  # the same parser, before it joined the standard library
     import tomli as tomllib
 
 from edgeport.errors import BadInputError
-from edgeport.ops.tflite_model import TFLiteSummary
+from edgeport.ops.tflite_model import OpUse, TFLiteSummary
 
 BOARDS_DIR = Path(__file__).parents[1] / "boards"  # validate/boards/: the profiles and op tables (data)
 DEFAULT_BOARD = "default"
 RUNTIMES = ("tflite", "tflm")
 # index and shape tensors: every runtime has them whatever arithmetic it runs
 INDEX_DTYPES = {"int32", "int64", "bool"}
-# Option flags that only later kernel versions honour. A converter may set the flag yet declare
-# version 1 (onnx2tf 2.x does for half_pixel_centers): an older runtime then loads the op and
-# silently ignores the flag -- the write-up's bug -- so the flag, not the version, decides.
-# (op, note from ops/tflite_model.py) -> the first kernel version that computes it, and what an older kernel does
-FLAG_NEEDS_VERSION = {
-    ("RESIZE_BILINEAR", "half_pixel_centers"): (3, "would load the op and ignore it (computing something else)"),
-    ("RESIZE_NEAREST_NEIGHBOR", "half_pixel_centers"): (3, "would load the op and ignore it (computing something else)"),
-    ("CONV_2D", "grouped"): (6, "refuses it when the interpreter prepares it (input and filter channels differ)"),
+# What a kernel older than the version an op needs does with it (``OpUse.needs``: the version
+# its options, types and ranks need, ops/tflite_versions.py). A converter may declare less than
+# that (onnx2tf 2.x: RESIZE_BILINEAR with half_pixel_centers, a grouped CONV_2D, both as v1): an
+# older runtime then loads the op and ignores the flag -- the write-up's bug -- or refuses it when
+# it prepares the model. So what the op computes decides, not the version declared.
+OLDER_KERNEL = {
+    "half_pixel_centers": "would load the op and ignore it (computing something else)",
+    "align_corners": "would load the op and ignore it (computing something else)",
+    "grouped": "refuses it when the interpreter prepares it (input and filter channels differ)",
 }
 
 
@@ -75,6 +76,16 @@ class OpTable:
 
     versions: dict[str, frozenset[int]]
     source: str  # provenance in a few words: "probed on TensorFlow Lite 1.13.1 (tensorflow==1.13.1), 2026-11-30"
+    uint8: "QuantisedKernels | None" = None  # its [uint8] table: the ops it computes on uint8
+
+
+@dataclass(frozen=True)
+class QuantisedKernels:
+    """The ops a board runs on a quantised type (its ``[uint8]`` table): an op version table
+    says nothing of types, and an old runtime has some kernels for float32 only."""
+
+    ops: frozenset[str]
+    source: str  # how it is known, in a few words
 
 
 @dataclass(frozen=True)
@@ -169,6 +180,24 @@ class BoardProfile:
     shipped: bool = False  # one of edgeport's own profiles (validate/boards/), not a file the user passed
 
     @property
+    def uint8(self) -> QuantisedKernels | None:
+        """The ops it computes on uint8, where it runs uint8 and they were probed."""
+        return self.op_table.uint8 if self.op_table is not None and "uint8" in self.dtypes else None
+
+    @property
+    def quantised(self) -> str | None:
+        """The quantised type it runs: ``int8`` (today's runtimes, TFLite Micro), ``uint8`` (TFLite
+        1.x's fast path), or None."""
+        return next((t for t in ("int8", "uint8") if t in self.dtypes), None)
+
+    def lacks(self, name: str, version: int, needs: int | None = None, dtype: str = "") -> bool:
+        """Whether it cannot run builtin ``name`` declared at ``version``, computing what ``needs``
+        (``ops/tflite_versions.py``) on ``dtype`` input: the lowering's question
+        (``ops/lowering/registry.py``)."""
+        use = OpUse(name, version, 1, (), needs if needs is not None and needs > version else None, dtype)
+        return bool(op_reasons(use, self))
+
+    @property
     def has_real_runtime(self) -> bool:
         """Whether the board's runtime lives outside this process (its emulator row is then
         labelled "emulated", and the real one adds its own row where it can be reached)."""
@@ -207,7 +236,11 @@ def load_op_table(path: Path) -> OpTable:
     raw = tomllib.loads(Path(path).read_text())
     prov = raw["provenance"]
     source = f"probed on {prov['runtime']} {prov['version']} ({prov['package']}), {prov['date']}"
-    return OpTable({op: frozenset(int(v) for v in vs) for op, vs in raw["ops"].items()}, source)
+    uint8 = None
+    if "uint8" in raw:
+        uint8 = QuantisedKernels(frozenset(str(o) for o in raw["uint8"]["ops"]),
+                                 f"{len(raw['uint8']['ops'])} of {raw['uint8']['probed']} uint8 one-op models agree; {source}")
+    return OpTable({op: frozenset(int(v) for v in vs) for op, vs in raw["ops"].items()}, source, uint8)
 
 
 def load_board(name_or_path: str) -> BoardProfile:
@@ -257,40 +290,45 @@ def _op_label(op) -> str:
     return f"{op.name} v{op.version}{notes}"
 
 
+def op_reasons(op, board: "BoardProfile") -> list[str]:
+    """Every reason ``board`` cannot run the builtin ``op`` (an ``OpUse``); empty when it can."""
+    reasons: list[str] = []
+    runs = f"{board.name} runs {board.version}" if board.runtime == "tflite" else f"{board.name} is TFLite Micro"
+    override = board.overrides.get(op.name)
+    if override and op.version > override.max_version:
+        return [f"{_op_label(op)}: {override.reason}"]
+    if board.runtime == "tflm":
+        return [] if board.ops and op.name in board.ops else [f"{op.name} has no TFLite Micro kernel on {board.name}"]
+    if op.needs is not None and op.needs > op.version and board.max_op_version(op.name) < op.needs:
+        # (a declared version that is enough is judged by the version rule below)
+        what = ", ".join(op.notes) or f"what its v{op.needs} signature means"
+        older = next((OLDER_KERNEL[n] for n in op.notes if n in OLDER_KERNEL), "computes only what its own version does")
+        reasons.append(f"{_op_label(op)}: only {op.name} v{op.needs} kernels honour {what}; {runs}, whose kernel {older}")
+    if board.op_table is not None:
+        have = sorted(board.op_table.versions.get(op.name, ()))
+        if op.version not in have:
+            has = f"it has {op.name} v{', v'.join(map(str, have))}" if have else f"it has no {op.name} kernel at all"
+            reasons.append(f"{_op_label(op)} is not in {board.name}'s runtime: {has} ({board.op_table.source})")
+    else:
+        needs = op_min_runtime().get(op.name, {}).get(op.version)
+        if needs is None:
+            reasons.append(f"{_op_label(op)} is not in TFLite's op-version table; cannot prove {board.name} runs it")
+        elif not version_le(needs, board.version):
+            reasons.append(f"{_op_label(op)} needs runtime {needs}; {runs}")
+    if op.dtype == "uint8" and board.uint8 is not None and op.name not in board.uint8.ops:
+        reasons.append(f"{_op_label(op)} on uint8: {board.name} has no uint8 kernel for it ({board.uint8.source})")
+    return reasons
+
+
 def check_model(summary: TFLiteSummary, board: BoardProfile) -> list[str]:
     """Every reason ``board`` cannot run the model; empty when it can."""
     reasons: list[str] = []
     runs = f"{board.name} runs {board.version}" if board.runtime == "tflite" else f"{board.name} is TFLite Micro"
     for custom in summary.custom_ops:
         reasons.append(f"{custom} is a custom op; {board.name} has only builtin kernels")
-    table = op_min_runtime()
     for op in summary.ops:
-        if op.name.startswith("CUSTOM:"):
-            continue
-        override = board.overrides.get(op.name)
-        if override and op.version > override.max_version:
-            reasons.append(f"{_op_label(op)}: {override.reason}")
-            continue
-        if board.runtime == "tflm":
-            if not board.ops or op.name not in board.ops:
-                reasons.append(f"{op.name} has no TFLite Micro kernel on {board.name}")
-            continue
-        for note in op.notes:
-            need, older = FLAG_NEEDS_VERSION.get((op.name, note), (None, ""))
-            # (a declared version >= need is judged by the version rule below)
-            if need is not None and op.version < need and board.max_op_version(op.name) < need:
-                reasons.append(f"{_op_label(op)}: only {op.name} v{need} kernels honour {note}; {runs}, whose kernel {older}")
-        if board.op_table is not None:
-            have = sorted(board.op_table.versions.get(op.name, ()))
-            if op.version not in have:
-                has = f"it has {op.name} v{', v'.join(map(str, have))}" if have else f"it has no {op.name} kernel at all"
-                reasons.append(f"{_op_label(op)} is not in {board.name}'s runtime: {has} ({board.op_table.source})")
-            continue
-        needs = table.get(op.name, {}).get(op.version)
-        if needs is None:
-            reasons.append(f"{_op_label(op)} is not in TFLite's op-version table; cannot prove {board.name} runs it")
-        elif not version_le(needs, board.version):
-            reasons.append(f"{_op_label(op)} needs runtime {needs}; {runs}")
+        if not op.name.startswith("CUSTOM:"):
+            reasons += op_reasons(op, board)
     # a runtime never reads min_runtime_version: once its own op versions are known, they decide
     if board.runtime == "tflite" and board.op_table is None and summary.min_runtime_version and not version_le(summary.min_runtime_version, board.version):
         reasons.append(f"the model's min_runtime_version metadata is {summary.min_runtime_version}; {runs}")

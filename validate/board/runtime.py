@@ -221,6 +221,9 @@ def _limit_file_size(cap: int) -> None:
 MAX_TEXT = 200
 OUTPUT_DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
 MAX_DIM = 1 << 20
+# a model's outputs, or, to locate where a board parts from the reference kernels, every tensor
+# of one (``parity/divergence.py``); the reply's bytes are capped apart (max_reply_mb)
+MAX_OUTPUTS = 4096
 
 
 class _BadReply(Exception):
@@ -241,7 +244,8 @@ def _real(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_reply(result, mode: str, *, images: int | None = None, probes: set[str] | None = None) -> dict:
+def check_reply(result, mode: str, *, images: int | None = None, probes: set[str] | None = None,
+                uint8_probes: set[str] | None = None) -> dict:
     """The worker's ``result.json``, checked field by field; raises ``_BadReply`` naming the first
     field that is missing, of the wrong type or out of range. Text is made inert for the terminal."""
     if not isinstance(result, dict) or not isinstance(result.get("ok"), bool):
@@ -256,8 +260,8 @@ def check_reply(result, mode: str, *, images: int | None = None, probes: set[str
         checked["python"] = _text(result["python"], "python")
     if mode == "run":
         outputs, ms = result.get("outputs"), result.get("ms")
-        if not isinstance(outputs, list) or not 0 < len(outputs) <= 64:
-            raise _BadReply("'outputs' is not a list of 1 to 64 outputs")
+        if not isinstance(outputs, list) or not 0 < len(outputs) <= MAX_OUTPUTS:
+            raise _BadReply(f"'outputs' is not a list of 1 to {MAX_OUTPUTS} outputs")
         checked["outputs"] = []
         for k, d in enumerate(outputs):
             shape, dtype, quant = (d.get("shape"), d.get("dtype"), d.get("quantization")) if isinstance(d, dict) else (None,) * 3
@@ -281,6 +285,11 @@ def check_reply(result, mode: str, *, images: int | None = None, probes: set[str
         if not isinstance(accepted, list) or not all(isinstance(a, str) and a in (probes or ()) for a in accepted):
             raise _BadReply("'accepted' is not a list of the probe models sent")
         checked["accepted"] = list(accepted)
+        uint8 = result.get("uint8", {})  # absent: an older worker
+        if not (isinstance(uint8, dict) and all(isinstance(k, str) and k in (uint8_probes or ()) and isinstance(v, str)
+                                                for k, v in uint8.items())):
+            raise _BadReply("'uint8' is not an object of the uint8 probe models sent, each with what happened")
+        checked["uint8"] = {k: for_terminal(v[:MAX_TEXT]) for k, v in uint8.items()}
     return checked
 
 
@@ -290,10 +299,11 @@ def _read_result(folder: Path, returncode: int, stderr: str, what: str, mode: st
         raise BoardRuntimeError(f"{what} crashed (exit {returncode}): {_last_line(stderr)}")
     images = len(list((folder / "inputs").glob("*.npy"))) if mode == "run" else None
     probes = {p.name[: -len(".tflite")] for p in (folder / "probes").glob("*.tflite")} if mode == "probe" else None
+    uint8 = {p.name[: -len(".tflite")] for p in (folder / "uint8").glob("*.tflite")} if mode == "probe" else None
     try:
         if path.stat().st_size > 16 * 2**20:
             raise _BadReply("it is larger than 16 MB")
-        result = check_reply(json.loads(path.read_bytes()), mode, images=images, probes=probes)
+        result = check_reply(json.loads(path.read_bytes()), mode, images=images, probes=probes, uint8_probes=uint8)
     except (ValueError, RecursionError, _BadReply) as exc:  # invalid JSON, numbers too long, nesting too deep
         raise BoardRuntimeError(f"{what} answered with a result.json edgeport cannot use ({for_terminal(str(exc)[:200])}); "
                                 f"check the runtime there, or reinstall it") from None

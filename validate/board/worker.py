@@ -7,10 +7,12 @@ board has. edgeport copies it into a run folder beside the model and the inputs:
     DIR/model.tflite          the model as the board runs it
     DIR/inputs/NNNN.npy       one input per image, already in the model's layout and dtype
     DIR/probes/*.tflite       (probe mode) one-op models, OP.VERSION.tflite
+    DIR/uint8/*.tflite        (probe mode) one-op uint8 models, OP.tflite, each with OP.input.npy to run on
 
 and runs ``python board_worker.py run|probe|version DIR``. The worker writes
 
     DIR/outputs/NNNN_K.npy    output K of image NNNN, as the runtime returned it (raw dtype)
+    DIR/outputs/uint8.OP.npy  (probe mode) what the runtime computed for OP's uint8 model
     DIR/result.json           {"ok", "runtime", "version", "package", "outputs", "ms", "intermediates"}
                               or {"ok": false, "error": KIND, "message": ...}
 
@@ -122,7 +124,35 @@ def probe(folder, found):
         except Exception as exc:
             refused[n[: -len(".tflite")]] = _first_line(exc)
     return {"ok": True, "runtime": name, "version": version, "package": package, "accepted": accepted,
-            "refused": refused, "python": "%d.%d.%d" % sys.version_info[:3]}
+            "refused": refused, "uint8": _run_uint8(folder, interpreter_cls), "python": "%d.%d.%d" % sys.version_info[:3]}
+
+
+def _run_uint8(folder, interpreter_cls):
+    """Run each one-op uint8 model on the probe input: OP -> "ran" (its output in
+    outputs/uint8.OP.npy) or why not."""
+    import numpy as np
+
+    where = os.path.join(folder, "uint8")
+    if not os.path.isdir(where):
+        return {}
+    os.makedirs(os.path.join(folder, "outputs"), exist_ok=True)
+    said = {}
+    for n in sorted(os.listdir(where)):
+        if not n.endswith(".tflite"):
+            continue
+        op = n[: -len(".tflite")]
+        try:
+            x = np.load(os.path.join(where, op + ".input.npy"))
+            interp = interpreter_cls(model_path=os.path.join(where, n))
+            interp.allocate_tensors()
+            interp.set_tensor(interp.get_input_details()[0]["index"], x)
+            interp.invoke()
+            y = np.array(interp.get_tensor(interp.get_output_details()[0]["index"]))
+            np.save(os.path.join(folder, "outputs", "uint8." + op + ".npy"), y)
+            said[op] = "ran"
+        except Exception as exc:
+            said[op] = _first_line(exc)
+    return said
 
 
 def main(argv):

@@ -141,3 +141,103 @@ def locate(reference: list[Tensor], candidates: list[Tensor], *, max_abs_rel: fl
         + ([f"cosine >= {min_cosine}"] if min_cosine is not None else [])
     )
     return Divergence(first is not None, first, tuple(curve), criterion)
+
+
+# -- where a quantised run parts from another, integer for integer ------------------------------------
+
+
+@dataclass(frozen=True)
+class Parting:
+    """The first tensor, in execution order, where two runs of a quantised file differ by more
+    than the steps allowed: the op that wrote it, its name, and by how many steps."""
+
+    index: int  # the op's position in the file
+    op: str
+    tensor: str
+    max_steps: int
+    checked: int  # tensors compared before and including it
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def every_tensor_as_output(model: bytes) -> tuple[bytes, list[tuple[int, str, str]]]:
+    """The model with every op's output made a graph output (a runtime then keeps them all, even
+    one that cannot be told to), and per output (op index, op name, tensor name), in op order."""
+    from edgeport.ops.tflite_graph import Graph
+
+    g = Graph(model)
+    order, outputs = [], []
+    for i, op in enumerate(g.ops):
+        for t in op.outputs:
+            if t >= 0 and t not in outputs:
+                outputs.append(t)
+                order.append((i, g.name(op), g.tensor_name(t)))
+    g.sg.outputs = outputs
+    return g.to_bytes(), order
+
+
+def _raw_outputs_reference(path: Path, x_raw: np.ndarray) -> list[np.ndarray]:
+    from edgeport.validate.parity.tflite_runner import load_interpreter
+
+    interp = load_interpreter(path, kernels="reference")
+    interp.set_tensor(interp.get_input_details()[0]["index"], x_raw)
+    interp.invoke()
+    return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
+
+
+def _raw_outputs_board(transport, path: Path, x_raw: np.ndarray, work: Path) -> list[np.ndarray]:
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="board-tensors-", dir=work))
+    try:
+        shutil.copy2(path, folder / "model.tflite")
+        (folder / "inputs").mkdir()
+        np.save(folder / "inputs" / "0000.npy", x_raw)
+        result = transport.execute(folder, "run")
+        if not result["ok"]:
+            raise RuntimeError(result.get("message", "refused"))
+        return [np.load(folder / "outputs" / f"0000_{k}.npy", allow_pickle=False) for k in range(len(result["outputs"]))]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def first_parting(path: Path, x_nchw: np.ndarray, *, transport=None, twin: Path | None = None, work: Path,
+                  allowed: int = 1) -> Parting | None:
+    """Where the run of quantised ``path`` parts from its other: the board's runtime (``transport``)
+    against today's reference kernels on the same file, or the reference kernels on ``path``
+    against them on its ``twin`` (tensors paired by name; a uint8 file and its int8 twin share
+    names). Steps are counted on each tensor's own grid; float tensors are skipped."""
+    from edgeport.ops.tflite_model import read_tflite
+    from edgeport.validate.parity.tensors import to_model_input
+
+    summary = read_tflite(path)
+    x_raw = to_model_input(np.ascontiguousarray(x_nchw[:1], np.float32), summary.input_shape, summary.input_dtype,
+                           summary.input_quantization)
+    model, order = every_tensor_as_output(Path(path).read_bytes())
+    every = Path(work) / f"every_tensor_{Path(path).name}"
+    every.write_bytes(model)
+    mine = _raw_outputs_reference(every, x_raw)
+    if transport is not None:
+        theirs = _raw_outputs_board(transport, every, x_raw, Path(work))
+        pairs = list(zip(order, mine, theirs))
+        shift = 0
+    else:
+        twin_model, twin_order = every_tensor_as_output(Path(twin).read_bytes())
+        twin_every = Path(work) / f"every_tensor_twin_{Path(twin).name}"
+        twin_every.write_bytes(twin_model)
+        x_twin = (x_raw.astype(np.int16) - 128).astype(np.int8) if x_raw.dtype == np.uint8 else x_raw
+        by_name = dict(zip((name for _, _, name in twin_order), _raw_outputs_reference(twin_every, x_twin)))
+        pairs = [(o, m, by_name[o[2]]) for o, m in zip(order, mine) if o[2] in by_name]
+        shift = 128  # uint8 = int8 + 128, the same real number
+    checked = 0
+    for (index, op, name), a, b in pairs:
+        if a.dtype.kind not in "iu" or a.shape != b.shape or a.dtype == np.int32:
+            continue
+        checked += 1
+        steps = int(np.abs(a.astype(np.int32) - (b.astype(np.int32) + (shift if a.dtype == np.uint8 and b.dtype == np.int8 else 0))).max()) \
+            if a.size else 0
+        if steps > allowed:
+            return Parting(index, op, name, steps, checked)
+    return None

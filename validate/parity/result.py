@@ -44,11 +44,15 @@ class ResultRow:
     repeat: dict | None = None  # {"max_abs", "passed"}: each image invoked twice
     reasons: tuple[str, ...] = ()  # why the row failed beyond its outputs (boxes, a second invoke that differs)
     reported_runtime: str | None = None  # what a board's runtime called itself, when its label says otherwise
+    # quantised rows: runs it must match step for step, each {"against", "max_steps", "allowed", "passed"}
+    # (a board's kernels against the reference kernels on the same file; uint8 against its int8 twin)
+    steps: tuple[dict, ...] = ()
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["outputs"] = list(self.outputs)
         d["reasons"] = list(self.reasons)
+        d["steps"] = [dict(c) for c in self.steps]
         d["verdict"] = self.verdict.to_dict() if self.verdict else None
         return d
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -42,6 +42,10 @@ from edgeport.validate.parity.result import ResultRow, Verdict
 from edgeport.validate.parity.runners import Runner, RunOutput, RuntimeRefused, TorchRunner
 
 RANDOM_INPUTS = 2
+# quantised outputs compared in steps with a run that should compute the same integers: a board's
+# kernels against today's reference kernels on the same file (the board's kernels were probed
+# within 1 step of them), and a uint8 file against its int8 twin (the same arithmetic shifted by 128)
+STEPS_ALLOWED = 1
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,11 @@ class ParitySubject:
     normalised: dict = field(default_factory=dict)
     # variant -> why the converter wrote no file: a failed row each, with that reason
     not_converted: dict = field(default_factory=dict)
+    # variant -> the file it was rewritten from (uint8: its int8 twin, convert/uint8.py), compared
+    # step for step on the reference kernels; held to STEPS_ALLOWED where the variant's graph is
+    # the twin's op for op (``twin_gated``), reported where lowering rewrote ops (each rounds its own way)
+    twins: dict = field(default_factory=dict)
+    twin_gated: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -223,8 +232,21 @@ class _Reference:
 
 
 def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, ref: _Reference, inputs: np.ndarray,
-          located: dict, *, divergence: bool) -> tuple[ResultRow, list[Detections] | None]:
-    """One run against the reference: its row, and its detections on the real images."""
+          located: dict, *, divergence: bool, steps: tuple["_Steps", ...] = ()) -> tuple[ResultRow, list[Detections] | None]:
+    """One run against the reference: its row, and its detections on the real images; ``steps``:
+    runs it must match integer for integer."""
+    step_checks = [check.compare(run.outputs) for check in steps]
+    for check, c in zip(steps, step_checks):
+        if not c["passed"] and check.locate is not None and divergence:
+            # where the two part, op by op: once per file and check
+            key = (check.against, row.runtime if row.runtime.startswith("board:") else "")
+            if key not in located:
+                try:
+                    parting = check.locate(row.runner, inputs)
+                    located[key] = parting.to_dict() if parting is not None else None
+                except Exception as exc:  # noqa: BLE001 - locating is an aid: its failure is said, not raised
+                    located[key] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            c["first_parting"] = located[key]
     outputs = run.outputs
     if subject.normalised.get(row.variant):
         from edgeport.validate.parity.tensors import denormalise
@@ -243,6 +265,9 @@ def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, r
         if not repeat["passed"]:
             reasons.append(f"a second invoke of the same image answers differently (max |difference| {run.repeat_max_abs:.3g}): "
                            f"the runtime keeps state between invokes")
+    reasons += [c.pop("reason") for c in step_checks if not c["passed"]]
+    for c in step_checks:
+        c.pop("reason", None)
     passed = all(c.passed for c in compared) and not reasons
     found = None
     if divergence and not passed and row.analysis_file is not None:
@@ -260,8 +285,80 @@ def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, r
         row.variant, row.runtime, passed, ms_per_image=run.ms_per_image, outputs=tuple(c.to_dict() for c in compared),
         detections=agreement.to_dict() if agreement is not None else None, map=_map_vs_truth(subject, head, real),
         verdict=verdict, divergence=found, error_histogram=error_histogram(ref.outputs, outputs), repeat=repeat,
-        reasons=tuple(reasons), reported_runtime=run.reported)
+        reasons=tuple(reasons), reported_runtime=run.reported,
+        steps=tuple(step_checks))
     return result, dets
+
+
+@dataclass
+class _Steps:
+    """A run a quantised row must match step for step: what it is, its outputs, each output's step."""
+
+    against: str  # "the reference kernels on this file", "its int8 twin on the reference kernels"
+    outputs: list[np.ndarray] | None  # None: that run was refused (``refused`` says why)
+    steps: list[float]
+    gated: bool = True  # False: reported, not held to STEPS_ALLOWED
+    refused: str | None = None
+    locate: Callable | None = None  # (row's runner, inputs) -> divergence.Parting or None: where they part
+
+    def compare(self, outputs: list[np.ndarray]) -> dict:
+        check = {"against": self.against, "max_steps": None, "allowed": STEPS_ALLOWED if self.gated else None}
+        if self.outputs is None:
+            return {**check, "passed": not self.gated, "reason": f"{self.against} did not run ({self.refused}): nothing to check it against"}
+        worst = max((int(np.rint(np.abs(o.astype(np.float64) - t).max() / s)) if o.size and s > 0 else 0
+                     for o, t, s in zip(outputs, self.outputs, self.steps, strict=True)), default=0)
+        return {**check, "max_steps": worst, "passed": not self.gated or worst <= STEPS_ALLOWED,
+                "reason": f"computes {worst} quantisation steps apart from {self.against} (allowed {STEPS_ALLOWED})"}
+
+
+def _step_checks(subject: ParitySubject, rows: list[PlannedRow], runs: dict, twins: dict, expected) -> dict:
+    """(variant, runtime) -> the step checks of that row: a board's rows of a quantised file against
+    the reference kernels on the same file; every row but XNNPACK's (its own rounding) of a
+    variant with a twin against the twin."""
+    from edgeport.validate.parity.tflite_runner import output_steps
+
+    checks: dict = {}
+    for variant, path in subject.tflite.items():
+        reference = next((r for r in rows if r.variant == variant and r.runtime == "tflite-ref" and r.runner), None)
+        if variant == "float32" or reference is None:
+            continue
+        from edgeport.validate.parity.divergence import first_parting
+
+        steps = output_steps(path, expected)
+        work = subject.workdir or Path(path).parent
+        same_file = _steps_from(runs, reference.runner, "the reference kernels on this file", steps, True)
+        same_file = replace(same_file, locate=lambda runner, x, path=path, work=work: first_parting(
+            path, x, transport=getattr(runner, "transport", None), work=work) if getattr(runner, "transport", None) else None)
+        twin = None
+        if variant in twins:
+            twin = _steps_from(runs, twins[variant], "its int8 twin on the reference kernels", steps,
+                               subject.twin_gated.get(variant, True))
+            twin = replace(twin, locate=lambda runner, x, path=path, twin_path=subject.twins[variant], work=work:
+                           first_parting(path, x, twin=twin_path, work=work))
+        for row in rows:
+            if row.variant != variant or row.runner is None or row.runtime == "tflite":
+                continue
+            mine = []
+            if row.runtime.startswith("board:"):
+                mine.append(same_file)
+            if twin is not None:
+                mine.append(twin)
+            checks[(variant, row.runtime)] = tuple(mine)
+    return checks
+
+
+def _steps_from(runs: dict, runner: Runner, against: str, steps: list[float], gated: bool) -> _Steps:
+    try:
+        return _Steps(against, runs[runner.cache_key].result().outputs, steps, gated)
+    except RuntimeRefused as exc:
+        return _Steps(against, None, steps, gated, str(exc))
+
+
+def _twin_runners(subject: ParitySubject, expected) -> dict[str, Runner]:
+    from edgeport.validate.parity.tflite_runner import TFLiteRunner
+
+    return {variant: TFLiteRunner(path, expected, kernels="reference", runtime="tflite-ref (int8 twin)")
+            for variant, path in subject.twins.items() if variant in subject.tflite}
 
 
 def run_parity(subject: ParitySubject, *, divergence: bool = True, plan=plan_rows) -> ParityResult:
@@ -277,8 +374,11 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, plan=plan_row
     ref_real = [o[:n_real] for o in ref_run.outputs]
     ref = _Reference(ref_run.outputs, n_real, head.decode(ref_real))
     results = [ResultRow("reference", "pytorch", True, ms_per_image=ref_run.ms_per_image, map=_map_vs_truth(subject, head, ref_real))]
-    rows = plan(subject, [(1, *o.shape[1:]) for o in ref_run.outputs])
-    runs = execute([r.runner for r in rows if r.runner is not None], inputs)
+    expected = [(1, *o.shape[1:]) for o in ref_run.outputs]
+    rows = plan(subject, expected)
+    twins = _twin_runners(subject, expected)
+    runs = execute([r.runner for r in rows if r.runner is not None] + list(twins.values()), inputs)
+    steps = _step_checks(subject, rows, runs, twins, expected)
     located: dict = {}  # analysis file -> where it diverges: rows on one file share one analysis
     sample = None
     for row in rows:
@@ -290,7 +390,8 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, plan=plan_row
         except RuntimeRefused as exc:  # the runtime refused the file: its word is final
             results.append(ResultRow.not_runnable(row.variant, row.runtime, Verdict("runtime", False, (str(exc),))))
             continue
-        result, dets = judge(row, run, subject, head, ref, inputs, located, divergence=divergence)
+        result, dets = judge(row, run, subject, head, ref, inputs, located, divergence=divergence,
+                             steps=steps.get((row.variant, row.runtime), ()))
         results.append(result)
         if dets is not None and ref.detections is not None and (row.runtime.startswith("board:") or sample is None):
             # the first image's boxes, preferably as the board computes them

@@ -81,3 +81,15 @@ class TFLiteRunner(Runner):
             from_model_output(self.interp.get_tensor(d["index"]), d["dtype"], d["quantization"], is_nhwc)
             for d, is_nhwc in self.mapping
         ]
+
+
+def output_steps(path: Path, expected_nchw) -> list[float]:
+    """Per expected output, the real value of one quantisation step of the file's matching output
+    (0 for a float output); read from the file, so a file no kernel can prepare still has them."""
+    from edgeport.ops.tflite_graph import Graph
+
+    g = Graph(Path(path).read_bytes())
+    outs = g.sg.outputs
+    quant = [g.quant(t) for t in outs]
+    return [float(quant[i].scale) if quant[i] is not None else 0.0
+            for i, _ in match_outputs(expected_nchw, [g.shape(t) for t in outs])]

@@ -1,0 +1,95 @@
+"""Pass: rewrite what the board lacks into operators it has (``ops/lowering``).
+
+Runs on every file the board gets, by the board's probed op table: a file the board runs as it
+is stays byte for byte; otherwise its operators get the versions they need and each operator
+the board still lacks goes to its lowering rule. What no rule covers stays, and the board gate
+names it. Boards without a probed table (TFLite Micro) are not lowered.
+
+A quantised file the board still cannot run after lowering is not shipped: its variant gets a
+converter row naming the operators (a float32 file ships either way, and the gate names what its
+board lacks).
+
+The check runs the float32 file before and after on TFLite's reference kernels: the lowering
+must compute the same values (within ``LOWERED_REL_TOL`` of the output's range: every rule is
+exact in real arithmetic, float32 rounds the two sides apart). A quantised file is judged
+against its int8 twin by parity instead, where a step's difference is a verdict, not a bug.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from edgeport.convert.base import ConvertConfig, Converted, Pass, PassResult
+from edgeport.errors import PassCheckError
+from edgeport.ops.lowering.registry import lower_for_board
+
+LOWERED_REL_TOL = 1e-5
+
+
+class LowerForBoardPass(Pass[Converted, Converted]):
+    name = "lower_for_board"
+
+    def run(self, value: Converted, config: ConvertConfig) -> PassResult[Converted]:
+        board = config.board
+        if board.op_table is None:
+            return PassResult(value, changed=False, summary=f"{board.name}: no probed op table, nothing lowered")
+        lowered, kept, rules = {}, {}, {}
+        files, not_written = dict(value.files), dict(value.not_written)
+        for variant, path in value.files.items():
+            original = path.read_bytes()
+            result = lower_for_board(original, board.lacks)
+            if result.changed:
+                unlowered(path).write_bytes(original)
+                kept[variant] = unlowered(path)
+                path.write_bytes(result.model)
+                lowered[variant] = result.describe()
+                if result.rules:
+                    rules[variant] = dict(result.rules)
+            elif result.left:
+                lowered[variant] = result.describe()
+            if result.left and variant != "float32":
+                del files[variant]
+                path.rename(path.with_name(f"not_shipped_{path.name}"))  # in the work folder: never moved into place
+                not_written[variant] = (f"{board.name} cannot run {', '.join(result.left)} on {variant}, and no lowering "
+                                        f"rule writes it in operators it has (ops/lowering)")
+        summary = "; ".join(f"{v}: {how}" for v, how in lowered.items()) or f"{board.name} runs every op as converted"
+        converted = replace(value, files=files, not_written=not_written, lowered=lowered, lowered_rules=rules,
+                            twins={v: p for v, p in value.twins.items() if v in files})
+        return PassResult(converted, changed=bool(kept) or files != value.files, summary=summary)
+
+    def check(self, before: Converted, after: Converted, config: ConvertConfig) -> None:
+        path = after.files.get("float32")
+        if path is None or not unlowered(path).is_file():
+            return
+        x = after.prepared.calib[:1]
+        try:
+            want = _outputs(unlowered(path), x)
+        except (RuntimeError, ValueError):  # the converted file itself does not run: nothing to compare with
+            return
+        got = _outputs(path, x)
+        for k, (w, g) in enumerate(zip(want, got, strict=True)):
+            scale = max(float(np.abs(w).max()), 1e-12)
+            err = float(np.abs(w - g).max()) / scale
+            if not err <= LOWERED_REL_TOL:
+                raise PassCheckError(f"the lowered float32 file's output {k} differs from the converted one by {err:.2g} x its "
+                                     f"range (allowed {LOWERED_REL_TOL:g}): {after.lowered.get('float32')}")
+
+
+def unlowered(path):
+    """Where the file as converted is kept beside its lowered form (in the work folder: never shipped)."""
+    return path.with_name(f"unlowered_{path.name}")
+
+
+def _outputs(path, x: np.ndarray) -> list[np.ndarray]:
+    """Every output, in the file's order, on the reference kernels (dequantised)."""
+    from edgeport.validate.parity.tensors import from_model_output, to_model_input
+    from edgeport.validate.parity.tflite_runner import load_interpreter
+
+    interp = load_interpreter(path, kernels="reference")
+    (inp,) = interp.get_input_details()
+    interp.set_tensor(inp["index"], to_model_input(x, inp["shape"], inp["dtype"], inp["quantization"]))
+    interp.invoke()
+    return [from_model_output(interp.get_tensor(d["index"]), d["dtype"], d["quantization"], False)
+            for d in interp.get_output_details()]

@@ -1,0 +1,260 @@
+"""A .tflite flatbuffer as an editable graph: what the board lowering (``ops/lowering``) and
+the uint8 rewrite (``convert/uint8.py``) change after conversion.
+
+Built on the schema's generated object API (``ModelT``), as TensorFlow's own flatbuffer tools
+are; this module adds what every rewrite needs and the object API lacks: names for op codes,
+tensors as numpy arrays, new tensors and constants, and an operator replaced by several in
+its place. Only the main subgraph is edited (every detector converts to one); a model with
+control flow (several subgraphs) is left as it is by the callers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgeport._lazy import require
+
+DTYPES = {"FLOAT32": np.float32, "INT8": np.int8, "UINT8": np.uint8, "INT32": np.int32, "INT64": np.int64,
+          "INT16": np.int16, "BOOL": np.bool_, "FLOAT16": np.float16}
+
+
+def schema():
+    return require("ai_edge_litert.schema_py_generated", package="ai-edge-litert", purpose="editing .tflite files")
+
+
+def _names(enum_cls) -> dict[int, str]:
+    return {v: k for k, v in vars(enum_cls).items() if not k.startswith("_") and isinstance(v, int)}
+
+
+@dataclass(frozen=True)
+class Quant:
+    """Per-tensor affine quantisation: real = scale * (q - zero_point)."""
+
+    scale: float
+    zero_point: int
+
+
+class Graph:
+    """The main subgraph of one model, editable; ``to_bytes`` writes the model back."""
+
+    def __init__(self, model: bytes, subgraph: int = 0):
+        self.schema = schema()
+        self.model = self.schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+        self._view(subgraph)
+
+    @classmethod
+    def empty(cls) -> "Graph":
+        """A model with one empty subgraph, to be filled (tests and one-op probe models)."""
+        s = schema()
+        model = s.ModelT()
+        model.version = 3
+        model.operatorCodes, model.buffers = [], [s.BufferT()]
+        sg = s.SubGraphT()
+        sg.tensors, sg.operators, sg.inputs, sg.outputs = [], [], [], []
+        model.subgraphs = [sg]
+        g = object.__new__(cls)
+        g.schema, g.model = s, model
+        g._view(0)
+        return g
+
+    def add(self, op) -> None:
+        """Append ``op`` at the end of the graph (building one)."""
+        self.sg.operators.append(op)
+
+    def set_io(self, inputs, outputs) -> None:
+        self.sg.inputs, self.sg.outputs = [int(i) for i in inputs], [int(o) for o in outputs]
+
+    def at(self, subgraph: int) -> "Graph":
+        """The same model, another subgraph (shared: an edit through either is an edit of both)."""
+        view = object.__new__(Graph)
+        view.schema, view.model = self.schema, self.model
+        view._view(subgraph)
+        return view
+
+    def _view(self, subgraph: int) -> None:
+        self.sg = self.model.subgraphs[subgraph]
+        self._op_names = _names(self.schema.BuiltinOperator)
+        self._type_names = _names(self.schema.TensorType)
+        if self.model.buffers is None:
+            self.model.buffers = [self.schema.BufferT()]
+        if self.sg.operators is None:
+            self.sg.operators = []
+        if self.sg.tensors is None:
+            self.sg.tensors = []
+        for op in self.sg.operators:
+            op.inputs = [int(i) for i in (op.inputs if op.inputs is not None else ())]
+            op.outputs = [int(o) for o in (op.outputs if op.outputs is not None else ())]
+        self.sg.inputs = [int(i) for i in (self.sg.inputs if self.sg.inputs is not None else ())]
+        self.sg.outputs = [int(o) for o in (self.sg.outputs if self.sg.outputs is not None else ())]
+
+    @property
+    def subgraphs(self) -> int:
+        return len(self.model.subgraphs)
+
+    @property
+    def ops(self) -> list:
+        return self.sg.operators
+
+    # -- operator codes -------------------------------------------------------------------------
+
+    def code_of(self, name: str) -> int:
+        return getattr(self.schema.BuiltinOperator, name)
+
+    def name(self, op) -> str:
+        code = self.model.operatorCodes[op.opcodeIndex]
+        if code.customCode:
+            custom = code.customCode.decode() if isinstance(code.customCode, bytes) else code.customCode
+            return f"CUSTOM:{custom}"
+        builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
+        return self._op_names.get(builtin, f"OP_{builtin}")
+
+    def version(self, op) -> int:
+        return int(self.model.operatorCodes[op.opcodeIndex].version)
+
+    def opcode(self, name: str, version: int) -> int:
+        """The index of builtin ``name`` at ``version`` in the model's op codes, added when missing
+        (the runtime resolves a kernel per op code: one entry per version in use)."""
+        builtin = self.code_of(name)
+        for i, code in enumerate(self.model.operatorCodes):
+            if not code.customCode and max(code.builtinCode, code.deprecatedBuiltinCode) == builtin and code.version == version:
+                return i
+        code = self.schema.OperatorCodeT()
+        code.builtinCode = builtin
+        code.deprecatedBuiltinCode = min(builtin, 127)  # the field runtimes before 2.4 read
+        code.version = version
+        self.model.operatorCodes.append(code)
+        return len(self.model.operatorCodes) - 1
+
+    def set_version(self, op, version: int) -> None:
+        self.retarget(op, self.name(op), version)
+
+    def retarget(self, op, name: str, version: int) -> None:
+        op.opcodeIndex = self.opcode(name, version)
+
+    def drop_unused_opcodes(self) -> None:
+        used = sorted({op.opcodeIndex for sg in self.model.subgraphs for op in (sg.operators or ())})
+        index = {old: new for new, old in enumerate(used)}
+        self.model.operatorCodes = [self.model.operatorCodes[i] for i in used]
+        for sg in self.model.subgraphs:
+            for op in sg.operators or ():
+                op.opcodeIndex = index[op.opcodeIndex]
+
+    # -- tensors ------------------------------------------------------------------------------
+
+    def tensor(self, i: int):
+        return self.sg.tensors[i]
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        shape = self.sg.tensors[i].shape
+        return tuple(int(v) for v in shape) if shape is not None else ()
+
+    def dtype(self, i: int) -> str:
+        """``float32``, ``int8``, ``uint8``, ``int32``, ..."""
+        return self._type_names[self.sg.tensors[i].type].lower()
+
+    def quant(self, i: int) -> Quant | None:
+        """Per-tensor quantisation, or None (float, or per-channel: ``per_channel``)."""
+        q = self.sg.tensors[i].quantization
+        if q is None or q.scale is None or len(q.scale) != 1:
+            return None
+        return Quant(float(q.scale[0]), int(q.zeroPoint[0]) if q.zeroPoint is not None and len(q.zeroPoint) else 0)
+
+    def per_channel(self, i: int) -> bool:
+        q = self.sg.tensors[i].quantization
+        return q is not None and q.scale is not None and len(q.scale) > 1
+
+    def const(self, i: int) -> np.ndarray | None:
+        """A constant tensor's value (its stored integers, for a quantised one), or None."""
+        t = self.sg.tensors[i]
+        buf = self.model.buffers[t.buffer] if 0 < t.buffer < len(self.model.buffers) else None
+        if buf is None or buf.data is None or len(buf.data) == 0:
+            return None
+        dtype = DTYPES[self._type_names[t.type]]
+        return np.frombuffer(np.asarray(buf.data, np.uint8).tobytes(), dtype=dtype).reshape(self.shape(i))
+
+    def set_const(self, i: int, value: np.ndarray) -> None:
+        """Give tensor ``i`` its own buffer holding ``value`` (never shared with another tensor)."""
+        t = self.sg.tensors[i]
+        buf = self.schema.BufferT()
+        buf.data = np.frombuffer(np.ascontiguousarray(value).tobytes(), np.uint8)
+        self.model.buffers.append(buf)
+        t.buffer = len(self.model.buffers) - 1
+        t.shape = [int(v) for v in value.shape]
+
+    def add_tensor(self, name: str, shape, dtype: str, quant: Quant | None = None, value: np.ndarray | None = None) -> int:
+        t = self.schema.TensorT()
+        t.name = name.encode()
+        t.shape = [int(v) for v in shape]
+        t.type = getattr(self.schema.TensorType, dtype.upper())
+        t.buffer = 0
+        if quant is not None:
+            q = self.schema.QuantizationParametersT()
+            q.scale, q.zeroPoint, q.quantizedDimension = [float(quant.scale)], [int(quant.zero_point)], 0
+            t.quantization = q
+        self.sg.tensors.append(t)
+        index = len(self.sg.tensors) - 1
+        if value is not None:
+            self.set_const(index, np.asarray(value, DTYPES[dtype.upper()]).reshape(t.shape))
+        return index
+
+    def like(self, i: int, suffix: str, shape=None, quant: Quant | None | bool = True) -> int:
+        """A new activation tensor shaped (or ``shape``) and typed like ``i``; ``quant`` True keeps
+        its quantisation, a ``Quant`` gives another."""
+        q = self.quant(i) if quant is True else (quant or None)
+        return self.add_tensor(f"{self.tensor_name(i)}/{suffix}", self.shape(i) if shape is None else shape, self.dtype(i), q)
+
+    def constant(self, name: str, value: np.ndarray, dtype: str | None = None, quant: Quant | None = None) -> int:
+        value = np.asarray(value)
+        return self.add_tensor(name, value.shape, dtype or value.dtype.name, quant, value)
+
+    def tensor_name(self, i: int) -> str:
+        n = self.sg.tensors[i].name
+        return n.decode() if isinstance(n, bytes) else str(n or f"t{i}")
+
+    # -- operators ----------------------------------------------------------------------------
+
+    def new_op(self, name: str, inputs, outputs, options: str | None = None, version: int = 1, **fields):
+        """An operator (not yet placed: ``replace`` places it); ``options`` names its builtin options
+        table (``AddOptions``) and ``fields`` set them."""
+        op = self.schema.OperatorT()
+        op.opcodeIndex = self.opcode(name, version)
+        op.inputs, op.outputs = [int(i) for i in inputs], [int(o) for o in outputs]
+        if options is not None:
+            op.builtinOptionsType = getattr(self.schema.BuiltinOptions, options)
+            opts = getattr(self.schema, f"{options}T")()
+            for key, value in fields.items():
+                if not hasattr(opts, key):
+                    raise AttributeError(f"{options} has no field {key}")
+                setattr(opts, key, value)
+            op.builtinOptions = opts
+        return op
+
+    def options(self, op):
+        return op.builtinOptions
+
+    def replace(self, op, new_ops: list) -> None:
+        """Put ``new_ops`` where ``op`` was, in order."""
+        at = self.sg.operators.index(op)
+        self.sg.operators[at:at + 1] = list(new_ops)
+
+    def producer(self, t: int):
+        return next((op for op in self.sg.operators if t in op.outputs), None)
+
+    def consumers(self, t: int) -> list:
+        return [op for op in self.sg.operators if t in op.inputs]
+
+    def is_output(self, t: int) -> bool:
+        return t in self.sg.outputs
+
+    def to_bytes(self) -> bytes:
+        flatbuffers = require("flatbuffers", purpose="writing .tflite files")
+        self.drop_unused_opcodes()
+        size = sum(len(b.data) for b in self.model.buffers if b.data is not None)
+        builder = flatbuffers.Builder(size + 65536)
+        builder.Finish(self.model.Pack(builder), file_identifier=b"TFL3")
+        return bytes(builder.Output())
+
+
+ACTIVATIONS = {"NONE": 0, "RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3}
