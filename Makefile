@@ -61,7 +61,8 @@ lint: setup
 
 bench: setup
 	$(PY) benchmarks/convert_bench.py
-	$(PY) benchmarks/upsample_bench.py
+	$(PY) benchmarks/lowering_bench.py
+	$(PY) benchmarks/board_bench.py
 	$(PY) benchmarks/train_bench.py
 	$(PY) benchmarks/validate_bench.py
 

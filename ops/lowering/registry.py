@@ -26,7 +26,7 @@ from edgeport.ops.lowering.clamp import Relu0To1AsRequantize, ReluAsRequantize, 
 from edgeport.ops.lowering.fully_connected import FullyConnected
 from edgeport.ops.lowering.grouped_conv import GroupedConv
 from edgeport.ops.lowering.hard_swish import HardSwish, HardSwishUint8
-from edgeport.ops.lowering.mean import MeanAsDepthwise
+from edgeport.ops.lowering.reduce import MeanAsDepthwise, SumAsDepthwise
 from edgeport.ops.lowering.relu_0_to_1 import Relu0To1
 from edgeport.ops.lowering.requantize import Requantize
 from edgeport.ops.lowering.resize_bilinear_half_pixel import ResizeBilinearHalfPixel
@@ -51,6 +51,7 @@ RULES: tuple[LoweringRule, ...] = (
     BatchMatMul(),
     Requantize(),
     MeanAsDepthwise(),
+    SumAsDepthwise(),
 )
 
 

@@ -310,11 +310,13 @@ def test_uint8_requantize_as_a_one_input_concatenation(tmp_path):
     assert steps(got, want) <= 1
 
 
-def mean(shape, keep=True) -> bytes:
+def mean(shape, keep=True, axes=(1, 2), qout=Quant(0.01, 100)) -> bytes:  # noqa: B008 - a frozen value
     g = Graph.empty()
     x = g.add_tensor("x", shape, "uint8", QIN)
-    y = g.add_tensor("y", (1, 1, 1, shape[3]) if keep else (1, shape[3]), "uint8", Quant(0.01, 100))
-    g.add(g.new_op("MEAN", [x, g.constant("axes", np.array([1, 2], np.int32), "int32")], [y], "ReducerOptions", keepDims=keep))
+    c = shape[3] if tuple(axes) == (1, 2) else shape[1]
+    kept = (1, 1, 1, c) if tuple(axes) == (1, 2) else (1, c, 1, 1)
+    y = g.add_tensor("y", kept if keep else (1, c), "uint8", qout)
+    g.add(g.new_op("MEAN", [x, g.constant("axes", np.array(axes, np.int32), "int32")], [y], "ReducerOptions", keepDims=keep))
     return finish(g, [x], [y])
 
 
@@ -327,6 +329,31 @@ def test_uint8_global_mean_as_a_depthwise_sum_clamps(tmp_path, keep, hw):
     (got,) = run(lowered(model, tmp_path, rule="mean_as_depthwise"), [x], tmp_path)
     assert got.shape == want.shape and steps(got, want) <= 1
     assert got.ravel()[0] == 0 and got.ravel()[1] == 255
+
+
+def summed(shape, axis: int, qout) -> bytes:
+    g = Graph.empty()
+    x = g.add_tensor("x", shape, "uint8", QIN)
+    y = g.add_tensor("y", tuple(v for i, v in enumerate(shape) if i != axis), "uint8", qout)
+    g.add(g.new_op("SUM", [x, g.constant("axes", np.array([axis], np.int32), "int32")], [y], "ReducerOptions", keepDims=False))
+    return finish(g, [x], [y])
+
+
+@pytest.mark.parametrize("shape, axis", [((1, 2, 4, 6, 3), 3), ((1, 5, 7), 2), ((1, 4, 4, 3), 1)])
+def test_uint8_sum_over_an_axis_as_a_depthwise_sum_clamps(tmp_path, shape, axis):
+    x = rng().integers(0, 256, size=shape, dtype=np.uint8)
+    model = summed(shape, axis, Quant(0.2, 60))
+    (want,) = run(model, [x], tmp_path, "original")
+    (got,) = run(lowered(model, tmp_path, rule="sum_as_depthwise"), [x], tmp_path)
+    assert got.shape == want.shape and steps(got, want) <= 1
+
+
+def test_uint8_channels_first_mean_and_a_fine_output_grid(tmp_path):
+    x = rng().integers(0, 256, size=(1, 6, 3, 2), dtype=np.uint8)  # NCHW: a mean over H and W (axes 2, 3)
+    model = mean(x.shape, axes=(2, 3), qout=Quant(0.004, 120))  # 0.05 / (6 * 0.004) > 1: a filter tap of 3
+    (want,) = run(model, [x], tmp_path, "original")
+    (got,) = run(lowered(model, tmp_path, rule="mean_as_depthwise"), [x], tmp_path)
+    assert got.shape == want.shape and steps(got, want) <= 1
 
 
 # -- the mechanism ------------------------------------------------------------------------------------
@@ -406,6 +433,9 @@ def _one_input_cases():
         ("mean_uint8", mean(u.shape), np.concatenate([np.zeros_like(u[..., :1]), np.full_like(u[..., :1], 255), u[..., 2:]], -1)),
         # a window of 32 x 32: TFLite 1.13.1's uint8 AVERAGE_POOL_2D returns zeros there
         ("mean_uint8_32x32", mean((1, 32, 32, 4)), rng(3).integers(0, 256, size=(1, 32, 32, 4), dtype=np.uint8)),
+        ("mean_uint8_channels_first", mean((1, 6, 3, 2), axes=(2, 3), qout=Quant(0.004, 120)),
+         rng(4).integers(0, 256, size=(1, 6, 3, 2), dtype=np.uint8)),
+        ("sum_uint8_5d", summed((1, 2, 4, 6, 3), 3, Quant(0.2, 60)), rng(5).integers(0, 256, size=(1, 2, 4, 6, 3), dtype=np.uint8)),
     ]
 
 

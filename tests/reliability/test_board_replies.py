@@ -115,9 +115,22 @@ def test_the_probe_table_quotes_what_the_runtime_says_of_itself():
     from edgeport.validate.board.profiles import tomllib
 
     hostile = 'TFLite"\n[ops]\nHARD_SWISH = [1]\n#'
-    text = table_toml("b", {"runtime": hostile, "version": "1\n[x]", "package": "p"}, {"ADD": [1]}, command="probe")
+    text = table_toml("b", {"runtime": hostile, "version": "1\n[x]", "package": "p", "uint8_ops": ["ADD"],
+                            "uint8_not": {"MEAN": 'wraps"\n[uint8]\nops = ["MEAN"]\n'}}, {"ADD": [1]}, command="probe")
     parsed = tomllib.loads(text)
     assert parsed["provenance"]["runtime"] == hostile and parsed["ops"] == {"ADD": [1]}
+    assert parsed["uint8"]["ops"] == ["ADD"]  # what it said of MEAN stays a comment
+
+
+def test_a_probe_reply_naming_uint8_models_it_was_not_sent_is_refused():
+    from edgeport.validate.board.runtime import _BadReply, check_reply
+
+    reply = {"ok": True, "runtime": "TFLite", "version": "1.13.1", "package": "tensorflow", "accepted": ["ADD.1"],
+             "uint8": {"ADD": "ran"}}
+    assert check_reply(reply, "probe", probes={"ADD.1"}, uint8_probes={"ADD"})["uint8"] == {"ADD": "ran"}
+    for bad in ({"HARD_SWISH": "ran"}, {"ADD": 1}, ["ADD"]):
+        with pytest.raises(_BadReply, match="'uint8'"):
+            check_reply({**reply, "uint8": bad}, "probe", probes={"ADD.1"}, uint8_probes={"ADD"})
 
 
 def _custom_op_model(path: Path, name: str) -> Path:

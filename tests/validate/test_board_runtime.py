@@ -99,6 +99,9 @@ def test_the_probe_asks_the_runtime_itself():
     assert runtime["runtime"] == "LiteRT" and runtime["accepted"]
     assert table["CONV_2D"] == [1, 2, 3] and table["RELU_0_TO_1"] == [1]
     assert "PLACEHOLDER_FOR_GREATER_OP_CODES" not in table  # not an op: no kernel answers to it
+    # and which ops it computes on uint8: today's runtime has every probed op but BATCH_MATMUL there
+    assert {"CONV_2D", "MEAN", "TRANSPOSE_CONV", "HARD_SWISH"} <= set(runtime["uint8_ops"])
+    assert "BATCH_MATMUL" not in runtime["uint8_ops"] and runtime["uint8_not"]["BATCH_MATMUL"]
 
 
 @pytest.mark.slow  # the runtime runs in a process

@@ -22,7 +22,12 @@ def test_versions_compare_component_by_component():
 def test_shipped_profiles():
     assert {"default", "tflite-1.13", "tflm-m4-256k"} <= set(board_names())
     old = load_board("tflite-1.13")
-    assert (old.runtime, old.version, old.dtypes) == ("tflite", "1.13.1", ("float32",))
+    assert (old.runtime, old.version, old.dtypes, old.quantised) == ("tflite", "1.13.1", ("float32", "uint8"), "uint8")
+    # its uint8 kernels, probed: MEAN wraps around, LEAKY_RELU and TRANSPOSE_CONV are float-only
+    assert {"CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "LOGISTIC", "CONCATENATION"} <= old.uint8.ops
+    assert not {"MEAN", "LEAKY_RELU", "TRANSPOSE_CONV", "QUANTIZE", "HARD_SWISH", "RELU"} & old.uint8.ops
+    assert old.lacks("MEAN", 1, None, "uint8") and not old.lacks("MEAN", 1, None, "float32")
+    assert load_board("default").quantised == "int8" and load_board("default").uint8 is None
     assert old.max_op_version("RESIZE_BILINEAR") == 1 and old.max_op_version("CONV_2D") == 1
     # LOGISTIC v1 is in TFLite 1.13.1 (probed), though runtime_version.cc tabulated it at 1.14.0
     assert old.max_op_version("RESIZE_NEAREST_NEIGHBOR") == 1 and old.max_op_version("LOGISTIC") == 1
@@ -38,7 +43,7 @@ def test_the_write_up_bug_is_named():
     s = summary(OpUse("RESIZE_BILINEAR", 3, 2, ("half_pixel_centers",)), OpUse("CONV_2D", 1, 9), min_rt="2.2.0")
     reasons = check_model(s, load_board("tflite-1.13"))
     assert reasons == ["RESIZE_BILINEAR v3 (half_pixel_centers) is not in tflite-1.13's runtime: it has RESIZE_BILINEAR v1 "
-                       "(probed on TFLite 1.13.1 (tensorflow==1.13.1), 2026-11-30)"]
+                       f"({load_board('tflite-1.13').op_table.source})"]
     assert check_model(s, load_board("default")) == []
 
 

@@ -111,4 +111,8 @@ def test_the_shipped_tflite_113_op_table_is_what_the_real_runtime_has():
 
     runtime, table = probe(LocalPython(_runtime(), what="TFLite 1.13.1"))
     assert (runtime["runtime"], runtime["version"]) == ("TFLite", "1.13.1")
-    assert {op: frozenset(vs) for op, vs in table.items()} == load_board("tflite-1.13").op_table.versions
+    shipped = load_board("tflite-1.13")
+    assert {op: frozenset(vs) for op, vs in table.items()} == shipped.op_table.versions
+    assert frozenset(runtime["uint8_ops"]) == shipped.uint8.ops
+    # what it was measured doing: MEAN wraps around on uint8 instead of clamping
+    assert "got 8, expected 255" in runtime["uint8_not"]["MEAN"]

@@ -127,6 +127,23 @@ def _mean(g: Graph, x: int) -> int:
     return y
 
 
+def _reduce(name: str):
+    # (REDUCE_MAX's uint8 kernel writes at its input's quantisation; SUM requantises)
+    out = IN if name == "REDUCE_MAX" else Quant(0.2, 10)
+
+    def build(g: Graph, x: int) -> int:
+        y = g.add_tensor("y", (1, 6, 6, 1), "uint8", out)
+        g.add(g.new_op(name, [x, _int32(g, "axes", [3])], [y], "ReducerOptions", keepDims=True))
+        return y
+    return build
+
+
+def _pack(g: Graph, x: int) -> int:
+    y = g.add_tensor("y", (2, 1, 6, 6, 4), "uint8", IN)
+    g.add(g.new_op("PACK", [x, x], [y], "PackOptions", valuesCount=2, axis=0))
+    return y
+
+
 def _batch_matmul(g: Graph, x: int) -> int:
     y = g.add_tensor("y", (1, 6, 6, 6), "uint8", Quant(0.5, 128))
     g.add(g.new_op("BATCH_MATMUL", [x, x], [y], "BatchMatMulOptions", adjX=False, adjY=True))
@@ -180,6 +197,11 @@ PROBES: dict[str, Callable[[Graph, int], int]] = {
     "STRIDED_SLICE": _shaped("STRIDED_SLICE", (1, 3, 3, 4), lambda g: [_int32(g, "b", [0, 1, 0, 0]), _int32(g, "e", [1, 6, 6, 4]),
                                                                          _int32(g, "s", [1, 2, 2, 1])], "StridedSliceOptions"),
     "SPLIT": _split,
+    "SLICE": _shaped("SLICE", (1, 3, 4, 2), lambda g: [_int32(g, "b", [0, 1, 2, 1]), _int32(g, "s", [1, 3, 4, 2])], "SliceOptions"),
+    "SUM": _reduce("SUM"),
+    "REDUCE_MAX": _reduce("REDUCE_MAX"),
+    "SQUEEZE": _shaped("SQUEEZE", (6, 6, 4), lambda g: [], "SqueezeOptions", squeezeDims=[0]),
+    "PACK": _pack,
     "MEAN": _mean,
     "RESIZE_BILINEAR": _resize("RESIZE_BILINEAR"),
     "RESIZE_NEAREST_NEIGHBOR": _resize("RESIZE_NEAREST_NEIGHBOR"),
