@@ -24,6 +24,8 @@ import numpy as np
 from edgeport.convert.base import ConvertConfig, Converted, Pass, PassResult
 from edgeport.errors import PassCheckError
 from edgeport.ops.lowering.registry import lower_for_board
+from edgeport.ops.tflite_graph import Graph
+from edgeport.validate.board.profiles import min_runtime_of
 
 LOWERED_REL_TOL = 1e-5
 
@@ -43,7 +45,7 @@ class LowerForBoardPass(Pass[Converted, Converted]):
             if result.changed:
                 unlowered(path).write_bytes(original)
                 kept[variant] = unlowered(path)
-                path.write_bytes(result.model)
+                path.write_bytes(_restamped(result.model))
                 lowered[variant] = result.describe()
                 if result.rules:
                     rules[variant] = dict(result.rules)
@@ -75,6 +77,17 @@ class LowerForBoardPass(Pass[Converted, Converted]):
             if not err <= LOWERED_REL_TOL:
                 raise PassCheckError(f"the lowered float32 file's output {k} differs from the converted one by {err:.2g} x its "
                                      f"range (allowed {LOWERED_REL_TOL:g}): {after.lowered.get('float32')}")
+
+
+def _restamped(model: bytes) -> bytes:
+    """The converter's ``min_runtime_version`` metadata describes the file as converted; after
+    lowering it is recomputed from the operators now in the file (dropped when one of them is
+    not in TFLite's table), so that no lowered file claims a runtime newer than it needs."""
+    g = Graph(model)
+    if g.metadata_text("min_runtime_version") is None:
+        return model
+    g.set_metadata_text("min_runtime_version", min_runtime_of({(g.name(op), g.version(op)) for op in g.ops}))
+    return g.to_bytes()
 
 
 def unlowered(path):

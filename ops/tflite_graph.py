@@ -141,6 +141,32 @@ class Graph:
             for op in sg.operators or ():
                 op.opcodeIndex = index[op.opcodeIndex]
 
+    # -- metadata -----------------------------------------------------------------------------
+
+    def metadata_text(self, name: str) -> str | None:
+        for md in self.model.metadata or ():
+            if md.name == name.encode():
+                data = self.model.buffers[md.buffer].data
+                return bytes(bytearray(data)).split(b"\x00")[0].decode() if data is not None else None
+        return None
+
+    def set_metadata_text(self, name: str, text: str | None) -> None:
+        """Write a metadata string as TensorFlow's converter does (zero-padded to 16 bytes), or
+        drop the entry (``None``); its buffer is left empty, never shared."""
+        for md in list(self.model.metadata or ()):
+            if md.name == name.encode():
+                self.model.buffers[md.buffer].data = None
+                self.model.metadata.remove(md)
+        if text is None:
+            return
+        raw = text.encode().ljust(16, b"\x00")
+        buf = self.schema.BufferT()
+        buf.data = np.frombuffer(raw, dtype=np.uint8).copy()
+        self.model.buffers.append(buf)
+        md = self.schema.MetadataT()
+        md.name, md.buffer = name.encode(), len(self.model.buffers) - 1
+        self.model.metadata = [*(self.model.metadata or ()), md]
+
     # -- tensors ------------------------------------------------------------------------------
 
     def tensor(self, i: int):

@@ -142,7 +142,7 @@ def _render_in_browser(page, tmp_path):
     assert pixels.shape[0] > 1000 and pixels.std() > 10, "the page rendered blank"
 
 
-@pytest.mark.parametrize("board, variants", [("default", {"float32", "int8"}), ("tflite-1.13", {"float32"}), ("tflm-m4-256k", {"int8"})])
+@pytest.mark.parametrize("board, variants", [("default", {"float32", "int8"}), ("tflite-1.13", {"float32", "uint8"}), ("tflm-m4-256k", {"int8"})])
 def test_shipped_bilinear_detector_passes_on_every_shipped_board(board, variants, tmp_path, cli, demo_ckpt):
     ckpt = demo_ckpt.parent / "pdet_n_bilinear_person.pt"
     out = tmp_path / board

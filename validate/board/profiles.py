@@ -227,6 +227,19 @@ def op_min_runtime() -> dict[str, dict[int, str]]:
     return {op: {int(v): str(rt) for v, rt in versions.items()} for op, versions in raw.items()}
 
 
+def min_runtime_of(ops) -> str | None:
+    """The oldest TFLite runtime that has every ``(name, version)`` in ``ops``, by TFLite's own
+    table (``op_min_runtime.toml``); ``None`` when one of them is not in it."""
+    table, oldest = op_min_runtime(), "0"
+    for name, version in ops:
+        needs = table.get(name, {}).get(version)
+        if needs is None:
+            return None
+        if not version_le(needs, oldest):
+            oldest = needs
+    return oldest
+
+
 def board_names() -> list[str]:
     return sorted(p.stem for p in BOARDS_DIR.glob("*.toml") if p.stem != "op_min_runtime" and not p.stem.endswith(".ops"))
 
