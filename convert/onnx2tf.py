@@ -179,18 +179,24 @@ _NATIVE_LOG = re.compile(r"^([EWIF]\d{4} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\d \d\d:\d\
                          r"|cuInit|cuda_driver|Unable to register cu(DNN|FFT|BLAS)|TF-TRT Warning")
 
 
+# TensorFlow's listing of a saved model's signature (one line per captured tensor): what it
+# prints as it saves, never a reason
+_SIGNATURE_DUMP = re.compile(r"TensorSpec\(|^\* Endpoint|^(Output Type|Captures|Args|Returns|Inputs):$|^WARNING: All log messages")
+
+
 def condense(output: str, limit: int = 240) -> str:
     """The most telling line of onnx2tf's output, for a one-line error: in a chain of Python
     exceptions, the first one (the cause), not the wrapper that re-raised it; never a line
-    TensorFlow logs from C++ (``failed call to cuInit`` on every machine without a GPU)."""
+    TensorFlow logs from C++ (``failed call to cuInit`` on every machine without a GPU) or its
+    listing of a saved model's signature. Without an error line, it says so (and quotes the last)."""
     output = output.split(_CAUSED, 1)[0]
     lines = [_ANSI.sub("", line).strip() for line in output.splitlines()]
-    lines = [line for line in lines if line and not _NATIVE_LOG.search(line)]
+    lines = [line for line in lines if line and not _NATIVE_LOG.search(line) and not _SIGNATURE_DUMP.search(line)]
     for pattern in (r"^\w*(Error|Exception)\b.*:", r"ERROR:", r"Error", r"error"):
         hits = [line for line in lines if re.search(pattern, line)]
         if hits:
             return hits[-1][:limit]
-    return (lines[-1] if lines else "no output")[:limit]
+    return (f"it printed no error (its last line: {lines[-1]})" if lines else "no output")[:limit]
 
 
 class Onnx2tfFailed(ConversionError):

@@ -116,3 +116,10 @@ def test_read_tflite_rejects_other_files(tmp_path):
     (tmp_path / "y.tflite").write_bytes(b"\x00\x00\x00\x00TFL3" + b"\xff" * 8)
     with pytest.raises(BadInputError, match="damaged TFLite flatbuffer"):
         read_tflite(tmp_path / "y.tflite")
+
+
+def test_uses_of_one_op_the_board_lacks_are_named_once():
+    # two GATHER_NDs that differ only in their index type: one reason, not two
+    s = summary(OpUse("GATHER_ND", 1, 2, dtype="float32"), OpUse("GATHER_ND", 1, 1, dtype="int32"))
+    reasons = check_model(s, load_board("tflite-1.13"))
+    assert len(reasons) == 1 and reasons[0].startswith("GATHER_ND v1 is not in tflite-1.13's runtime"), reasons

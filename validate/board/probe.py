@@ -123,7 +123,7 @@ def table_toml(board: str, runtime: dict, table: dict[str, list[int]], *, comman
 
     lines = [
         f"# The builtin op versions {for_terminal(runtime['runtime'])} {for_terminal(runtime['version'])} has: each op and version was",
-        "# asked of the runtime with a one-op model (validate/op_probe.py); what it loaded is listed.",
+        "# asked of the runtime with a one-op model (validate/board/probe.py); what it loaded is listed.",
         f"# Written by `{for_terminal(command)}`; re-checked against the runtime by tests/validate/test_real_tflite113.py and "
         f"test_board_runtime.py.",
         "[provenance]",

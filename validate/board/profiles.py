@@ -339,9 +339,9 @@ def check_model(summary: TFLiteSummary, board: BoardProfile) -> list[str]:
     runs = f"{board.name} runs {board.version}" if board.runtime == "tflite" else f"{board.name} is TFLite Micro"
     for custom in summary.custom_ops:
         reasons.append(f"{custom} is a custom op; {board.name} has only builtin kernels")
-    for op in summary.ops:
+    for op in summary.ops:  # uses of one op that differ only in what the board does not judge say one thing
         if not op.name.startswith("CUSTOM:"):
-            reasons += op_reasons(op, board)
+            reasons += [r for r in op_reasons(op, board) if r not in reasons]
     # a runtime never reads min_runtime_version: once its own op versions are known, they decide
     if board.runtime == "tflite" and board.op_table is None and summary.min_runtime_version and not version_le(summary.min_runtime_version, board.version):
         reasons.append(f"the model's min_runtime_version metadata is {summary.min_runtime_version}; {runs}")
