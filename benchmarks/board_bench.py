@@ -29,6 +29,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 DEMOS = {"nearest": REPO / "models" / "weights" / "pdet_n_person.pt",
          "bilinear": REPO / "models" / "weights" / "pdet_n_bilinear_person.pt"}
+IMGSZ = 160  # what the demo detectors were trained at (`make demo`)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -75,12 +76,12 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        _cli("data", "synth", "--out", str(work / "data"), "--n", "8", "--n-val", str(args.val), "--imgsz", "320")
+        _cli("data", "synth", "--out", str(work / "data"), "--n", "8", "--n-val", str(args.val), "--imgsz", str(IMGSZ))
         rng = np.random.default_rng(0)
-        images = rng.random((args.images, 3, 320, 320), dtype=np.float32)
+        images = rng.random((args.images, 3, IMGSZ, IMGSZ), dtype=np.float32)
         for neck, ckpt in DEMOS.items():
             out = work / f"convert-{neck}"
-            _cli("convert", str(ckpt), "--board", "tflite-1.13", "--out", str(out))
+            _cli("convert", str(ckpt), "--imgsz", str(IMGSZ), "--board", "tflite-1.13", "--out", str(out))
             row: dict = {"demo": neck, "checkpoint": str(ckpt.relative_to(REPO))}
             report = json.loads((out / "report.json").read_text())
             row["lowered"] = {s["name"]: s["summary"] for s in report["stages"]}.get("lower_for_board")

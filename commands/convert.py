@@ -53,7 +53,8 @@ def convert(checkpoint: Path, *, board, out: Path | None = None, force: bool = F
             upsample={"legacy_resize": config.legacy_resize, "sites": list(prepared.upsample)},
             # per output: [axis, first channel, end, factor] the int8 file's values are divided by
             int8_normalised=[[list(r) for r in plan] for plan in converted.int8_plans] if converted.int8_plans else None,
-            converter={**converted.converter, "notes": dict(converted.notes)},
+            converter={**converted.converter, "notes": dict(converted.notes), "lowered": dict(converted.lowered),
+                       "lowered_rules": dict(converted.lowered_rules)},
         )
         write_reports(report.to_dict(), stage.result, sample_image=prepared.val[0])
     return stage.out, report

@@ -108,7 +108,7 @@ def _summarise(schema, model, path: str, size: int, data: bytes) -> TFLiteSummar
         view = graph.at(g)
         for op in view.ops:
             name, version = codes[op.opcodeIndex]
-            notes = _notes(view, op, name)
+            notes = op_notes(view, op, name)
             needs = needed_version(view, op) if not name.startswith("CUSTOM:") else None
             dtype = data_type(view, op)
             key = (name, version, notes, needs if needs is not None and needs > version else None, dtype)
@@ -140,11 +140,17 @@ def _quantization(tensor) -> tuple[float, int]:
     return (float(q.Scale(0)), int(q.ZeroPoint(0)) if q.ZeroPointLength() else 0)
 
 
-def _notes(g, op, name: str) -> tuple[str, ...]:
+# the finest input grid every uint8 LOGISTIC and TANH kernel handles: TFLite 1.13.1's return 0
+# (every value) below it (measured: validate/board/uint8_probe.py probes it on each runtime)
+FINE_INPUT_SCALE = 2.0**-12
+
+
+def op_notes(g, op, name: str) -> tuple[str, ...]:
     """What an op computes beyond its plain form, where a kernel version decides it:
     ``half_pixel_centers`` / ``align_corners`` of a resize, ``grouped`` for a CONV_2D whose input
     has more channels than its filter (a grouped convolution, whatever version the writer
-    declared: onnx2tf 2.x writes these as v1, which only runtimes with the v6 kernel compute)."""
+    declared: onnx2tf 2.x writes these as v1, which only runtimes with the v6 kernel compute);
+    ``fine_input`` for a uint8 LOGISTIC or TANH whose input scale is under ``FINE_INPUT_SCALE``."""
     from edgeport.ops.tflite_versions import is_grouped
 
     opts = op.builtinOptions
@@ -156,4 +162,8 @@ def _notes(g, op, name: str) -> tuple[str, ...]:
             notes.append("half_pixel_centers")
     if name == "CONV_2D" and len(op.inputs) >= 2 and is_grouped(g, op):
         notes.append("grouped")
+    if name in ("LOGISTIC", "TANH") and g.dtype(op.inputs[0]) == "uint8":
+        q = g.quant(op.inputs[0])
+        if q is not None and q.scale < FINE_INPUT_SCALE:
+            notes.append("fine_input")
     return tuple(notes)

@@ -33,6 +33,10 @@ def test_bilinear_detector_for_tflite_113_is_runnable_and_exact(bilinear_ckpt, t
     else:
         assert version_le(check["min_runtime_version"], "1.13.1")
     assert [s["rule"] for s in report["upsample"]["sites"]] == ["bilinear_half_pixel_lowered"] * 2
+    # the two half-pixel resizes are lowered in the file, float32 and uint8 alike, and the report says so
+    for variant in ("float32", "uint8"):
+        assert report["converter"]["lowered_rules"][variant]["resize_bilinear_half_pixel"] == 2, report["converter"]
+    assert r"Lowered for the board: float32: resize\_bilinear\_half\_pixel x2" in (out / "report.md").read_text()
     (f32,) = [r for r in report["results"] if r["variant"] == "float32" and r["runtime"] == "tflite"]
     for o in f32["outputs"]:
         assert o["max_abs"] <= 1e-4 * o["ref_max_abs"] and o["cosine"] >= 0.99999, o

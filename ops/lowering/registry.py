@@ -23,6 +23,7 @@ from typing import Callable
 from edgeport.ops.lowering.base import LoweringRule
 from edgeport.ops.lowering.batch_matmul import BatchMatMul
 from edgeport.ops.lowering.clamp import Relu0To1AsRequantize, ReluAsRequantize, ReluN1To1AsRequantize
+from edgeport.ops.lowering.fine_input import LogisticFineInput, TanhFineInput
 from edgeport.ops.lowering.fully_connected import FullyConnected
 from edgeport.ops.lowering.grouped_conv import GroupedConv
 from edgeport.ops.lowering.hard_swish import HardSwish, HardSwishUint8
@@ -33,6 +34,7 @@ from edgeport.ops.lowering.resize_bilinear_half_pixel import ResizeBilinearHalfP
 from edgeport.ops.lowering.resize_nearest_half_pixel import ResizeNearestHalfPixel
 from edgeport.ops.lowering.transpose_conv import TransposeConvAsConv, TransposeConvBias
 from edgeport.ops.tflite_graph import Graph
+from edgeport.ops.tflite_model import op_notes
 from edgeport.ops.tflite_versions import data_type, needed_version
 
 RULES: tuple[LoweringRule, ...] = (
@@ -50,6 +52,8 @@ RULES: tuple[LoweringRule, ...] = (
     TransposeConvAsConv(),
     BatchMatMul(),
     Requantize(),
+    LogisticFineInput(),
+    TanhFineInput(),
     MeanAsDepthwise(),
     SumAsDepthwise(),
 )
@@ -76,9 +80,10 @@ class Lowering:
         return text + (f"; left for the gate: {', '.join(self.left)}" if self.left else "")
 
 
-# whether a board lacks an operator: (name, declared version, version needed, input type) -> bool;
-# the board's side (validate/board/profiles.op_reasons) decides, so the rules never see a profile
-Lacks = Callable[[str, int, "int | None", str], bool]
+# whether a board lacks an operator: (name, declared version, version needed, input type, notes
+# (ops/tflite_model.op_notes)) -> bool; the board's side (validate/board/profiles.op_reasons)
+# decides, so the rules never see a profile
+Lacks = Callable[[str, int, "int | None", str, tuple], bool]
 
 
 def lacks(board: Lacks, g: Graph, op) -> bool:
@@ -87,7 +92,7 @@ def lacks(board: Lacks, g: Graph, op) -> bool:
     name = g.name(op)
     if name.startswith("CUSTOM:"):
         return True
-    return board(name, g.version(op), needed_version(g, op), data_type(g, op))
+    return board(name, g.version(op), needed_version(g, op), data_type(g, op), op_notes(g, op, name))
 
 
 def lower_for_board(model: bytes, board: Lacks) -> Lowering:

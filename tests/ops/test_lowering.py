@@ -310,6 +310,25 @@ def test_uint8_requantize_as_a_one_input_concatenation(tmp_path):
     assert steps(got, want) <= 1
 
 
+# a pose head's visibility logits, as onnx2tf quantised them: a grid finer than 2^-12
+FINE = Quant(2.1127e-4, 136)
+SIGMOID_OUT, TANH_OUT = Quant(1 / 256, 0), Quant(1 / 128, 128)
+
+
+@pytest.mark.parametrize("op, qout", [("LOGISTIC", SIGMOID_OUT), ("TANH", TANH_OUT)])
+def test_uint8_logistic_and_tanh_on_a_fine_input_grid_requantise_it_first(tmp_path, op, qout):
+    x = np.arange(256, dtype=np.uint8).reshape(1, 4, 8, 8)
+    model = unary(op, x.shape, "uint8", FINE, qout)
+    (tmp_path / "original.tflite").write_bytes(model)
+    (reason,) = check_model(read_tflite(tmp_path / "original.tflite"), OLD)
+    assert f"{op} v1 (fine_input) on uint8: tflite-1.13's kernel computes it wrongly for an input scale under 2^-12" in reason
+    (want,) = run(model, [x], tmp_path, "original")
+    (got,) = run(lowered(model, tmp_path, rule=f"{op.lower()}_fine_input"), [x], tmp_path)
+    assert steps(got, want) <= 1
+    # on a grid of 2^-12 the board's own kernel is right: nothing to lower
+    assert not lower_for_board(unary(op, x.shape, "uint8", Quant(2.0**-12, 128), qout), OLD.lacks).changed
+
+
 def mean(shape, keep=True, axes=(1, 2), qout=Quant(0.01, 100)) -> bytes:  # noqa: B008 - a frozen value
     g = Graph.empty()
     x = g.add_tensor("x", shape, "uint8", QIN)
@@ -382,7 +401,7 @@ def test_what_no_rule_covers_is_left_for_the_gate_named():
 
 
 def test_a_rule_whose_ops_the_board_lacks_is_not_used():
-    def lacks_depthwise(name, version, needs, dtype):
+    def lacks_depthwise(name, version, needs, dtype, notes):
         return name in ("DEPTHWISE_CONV_2D", "RESIZE_BILINEAR") and (name == "DEPTHWISE_CONV_2D" or bool(needs and needs > 1))
 
     result = lower_for_board(resize("RESIZE_BILINEAR", (1, 3, 3, 2), 2), lacks_depthwise)
@@ -427,6 +446,8 @@ def _one_input_cases():
         ("attention", _self_attention(f.shape, "float32"), f),
         ("attention_uint8", _self_attention(u.shape, "uint8"), u),
         ("requantize_uint8", unary("QUANTIZE", u.shape, "uint8", QIN, QOUT), u),
+        ("logistic_fine_input_uint8", unary("LOGISTIC", u.shape, "uint8", FINE, SIGMOID_OUT), u),
+        ("tanh_fine_input_uint8", unary("TANH", u.shape, "uint8", FINE, TANH_OUT), u),
         ("hard_swish_uint8", unary("HARD_SWISH", u.shape, "uint8", Quant(8 / 255, 128), Quant(6.5 / 255, 10)), u),
         ("relu_uint8", unary("RELU", u.shape, "uint8", QIN, Quant(0.03, 0)), u),
         ("hard_sigmoid_clamp_uint8", unary("RELU_0_TO_1", u.shape, "uint8", QIN, Quant(1 / 255, 0)), u),

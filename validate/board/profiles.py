@@ -32,6 +32,7 @@ else:  # the same parser, before it joined the standard library
 
 from edgeport.errors import BadInputError
 from edgeport.ops.tflite_model import OpUse, TFLiteSummary
+from edgeport.validate.board import uint8_probe
 
 BOARDS_DIR = Path(__file__).parents[1] / "boards"  # validate/boards/: the profiles and op tables (data)
 DEFAULT_BOARD = "default"
@@ -190,11 +191,11 @@ class BoardProfile:
         1.x's fast path), or None."""
         return next((t for t in ("int8", "uint8") if t in self.dtypes), None)
 
-    def lacks(self, name: str, version: int, needs: int | None = None, dtype: str = "") -> bool:
+    def lacks(self, name: str, version: int, needs: int | None = None, dtype: str = "", notes: tuple[str, ...] = ()) -> bool:
         """Whether it cannot run builtin ``name`` declared at ``version``, computing what ``needs``
-        (``ops/tflite_versions.py``) on ``dtype`` input: the lowering's question
-        (``ops/lowering/registry.py``)."""
-        use = OpUse(name, version, 1, (), needs if needs is not None and needs > version else None, dtype)
+        (``ops/tflite_versions.py``) on ``dtype`` input, as ``notes`` (``ops/tflite_model.op_notes``)
+        say: the lowering's question (``ops/lowering/registry.py``)."""
+        use = OpUse(name, version, 1, tuple(notes), needs if needs is not None and needs > version else None, dtype)
         return bool(op_reasons(use, self))
 
     @property
@@ -303,6 +304,10 @@ def _op_label(op) -> str:
     return f"{op.name} v{op.version}{notes}"
 
 
+# what a uint8 note means, for the reason a board's kernel fails it (validate/board/uint8_probe.py)
+UINT8_NOTES = {"fine_input": "an input scale under 2^-12"}
+
+
 def op_reasons(op, board: "BoardProfile") -> list[str]:
     """Every reason ``board`` cannot run the builtin ``op`` (an ``OpUse``); empty when it can."""
     reasons: list[str] = []
@@ -328,8 +333,14 @@ def op_reasons(op, board: "BoardProfile") -> list[str]:
             reasons.append(f"{_op_label(op)} is not in TFLite's op-version table; cannot prove {board.name} runs it")
         elif not version_le(needs, board.version):
             reasons.append(f"{_op_label(op)} needs runtime {needs}; {runs}")
-    if op.dtype == "uint8" and board.uint8 is not None and op.name not in board.uint8.ops:
-        reasons.append(f"{_op_label(op)} on uint8: {board.name} has no uint8 kernel for it ({board.uint8.source})")
+    if op.dtype == "uint8" and board.uint8 is not None:
+        if op.name not in board.uint8.ops:
+            reasons.append(f"{_op_label(op)} on uint8: {board.name} has no uint8 kernel for it ({board.uint8.source})")
+        for note in op.notes:
+            probe = uint8_probe.variant(op.name, note)
+            if probe in uint8_probe.PROBES and probe not in board.uint8.ops:
+                reasons.append(f"{_op_label(op)} on uint8: {board.name}'s kernel computes it wrongly for {UINT8_NOTES[note]} "
+                               f"({board.uint8.source})")
     return reasons
 
 

@@ -15,17 +15,26 @@ from typing import Callable
 import numpy as np
 
 from edgeport.ops.tflite_graph import ACTIVATIONS, Graph, Quant
+from edgeport.ops.tflite_model import FINE_INPUT_SCALE
 from edgeport.ops.tflite_versions import needed_version
 
 STEPS = 1  # uint8 on the board may round a tie apart from today's kernels by one step
 SHAPE = (1, 6, 6, 4)  # NHWC
 IN = Quant(0.05, 120)  # a range of about [-6, 6.75]
 OUT = Quant(0.04, 110)
+# an input grid finer than 2^-12 (a pose head's visibility logits came out at 2.1e-4): probed as
+# its own case, "OP.fine_input", since TFLite 1.13.1's LOGISTIC and TANH return 0 there
+FINE = Quant(FINE_INPUT_SCALE / 2, 128)
 
 
-def _one(build: Callable[[Graph, int], int]) -> bytes:
+def variant(op: str, note: str) -> str:
+    """The probe name of ``op`` used as ``note`` says (``LOGISTIC.fine_input``)."""
+    return f"{op}.{note}"
+
+
+def _one(build: Callable[[Graph, int], int], quant: Quant = IN) -> bytes:
     g = Graph.empty()
-    x = g.add_tensor("x", SHAPE, "uint8", IN)
+    x = g.add_tensor("x", SHAPE, "uint8", quant)
     y = build(g, x)
     g.set_io([x], [y])
     for op in g.ops:  # each op at the version its uint8 signature needs, as a converter writes it
@@ -184,6 +193,8 @@ PROBES: dict[str, Callable[[Graph, int], int]] = {
     "MAX_POOL_2D": _pool("MAX_POOL_2D"),
     "LOGISTIC": _unary("LOGISTIC", out=Quant(1 / 256, 0)),
     "TANH": _unary("TANH", out=Quant(1 / 128, 128)),
+    variant("LOGISTIC", "fine_input"): _unary("LOGISTIC", out=Quant(1 / 256, 0)),
+    variant("TANH", "fine_input"): _unary("TANH", out=Quant(1 / 128, 128)),
     "SOFTMAX": _softmax,
     "RELU": _unary("RELU", out=IN),
     "RELU6": _unary("RELU6", out=IN),
@@ -212,7 +223,7 @@ PROBES: dict[str, Callable[[Graph, int], int]] = {
 
 def probe_models() -> dict[str, bytes]:
     """op -> its one-op uint8 model."""
-    return {name: _one(build) for name, build in PROBES.items()}
+    return {name: _one(build, FINE if name.endswith(".fine_input") else IN) for name, build in PROBES.items()}
 
 
 def probe_input(name: str | None = None) -> np.ndarray:

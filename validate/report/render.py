@@ -133,6 +133,9 @@ def render_markdown(report: dict) -> str:
         notes = "; ".join(f"{k}: {v}" for k, v in (converter.get("notes") or {}).items())
         lines += ["", f"Converter: {md(converter['name'])} {md(converter['version'])} ({md(converter['writer'])})"
                   + (f"; {md(notes)}" if notes else "")]
+        lowered = "; ".join(f"{k}: {v}" for k, v in (converter.get("lowered") or {}).items())
+        if lowered:
+            lines += ["", f"Lowered for the board: {md(lowered)}"]
     lines += ["", "Versions: " + ", ".join(f"{md(k)} {md(v)}" for k, v in report["versions"].items()), ""]
     return "\n".join(lines)
 
