@@ -23,7 +23,7 @@ import numpy as np
 from edgeport.errors import ConversionError
 from edgeport.ops.lowering.base import zero_bias
 from edgeport.ops.tflite_graph import Graph, Quant
-from edgeport.ops.tflite_versions import needed_version
+from edgeport.ops.tflite_versions import version_for
 
 
 class PerChannelError(ConversionError):
@@ -43,8 +43,9 @@ def int8_to_uint8(model: bytes) -> bytes:
         if g.dtype(i) != "int8":
             continue
         t.type = g.schema.TensorType.UINT8
-        if t.quantization is not None and t.quantization.zeroPoint is not None and len(t.quantization.zeroPoint):
-            t.quantization.zeroPoint = [int(z) + 128 for z in t.quantization.zeroPoint]
+        if t.quantization is not None and t.quantization.scale is not None and len(t.quantization.scale):
+            zero = t.quantization.zeroPoint  # absent means 0
+            t.quantization.zeroPoint = [int(z) + 128 for z in (zero if zero is not None and len(zero) else [0])]
         buf = g.model.buffers[t.buffer] if 0 < t.buffer < len(g.model.buffers) else None
         if buf is not None and buf.data is not None and len(buf.data) and t.buffer not in moved:
             data = np.frombuffer(np.asarray(buf.data, np.uint8).tobytes(), np.int8)
@@ -56,9 +57,9 @@ def int8_to_uint8(model: bytes) -> bytes:
         if g.name(op) == "FULLY_CONNECTED" and (len(op.inputs) < 3 or op.inputs[2] < 0):
             bias = zero_bias(g, f"{g.tensor_name(op.outputs[0])}/zero_bias", g.shape(op.inputs[1])[0], op.inputs[0], op.inputs[1])
             op.inputs = [*op.inputs[:2], bias]
-        needs = needed_version(g, op)
-        if needs is not None:
-            g.set_version(op, needs)
+        version = version_for(g, op)
+        if version is not None:
+            g.set_version(op, version)
     return g.to_bytes()
 
 

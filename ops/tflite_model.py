@@ -143,6 +143,9 @@ def _quantization(tensor) -> tuple[float, int]:
 # the finest input grid every uint8 LOGISTIC and TANH kernel handles: TFLite 1.13.1's return 0
 # (every value) below it (measured: validate/board/uint8_probe.py probes it on each runtime)
 FINE_INPUT_SCALE = 2.0**-12
+# the most values a uint8 AVERAGE_POOL_2D window may sum: TFLite 1.13.1's sums them in 16 bits
+# (256 x 255 fits; from 17 x 17 on its averages come back wrapped, measured)
+POOL_WINDOW_VALUES = 256
 
 
 def op_notes(g, op, name: str) -> tuple[str, ...]:
@@ -150,7 +153,8 @@ def op_notes(g, op, name: str) -> tuple[str, ...]:
     ``half_pixel_centers`` / ``align_corners`` of a resize, ``grouped`` for a CONV_2D whose input
     has more channels than its filter (a grouped convolution, whatever version the writer
     declared: onnx2tf 2.x writes these as v1, which only runtimes with the v6 kernel compute);
-    ``fine_input`` for a uint8 LOGISTIC or TANH whose input scale is under ``FINE_INPUT_SCALE``."""
+    ``fine_input`` for a uint8 LOGISTIC or TANH whose input scale is under ``FINE_INPUT_SCALE``;
+    ``large_window`` for a uint8 AVERAGE_POOL_2D over more than ``POOL_WINDOW_VALUES`` values."""
     from edgeport.ops.tflite_versions import is_grouped
 
     opts = op.builtinOptions
@@ -166,4 +170,7 @@ def op_notes(g, op, name: str) -> tuple[str, ...]:
         q = g.quant(op.inputs[0])
         if q is not None and q.scale < FINE_INPUT_SCALE:
             notes.append("fine_input")
+    if name == "AVERAGE_POOL_2D" and g.dtype(op.inputs[0]) == "uint8" and opts is not None \
+            and opts.filterWidth * opts.filterHeight > POOL_WINDOW_VALUES:
+        notes.append("large_window")
     return tuple(notes)

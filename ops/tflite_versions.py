@@ -29,6 +29,28 @@ _ALWAYS_1 = {"RESHAPE", "SQUEEZE", "EXPAND_DIMS", "SHAPE", "HARD_SWISH", "RELU_0
              "QUANTIZE", "DIV", "FLOOR", "NEG", "SQRT", "CAST", "GELU", "RANGE", "FILL", "SIN", "COS", "POW", "FLOOR_DIV"}
 
 
+# the highest version of each op whose every feature ``needed_version`` models: a declared
+# version above it may mean a feature this table does not know (GATHER v5's batch_dims, DIV v2's
+# broadcast over more than 4 dimensions, an int16 kernel), so it is never moved down from there
+_MODELLED_UP_TO = {
+    "CONV_2D": 6, "DEPTHWISE_CONV_2D": 6, "FULLY_CONNECTED": 6, "TRANSPOSE_CONV": 4, "RESIZE_BILINEAR": 3,
+    "RESIZE_NEAREST_NEIGHBOR": 3, "STRIDED_SLICE": 4, "TRANSPOSE": 4, "PAD": 2, "PADV2": 2, "SLICE": 2, "SPLIT": 3,
+    "RELU": 2, "TILE": 1, "MUL": 3, "SUB": 3, "MAXIMUM": 3, "MINIMUM": 3,
+    **{name: 2 for name in _INT8_IS_2 if name not in ("MUL", "SUB", "MAXIMUM", "MINIMUM")},
+    **{name: 1 for name in _ALWAYS_1},
+}
+
+
+def version_for(g: Graph, op) -> int | None:
+    """The version to write for ``op``: the one it needs, where that is known and moving to it
+    drops nothing the writer may have declared a higher version for; else ``None`` (keep the
+    declared one)."""
+    needs = needed_version(g, op)
+    if needs is None or (needs < g.version(op) and g.version(op) > _MODELLED_UP_TO.get(g.name(op), 0)):
+        return None
+    return needs
+
+
 # the input that carries an op's data, where it is not the first (the others: shapes, axes)
 DATA_INPUT = {"TRANSPOSE_CONV": 2, "SPLIT": 1}
 
@@ -105,10 +127,14 @@ def needed_version(g: Graph, op) -> int | None:
             return 6
         if _rank(g, op) > 4:
             return 4  # more than 4 dimensions
+        if t0 == "bool":
+            return 3
         return 2 if int8 else 1
     if name in ("TRANSPOSE", "PAD", "PADV2", "SLICE"):
         if _rank(g, op) > 4:
             return {"TRANSPOSE": 4, "PAD": 4, "PADV2": 4, "SLICE": 5}[name]  # more than 4 dimensions
+        if name == "TRANSPOSE" and t0 == "bool":
+            return 3
         return 2 if int8 else 1
     if name == "SPLIT":
         t1 = _type(g, op, 1)

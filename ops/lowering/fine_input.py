@@ -11,8 +11,8 @@ on a finer grid that rescaling breaks down). A pose head's visibility logits cam
 The input is written on a grid of step ``S = 2^-12`` with the zero point moved to keep its
 range (``round(z s / S)``), by a one-input CONCATENATION (``requantize.py``): each value moves
 by at most ``S / 2``. LOGISTIC's slope is at most 1/4 and TANH's at most 1, so an output moves by
-at most ``S / 8`` (LOGISTIC, whose output step is 1/256: 0.03 of a step) or ``S / 2`` (TANH,
-step 1/128: 0.016 of a step): the same output step, but for a value within that distance of a
+at most ``S / 8`` (LOGISTIC, whose output step is 1/256: 1/128 of a step) or ``S / 2`` (TANH,
+step 1/128: 1/64 of a step): the same output step, but for a value within that distance of a
 rounding tie (measured: within 1 step of today's kernels on the original file, on the real
 runtime: tests/ops/test_lowering.py).
 """
@@ -26,7 +26,7 @@ from edgeport.ops.tflite_model import FINE_INPUT_SCALE
 
 class _FineInput(LoweringRule):
     dtypes = ("uint8",)
-    proof = "the input requantised onto 2^-12 moves an output by at most 1/32 of its step"
+    proof = "the input requantised onto 2^-12 moves an output by at most 1/64 of its step (TANH; LOGISTIC 1/128)"
 
     def applies(self, g: Graph, op) -> bool:
         q = g.quant(op.inputs[0])

@@ -4,7 +4,7 @@
 file is returned byte for byte. Otherwise:
 
 1. every operator gets the version what it computes needs (``ops/tflite_versions.py``), not the
-   one its writer declared for all uses of the op (TensorFlow's converter declares CONV_2D v6
+   one its writer declared (never moved down past the versions that table models) for all uses of the op (TensorFlow's converter declares CONV_2D v6
    for every convolution of a model with one grouped convolution; the kernel of the version
    needed computes the same values, since a version only adds features);
 2. each operator the board still lacks goes to the first rule for it that applies and whose
@@ -35,7 +35,7 @@ from edgeport.ops.lowering.resize_nearest_half_pixel import ResizeNearestHalfPix
 from edgeport.ops.lowering.transpose_conv import TransposeConvAsConv, TransposeConvBias
 from edgeport.ops.tflite_graph import Graph
 from edgeport.ops.tflite_model import op_notes
-from edgeport.ops.tflite_versions import data_type, needed_version
+from edgeport.ops.tflite_versions import data_type, needed_version, version_for
 
 RULES: tuple[LoweringRule, ...] = (
     HardSwish(),
@@ -97,14 +97,17 @@ def lacks(board: Lacks, g: Graph, op) -> bool:
 
 def lower_for_board(model: bytes, board: Lacks) -> Lowering:
     g = Graph(model)
-    before = sum(lacks(board, g, op) for op in g.ops)
-    if g.subgraphs != 1 or not before:
+    lacking = [op for op in g.ops if lacks(board, g, op)]
+    if not lacking:
         return Lowering(model)
+    if g.subgraphs != 1:  # control flow: not lowered, and what the main graph lacks is said
+        return Lowering(model, left=tuple(sorted({f"{g.name(op)} v{g.version(op)}" for op in lacking})))
+    before = len(lacking)
     reversioned = 0
     for op in g.ops:
-        needs = needed_version(g, op)
-        if needs is not None and needs != g.version(op):
-            g.set_version(op, needs)
+        version = version_for(g, op)
+        if version is not None and version != g.version(op):
+            g.set_version(op, version)
             reversioned += 1
     applied: Counter = Counter()
     left: list[str] = []
@@ -126,13 +129,16 @@ def _lower_one(board: Lacks, g: Graph, op) -> LoweringRule | None:
     for rule in RULES:
         if rule.op != name or dtype not in rule.dtypes or not rule.applies(g, op):
             continue
+        tensors, buffers = len(g.sg.tensors), len(g.model.buffers)
         new = rule.lower(g, op)
         for n in new:
             needs = needed_version(g, n)
             if needs is not None:
                 g.set_version(n, needs)
         if any(lacks(board, g, n) for n in new):
-            continue  # the board lacks what this rule writes: the next rule, or none
+            # the board lacks what this rule writes: what it added goes, and the next rule, or none
+            del g.sg.tensors[tensors:], g.model.buffers[buffers:]
+            continue
         g.replace(op, new)
         return rule
     return None

@@ -47,7 +47,8 @@ class ResizeBilinearHalfPixel(LoweringRule):
     def applies(self, g: Graph, op) -> bool:
         opts = op.builtinOptions
         k = integer_factor(g, op)
-        return opts is not None and opts.halfPixelCenters and not opts.alignCorners and k is not None and k >= 2
+        return opts is not None and opts.halfPixelCenters and not opts.alignCorners and k is not None and k >= 2 \
+            and len(g.shape(op.inputs[0])) == 4 and g.shape(op.inputs[0])[0] == 1  # one image (what detectors export)
 
     def lower(self, g: Graph, op) -> list:
         x, y = op.inputs[0], op.outputs[0]

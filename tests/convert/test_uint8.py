@@ -74,6 +74,15 @@ def test_every_int8_tensor_moves_by_128_and_int32_biases_stay():
             np.testing.assert_array_equal(uint8.const(i), int8.const(i))
 
 
+def test_a_tensor_without_zero_points_is_read_as_zero_point_0():
+    g = Graph(int8_model())
+    (x,) = g.sg.inputs
+    g.tensor(x).quantization.zeroPoint = None  # the schema's default: 0
+    g.tensor(x).quantization.scale = [QX.scale]
+    uint8 = Graph(int8_to_uint8(g.to_bytes()))
+    assert uint8.quant(x).zero_point == 128 and uint8.quant(x).scale == pytest.approx(QX.scale)
+
+
 def test_ops_get_the_versions_a_uint8_runtime_has():
     before = Graph(int8_model())
     assert {before.name(op): before.version(op) for op in before.ops} == \

@@ -518,3 +518,52 @@ def test_uint8_clamps_inside_their_output_grid_are_requantisations(tmp_path, op,
 def test_a_uint8_clamp_whose_grid_reaches_past_it_is_not_a_requantisation():
     model = unary("RELU_0_TO_1", (1, 2, 2, 1), "uint8", QIN, Quant(2 / 255, 0))  # [0, 2]: the clamp at 1 matters
     assert lower_for_board(model, OLD.lacks).left == ("RELU_0_TO_1 v1",)
+
+
+def test_a_version_is_never_moved_down_past_what_the_table_models():
+    # GATHER v5 (batch_dims) declared: this table knows GATHER up to v2, so v5 stays, and the gate
+    # names it, rather than a v1 that TFLite 1.13.1 would run ignoring batch_dims
+    g = Graph.empty()
+    x, i = g.add_tensor("x", (2, 3, 4), "float32"), g.constant("i", np.zeros((2, 2), np.int32), "int32")
+    y = g.add_tensor("y", (2, 2, 4), "float32")
+    g.add(g.new_op("GATHER", [x, i], [y], "GatherOptions", axis=1, batchDims=1))
+    g.set_io([x], [y])
+    g.set_version(g.ops[0], 5)
+    result = lower_for_board(g.to_bytes(), OLD.lacks)
+    assert not result.changed and result.left == ("GATHER v5",), result.describe()
+
+
+def test_a_batch_of_images_is_not_lowered_by_the_one_image_resize():
+    result = lower_for_board(resize("RESIZE_BILINEAR", (2, 3, 3, 2), 2), OLD.lacks)
+    assert "resize_bilinear_half_pixel" not in result.rules and result.left == ("RESIZE_BILINEAR v3",)
+
+
+def test_a_rule_the_board_cannot_take_leaves_nothing_behind():
+    def lacks_depthwise(name, version, needs, dtype, notes):
+        return name in ("DEPTHWISE_CONV_2D", "RESIZE_BILINEAR") and (name == "DEPTHWISE_CONV_2D" or bool(needs and needs > 1))
+
+    g = Graph.empty()
+    x = g.add_tensor("x", (1, 3, 3, 2), "float32")
+    mid, y = g.add_tensor("mid", (1, 6, 6, 2), "float32"), g.add_tensor("y", (1, 6, 6, 2), "float32")
+    size = g.constant("size", np.array([6, 6], np.int32), "int32")
+    g.add(g.new_op("RESIZE_BILINEAR", [x, size], [mid], "ResizeBilinearOptions", alignCorners=False, halfPixelCenters=True))
+    g.add(g.new_op("HARD_SWISH", [mid], [y]))
+    model = finish(g, [x], [y])
+    result = lower_for_board(model, lambda *a: lacks_depthwise(*a) or a[0] == "HARD_SWISH")
+    assert result.rules == {"hard_swish": 1} and result.left == ("RESIZE_BILINEAR v3",)
+    back = Graph(result.model)
+    names = [back.tensor_name(i) for i in range(len(back.sg.tensors))]
+    assert not [n for n in names if n.startswith("mid/")], names  # none of the resize rule's tensors
+    assert len(back.model.buffers) < len(Graph(model).model.buffers) + 6, "the rejected rule's constants stayed"
+
+
+def test_a_uint8_average_pool_over_more_than_256_values_is_named():
+    g = Graph.empty()
+    x, y = g.add_tensor("x", (1, 17, 17, 4), "uint8", QIN), g.add_tensor("y", (1, 1, 1, 4), "uint8", QIN)
+    g.add(g.new_op("AVERAGE_POOL_2D", [x], [y], "Pool2DOptions", padding=1, strideW=1, strideH=1, filterWidth=17,
+                   filterHeight=17))
+    model = finish(g, [x], [y])
+    assert lower_for_board(model, OLD.lacks).left == ("AVERAGE_POOL_2D v1",)
+    summary = read_tflite_bytes(model)
+    (reason,) = check_model(summary, OLD)
+    assert "AVERAGE_POOL_2D v1 (large_window) on uint8: tflite-1.13's kernel computes it wrongly for a window of more than 256 values" in reason

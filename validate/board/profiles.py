@@ -305,7 +305,7 @@ def _op_label(op) -> str:
 
 
 # what a uint8 note means, for the reason a board's kernel fails it (validate/board/uint8_probe.py)
-UINT8_NOTES = {"fine_input": "an input scale under 2^-12"}
+UINT8_NOTES = {"fine_input": "an input scale under 2^-12", "large_window": "a window of more than 256 values"}
 
 
 def op_reasons(op, board: "BoardProfile") -> list[str]:
@@ -335,7 +335,9 @@ def op_reasons(op, board: "BoardProfile") -> list[str]:
             reasons.append(f"{_op_label(op)} needs runtime {needs}; {runs}")
     if op.dtype == "uint8" and board.uint8 is not None:
         if op.name not in board.uint8.ops:
-            reasons.append(f"{_op_label(op)} on uint8: {board.name} has no uint8 kernel for it ({board.uint8.source})")
+            why = "has no uint8 kernel for it, or computes it wrongly" if op.name in uint8_probe.PROBES else \
+                "was not probed for it on uint8 (validate/board/uint8_probe.py), so edgeport cannot say it runs it"
+            reasons.append(f"{_op_label(op)} on uint8: {board.name} {why} ({board.uint8.source})")
         for note in op.notes:
             probe = uint8_probe.variant(op.name, note)
             if probe in uint8_probe.PROBES and probe not in board.uint8.ops:

@@ -32,9 +32,13 @@ def variant(op: str, note: str) -> str:
     return f"{op}.{note}"
 
 
-def _one(build: Callable[[Graph, int], int], quant: Quant = IN) -> bytes:
+# an AVERAGE_POOL_2D window of 17 x 17 (more than 256 values), on an input of that size
+LARGE = (1, 17, 17, 4)
+
+
+def _one(build: Callable[[Graph, int], int], quant: Quant = IN, shape=SHAPE) -> bytes:
     g = Graph.empty()
-    x = g.add_tensor("x", SHAPE, "uint8", quant)
+    x = g.add_tensor("x", shape, "uint8", quant)
     y = build(g, x)
     g.set_io([x], [y])
     for op in g.ops:  # each op at the version its uint8 signature needs, as a converter writes it
@@ -195,6 +199,8 @@ PROBES: dict[str, Callable[[Graph, int], int]] = {
     "TANH": _unary("TANH", out=Quant(1 / 128, 128)),
     variant("LOGISTIC", "fine_input"): _unary("LOGISTIC", out=Quant(1 / 256, 0)),
     variant("TANH", "fine_input"): _unary("TANH", out=Quant(1 / 128, 128)),
+    variant("AVERAGE_POOL_2D", "large_window"): _shaped("AVERAGE_POOL_2D", (1, 1, 1, 4), lambda g: [], "Pool2DOptions",
+                                                        padding=1, strideW=1, strideH=1, filterWidth=17, filterHeight=17),
     "SOFTMAX": _softmax,
     "RELU": _unary("RELU", out=IN),
     "RELU6": _unary("RELU6", out=IN),
@@ -223,14 +229,21 @@ PROBES: dict[str, Callable[[Graph, int], int]] = {
 
 def probe_models() -> dict[str, bytes]:
     """op -> its one-op uint8 model."""
-    return {name: _one(build, FINE if name.endswith(".fine_input") else IN) for name, build in PROBES.items()}
+    return {name: _one(build, FINE if name.endswith(".fine_input") else IN, _shape(name)) for name, build in PROBES.items()}
+
+
+def _shape(name: str | None):
+    return LARGE if name is not None and name.endswith(".large_window") else SHAPE
 
 
 def probe_input(name: str | None = None) -> np.ndarray:
     """The input op ``name``'s probe model runs on (NHWC uint8): every uint8 value in a fixed
     order, and for MEAN a channel of the lowest and one of the highest value, whose means leave
-    its output's range."""
-    x = (np.arange(int(np.prod(SHAPE))) * 7 % 256).astype(np.uint8).reshape(SHAPE)
+    its output's range; for a large pool window, channels of high values whose sum passes 16 bits."""
+    shape = _shape(name)
+    x = (np.arange(int(np.prod(shape))) * 7 % 256).astype(np.uint8).reshape(shape)
     if name == "MEAN":
         x[..., 0], x[..., 1] = 0, 255
+    if name is not None and name.endswith(".large_window"):  # sums past 16 bits
+        x[..., 0], x[..., 1] = 255, 250
     return x
