@@ -66,3 +66,9 @@ def reshape(g: Graph, x: int, out: int, shape, tag: str):
 
 def concatenation(g: Graph, xs: list[int], out: int, axis: int, activation: int = 0):
     return g.new_op("CONCATENATION", xs, [out], "ConcatenationOptions", axis=axis, fusedActivationFunction=activation)
+
+
+def requantize(g: Graph, x: int, out: int):
+    """``x`` written on ``out``'s grid: a one-input uint8 CONCATENATION, which TFLite 1.x runs
+    (its QUANTIZE has none) and which rounds once and clamps, as a requantisation does."""
+    return concatenation(g, [x], out, axis=max(len(g.shape(x)) - 1, 0))

@@ -10,7 +10,7 @@ the output's grid computes exactly the clamped value, rounded once, as the op's 
 
 from __future__ import annotations
 
-from edgeport.ops.lowering.base import LoweringRule, concatenation
+from edgeport.ops.lowering.base import LoweringRule, requantize
 from edgeport.ops.tflite_graph import Graph
 
 BOUNDS = {"RELU": (0.0, float("inf")), "RELU_0_TO_1": (0.0, 1.0), "RELU_N1_TO_1": (-1.0, 1.0)}
@@ -30,8 +30,7 @@ class _ClampAsRequantize(LoweringRule):
         return lo >= low - slack * max(1.0, abs(low)) and hi <= high + slack * max(1.0, abs(high))
 
     def lower(self, g: Graph, op) -> list:
-        axis = max(len(g.shape(op.inputs[0])) - 1, 0)
-        return [concatenation(g, [op.inputs[0]], op.outputs[0], axis=axis)]
+        return [requantize(g, op.inputs[0], op.outputs[0])]
 
 
 class ReluAsRequantize(_ClampAsRequantize):

@@ -19,7 +19,7 @@ runtime: tests/ops/test_lowering.py).
 
 from __future__ import annotations
 
-from edgeport.ops.lowering.base import LoweringRule, concatenation
+from edgeport.ops.lowering.base import LoweringRule, requantize
 from edgeport.ops.tflite_graph import Graph, Quant
 from edgeport.ops.tflite_model import FINE_INPUT_SCALE
 
@@ -37,7 +37,7 @@ class _FineInput(LoweringRule):
         q = g.quant(x)
         coarse = g.like(x, "on_grid_2^-12", quant=Quant(FINE_INPUT_SCALE, int(min(255, max(0, round(q.zero_point * q.scale
                                                                                                   / FINE_INPUT_SCALE))))))
-        requantised = concatenation(g, [x], coarse, axis=max(len(g.shape(x)) - 1, 0))
+        requantised = requantize(g, x, coarse)
         again = g.new_op(self.op, [coarse], list(op.outputs))
         return [requantised, again]
 

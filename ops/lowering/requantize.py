@@ -8,7 +8,7 @@ today's QUANTIZE on the demo's requantise ops; at most 1 step where the two roun
 
 from __future__ import annotations
 
-from edgeport.ops.lowering.base import LoweringRule, concatenation
+from edgeport.ops.lowering.base import LoweringRule, requantize
 from edgeport.ops.tflite_graph import Graph
 
 
@@ -23,5 +23,4 @@ class Requantize(LoweringRule):
         return g.dtype(x) == g.dtype(y) == "uint8" and g.quant(x) is not None and g.quant(y) is not None
 
     def lower(self, g: Graph, op) -> list:
-        axis = max(len(g.shape(op.inputs[0])) - 1, 0)
-        return [concatenation(g, [op.inputs[0]], op.outputs[0], axis=axis)]
+        return [requantize(g, op.inputs[0], op.outputs[0])]
