@@ -66,9 +66,10 @@ bench: setup
 	$(PY) benchmarks/train_bench.py
 	$(PY) benchmarks/validate_bench.py
 
-# on a machine with CUDA GPUs: the NCCL trainer, resume, CPU convert, 2-rank = 1-rank (JSON summary)
+# on a machine with CUDA GPUs: the NCCL trainer, resume, 2-rank = 1-rank, bf16, CPU convert (JSON
+# summary). On a lent machine without `make setup`: scripts/gpu_check.sh (docs/training.md)
 gpu-check: setup
-	scripts/gpu_check.sh runs/gpu_check
+	PY=$(PY) scripts/gpu_check.sh runs/gpu_check
 
 demo-weights: setup
 	$(PY) scripts/train_demo.py --arch pdet-n

@@ -102,9 +102,11 @@ def validate_inputs(cfg: TrainConfig, *, local_world: int | None = None, preflig
 
         if not torch.cuda.is_available():
             raise BadInputError("--device cuda but no CUDA device is visible; use --device cpu")
-        if local_world > torch.cuda.device_count():
+        # NCCL refuses two ranks on one device; gloo carries CUDA tensors, so ranks may share GPUs
+        if local_world > torch.cuda.device_count() and cfg.resolved_backend != "gloo":
             raise BadInputError(f"{local_world} ranks on this machine but {torch.cuda.device_count()} CUDA device(s) visible; "
-                                f"one rank per GPU: pass --world-size {torch.cuda.device_count()} or fewer")
+                                f"{cfg.resolved_backend} runs one rank per GPU: pass --world-size {torch.cuda.device_count()} "
+                                f"or fewer, or --backend gloo to let ranks share GPUs")
     if cfg.amp == "fp16" and cfg.device != "cuda":
         raise BadInputError("--amp fp16 needs --device cuda; use --amp bf16 on the CPU")
     if cfg.resolved_backend == "mpi":

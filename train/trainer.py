@@ -134,7 +134,11 @@ def _plot(rows: list[dict], path) -> None:
 
 
 def worker_device(cfg: TrainConfig, local_rank: int) -> torch.device:
-    return torch.device("cuda", local_rank) if cfg.device == "cuda" else torch.device("cpu")
+    """One GPU per rank; with more ranks than GPUs (gloo only, ``launch.validate_inputs``) ranks
+    share them round-robin: two ranks on one GPU check DDP + SyncBN on a one-GPU machine."""
+    if cfg.device != "cuda":
+        return torch.device("cpu")
+    return torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
 
 
 def set_determinism() -> None:
@@ -142,10 +146,14 @@ def set_determinism() -> None:
 
     cuDNN picks deterministic algorithms; torch warns (not fails) where an op has no
     deterministic CUDA kernel (the nearest-upsample backward among them). The loss itself
-    uses no atomics (``targets.detection_loss``).
+    uses no atomics (``targets.detection_loss``). TF32 is off: cuDNN convolutions default to it
+    on Ampere and later, and its 10-bit mantissa depends on how the batch is split, so 2 ranks x
+    batch 2 would differ from 1 rank x batch 4 by far more than float32 rounding.
     """
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
@@ -358,7 +366,7 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
             log(rank, f"epoch {epoch + 1}/{cfg.epochs}  loss {row['loss']:.4f}  mAP@0.5 {row['map50']:.3f}  "
                       f"mAP@0.5:0.95 {row['map50_95']:.3f}  {row['images_per_s']:.1f} img/s  "
                       f"all-reduce rounds/step {row['allreduce_rounds'] / max(row['optimizer_steps'], 1):.2f}")
-        dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
+        dist.barrier(device_ids=[device.index]) if cfg.resolved_backend == "nccl" else dist.barrier()
         summary = {"epochs": epoch + 1, "step": step, "best_map50": best, "last": row}
     if rank == 0:
         write_output(out, "summary.json", json.dumps(summary, indent=2, default=float) + "\n")

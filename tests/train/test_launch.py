@@ -71,8 +71,23 @@ def test_fp16_needs_cuda_and_ranks_need_gpus(monkeypatch, tmp_path):
         validate_inputs(TrainConfig(data=tmp_path, amp="fp16"), preflight=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    with pytest.raises(BadInputError, match="4 ranks on this machine but 2 CUDA device"):
+    with pytest.raises(BadInputError, match="4 ranks on this machine but 2 CUDA device.*--backend gloo"):
         validate_inputs(TrainConfig(data=tmp_path, device="cuda", world_size=4), preflight=False)
+
+
+def test_gloo_ranks_share_gpus_round_robin(monkeypatch, tmp_path):
+    """A one-GPU machine still checks DDP + SyncBN: NCCL refuses two ranks on one device, gloo
+    carries CUDA tensors, so with gloo the ranks share the GPUs."""
+    from edgeport.train.trainer import worker_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    cfg = TrainConfig(data=tmp_path, device="cuda", backend="gloo", world_size=2)
+    with pytest.raises(BadInputError) as err:  # gets past the GPU count, to the (empty) data folder
+        validate_inputs(cfg, preflight=False)
+    assert "CUDA device" not in str(err.value)
+    assert [worker_device(cfg, r) for r in (0, 1)] == [torch.device("cuda", 0)] * 2
+    assert worker_device(TrainConfig(data=tmp_path), 1) == torch.device("cpu")
 
 
 _END = """
