@@ -15,7 +15,7 @@ relative (``--deterministic``; with one GPU the two ranks share it over gloo, si
 two ranks on one device), one ``--amp bf16`` epoch, the CPU convert of the trained best.pt (only
 where the converter stack is installed), and with 2+ GPUs the throughput on all of them against
 one. ``--smoke`` runs the same steps on the CPU over gloo with a tiny dataset: what the test
-suite runs (tests/scripts/test_gpu_check.py) so that a missing import is found here, not in
+suite runs (tests/train/test_gpu_check.py) so that a missing import is found here, not in
 GPU minutes.
 
 Exit 0 when every check that ran passed, 1 when one failed, 2 when nothing could run.
@@ -72,12 +72,13 @@ def importable_checkout(out: Path) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(paths + ([old] if old else [])), PYTHONUNBUFFERED="1")
 
 
-def wheel_fits(name: str) -> bool:
-    """Whether this interpreter can load the wheel (CPython tags only: cpXY, abi3 from cpXY, py3)."""
+def wheel_fits(name: str, version: tuple[int, int] = sys.version_info[:2]) -> bool:
+    """Whether this interpreter (``version``) can load the wheel ``name`` (CPython tags only: cpXY,
+    abi3 from cpXY on, py3)."""
     py, abi = name[:-4].split("-")[-3:-1]
-    ours = sys.version_info[0] * 100 + sys.version_info[1]
+    ours = version[0] * 100 + version[1]
     for tag in py.split("."):
-        if tag in ("py3", f"py{sys.version_info[0]}{sys.version_info[1]}"):
+        if tag in ("py3", f"py{version[0]}{version[1]}"):
             return True
         if tag.startswith("cp") and tag[2:].isdigit():
             version = int(tag[2]) * 100 + int(tag[3:])
@@ -87,8 +88,12 @@ def wheel_fits(name: str) -> bool:
 
 
 def missing_modules(env: dict[str, str], names) -> list[str]:
+    """The modules of ``names`` this Python cannot find (with the checkout and the wheels on its path)."""
     code = "import importlib.util, sys; print(' '.join(n for n in sys.argv[1:] if importlib.util.find_spec(n) is None))"
     found = subprocess.run([sys.executable, "-c", code, *names], env=env, capture_output=True, text=True)
+    if found.returncode != 0:  # a package that breaks on import of its parent (find_spec imports parents)
+        said = found.stderr.strip().splitlines()[-1][:200] if found.stderr.strip() else f"exit {found.returncode}"
+        return [f"{names[0]} and the rest unchecked ({said})"]
     return found.stdout.split()
 
 
@@ -102,6 +107,10 @@ class Steps:
         self.times: dict[str, dict] = {}
 
     def run(self, name: str, *args: str, env: dict[str, str] | None = None) -> bool:
+        if self.deadline - time.monotonic() < 5:
+            self.times[name] = {"seconds": 0.0, "exit": "skipped: the time budget was spent"}
+            print(f"  {name}: skipped, the time budget was spent", flush=True)
+            return False
         t0 = time.monotonic()
         with open(self.log, "a") as log:
             log.write(f"\n$ edgeport {' '.join(args)}\n")
@@ -153,7 +162,7 @@ def run_checks(mode: str, out: Path, budget_s: float, convert: bool) -> dict:
     steps = Steps(out, env, time.monotonic() + budget_s)
     t0 = time.monotonic()
 
-    data, eq_data = out / "data", out / "data-eq"
+    data, eq_data = out / f"data-{mode}", out / f"data-{mode}-eq"  # the two modes' images differ in size
     for name, path, n, n_val in (("data", data, cfg["n"], cfg["n_val"]), ("data, equivalence", eq_data, cfg["eq_n"], 2)):
         if not (path / "images").is_dir() and not steps.run(name, "data", "synth", "--out", str(path), "--n", str(n),
                                                             "--n-val", str(n_val), "--imgsz", str(cfg["imgsz"])):
@@ -165,17 +174,17 @@ def run_checks(mode: str, out: Path, budget_s: float, convert: bool) -> dict:
 
     # 1. DDP + SyncBN + accumulation, then resume for a second epoch
     ddp = out / "ddp"
-    ok = steps.run("train", "train", "--data", str(data), "--out", str(ddp), *common, "--world-size", str(world),
+    trained = steps.run("train", "train", "--data", str(data), "--out", str(ddp), *common, "--world-size", str(world),
                    "--backend", backend, "--batch-size", str(cfg["batch"]), "--accumulate", "2", "--epochs", "1")
-    if ok:
+    if trained:
         row = metrics(ddp)[0]
         checks["train"] = {"passed": True, "world_size": world, "backend": backend, "images_per_s": float(row["images_per_s"]),
                            "images_per_s_per_gpu": float(row["images_per_s"]) / world if mode == "gpu" else None,
                            "loss": float(row["loss"]), "optimizer_steps": int(row["optimizer_steps"]),
                            "allreduce_rounds_per_step": int(row["allreduce_rounds"]) / max(int(row["optimizer_steps"]), 1)}
-        ok = steps.run("resume", "train", "--data", str(data), "--resume", str(ddp / "last.pt"), "--device", cfg["device"],
+        resumed = steps.run("resume", "train", "--data", str(data), "--resume", str(ddp / "last.pt"), "--device", cfg["device"],
                        "--world-size", str(world), "--backend", backend, "--epochs", "2")
-        epoch = torch.load(ddp / "last.pt", map_location="cpu", weights_only=True)["epoch"] if ok else None
+        epoch = torch.load(ddp / "last.pt", map_location="cpu", weights_only=True)["epoch"] if resumed else None
         ran_on = json.loads((ddp / "args.json").read_text())
         checks["resume"] = {"passed": epoch == 2 and ran_on["device"] == cfg["device"], "resumed_to_epoch": epoch,
                             "device": ran_on["device"], "backend": ran_on["backend"]}
@@ -207,7 +216,7 @@ def run_checks(mode: str, out: Path, budget_s: float, convert: bool) -> dict:
         checks["bf16"] = {"passed": False, "reason": f"the bf16 epoch failed: see {steps.log}"}
 
     # 4. throughput on every GPU against one
-    if mode == "gpu" and ngpu >= 2 and ok:
+    if mode == "gpu" and ngpu >= 2 and trained:
         if steps.run("one GPU", "train", "--data", str(data), "--out", str(out / "one"), *common, "--world-size", "1",
                      "--batch-size", str(cfg["batch"]), "--accumulate", "2", "--epochs", "1"):
             one = float(metrics(out / "one")[0]["images_per_s"])

@@ -186,16 +186,26 @@ def prepare_out(cfg: TrainConfig, *, force: bool) -> tuple[TrainConfig, bool, Fo
     return TrainConfig.from_dict({**cfg.to_dict(), "out": str(target)}), claimed, lock
 
 
-def worker_main(cfg: TrainConfig, rank: int, world: int, local_rank: int, *, prepare: bool = False, force: bool = False) -> int:
+def bind_device(cfg: TrainConfig, local_rank: int) -> None:
+    """Make this rank's GPU current before any CUDA call (round-robin when gloo ranks share GPUs:
+    ``trainer.worker_device``)."""
+    if cfg.device != "cuda":
+        return
     import torch
+
+    from edgeport.train.trainer import worker_device
+
+    if cfg.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS starts
+    torch.cuda.set_device(worker_device(cfg, local_rank))
+
+
+def worker_main(cfg: TrainConfig, rank: int, world: int, local_rank: int, *, prepare: bool = False, force: bool = False) -> int:
     import torch.distributed as dist
 
     from edgeport.train.trainer import run_worker
 
-    if cfg.device == "cuda":
-        if cfg.deterministic:
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS starts
-        torch.cuda.set_device(local_rank)
+    bind_device(cfg, local_rank)
     if cfg.resolved_backend == "mpi":
         global _mpi_started
         _mpi_started = True

@@ -104,3 +104,16 @@ def test_gpu_check_without_its_modules_says_what_is_missing(tmp_path):
     assert run.returncode == 2 and "Traceback" not in run.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert not summary["ran"] and "torch" in summary["reason"], summary
+
+
+def test_wheels_are_unpacked_only_for_the_python_they_fit():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    fits = gpu_check.wheel_fits
+    real = "pycocotools-2.0.11-cp312-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl"
+    assert fits(real, (3, 12)) and fits(real, (3, 13)) and not fits(real, (3, 11))  # a 3.11 venv must not load it
+    assert fits("a-1.0-cp311-cp311-manylinux_2_17_x86_64.whl", (3, 11)) and not fits("a-1.0-cp311-cp311-x.whl", (3, 12))
+    assert fits("rich-15.0.0-py3-none-any.whl", (3, 12))

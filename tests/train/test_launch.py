@@ -88,6 +88,15 @@ def test_gloo_ranks_share_gpus_round_robin(monkeypatch, tmp_path):
     assert "CUDA device" not in str(err.value)
     assert [worker_device(cfg, r) for r in (0, 1)] == [torch.device("cuda", 0)] * 2
     assert worker_device(TrainConfig(data=tmp_path), 1) == torch.device("cpu")
+    # and the device each rank makes current before any CUDA call is that one, not cuda:RANK
+    from edgeport.train.launch import bind_device
+
+    current = []
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
+    for rank in (0, 1):
+        bind_device(cfg, rank)
+    bind_device(TrainConfig(data=tmp_path), 1)  # CPU: no CUDA call
+    assert current == [torch.device("cuda", 0)] * 2
 
 
 _END = """
