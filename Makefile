@@ -15,7 +15,7 @@ CONSTRAINTS := $(if $(filter 312 313,$(PYVER)),constraints-py312.txt,$(if $(filt
 # tests need its fake CUDA device, and torchvision pairs with it.
 TORCH  := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup setup-boards demo demo-legacy test test-fast lint bench demo-weights gpu-check clean
+.PHONY: setup setup-boards setup-converters test-converters demo demo-legacy test test-fast lint bench demo-weights gpu-check clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,11 @@ setup-boards: setup
 		EDGEPORT_HOME=$(BOARDS_HOME) $(VENV)/bin/edgeport boards install tflite-1.13; \
 	else echo "no python3.7: the real TFLite 1.13.1 tests will be skipped"; fi
 
+# The second converter, litert-torch (`convert --converter litert-torch`, `--cross-check`), in its
+# own environment under BOARDS_HOME, layered on the venv's packages (about 1 GB, 30 s: convert/litert.py)
+setup-converters: setup
+	EDGEPORT_HOME=$(BOARDS_HOME) $(VENV)/bin/edgeport converters install litert-torch
+
 DEMO_OUT ?= runs/demo
 demo: setup
 	$(VENV)/bin/edgeport convert models/weights/pdet_n_person.pt --imgsz 160 --out $(DEMO_OUT) --force
@@ -48,9 +53,15 @@ demo-legacy: setup
 	-$(VENV)/bin/edgeport convert models/weights/pdet_n_bilinear_person.pt --imgsz 160 --board tflite-1.13 --legacy-resize --out runs/demo-legacy --force
 	$(VENV)/bin/edgeport convert models/weights/pdet_n_bilinear_person.pt --imgsz 160 --board tflite-1.13 --out runs/demo-board --force
 
+# everything but the second converter's tests (`make test-converters`), so that this stays
+# under 20 minutes on two cores
 test: setup
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not converters"
+
+# litert-torch's own tests, and the zoo through it against onnx2tf (about 10 minutes)
+test-converters: setup-converters
+	$(PY) -m pytest -q -m converters
 
 test-fast: setup
 	$(VENV)/bin/ruff check .

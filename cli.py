@@ -21,6 +21,8 @@ from edgeport.runs import Terminated, exit_now, handle_sigterm
 
 # models.heads.HEADS, without importing numpy at start-up
 HEAD_CHOICES = ("auto", "pdet", "yolov8", "yolov8-pose", "yolov8-seg", "yolov10", "yolov5", "classify", "raw")
+# convert.litert.CONVERTERS, without importing numpy at start-up
+CONVERTERS = ("onnx2tf", "litert-torch")
 # the TorchScript ONNX exporter's range, from the lowest opset onnx2tf converts well
 OPSETS = (11, 20)
 
@@ -53,6 +55,11 @@ def _add_convert_args(p: argparse.ArgumentParser) -> None:
                    help="emit bilinear resizes the way older converters did (half_pixel_centers off): reproduces the board bug")
     p.add_argument("--opset", type=int_range(*OPSETS), default=17, help=f"ONNX opset, {OPSETS[0]}-{OPSETS[1]} (default 17)")
     p.add_argument("--no-int8", action="store_true", help="skip the full-integer int8 model")
+    p.add_argument("--converter", choices=CONVERTERS, default="onnx2tf", help="which converter writes the TFLite files: "
+                   "onnx2tf (from the ONNX graph; default) or litert-torch (from the PyTorch model; `edgeport converters "
+                   "install litert-torch` first)")
+    p.add_argument("--cross-check", action="store_true", help="also convert float32 with the other converter and compare the "
+                   "two files (report: converter.cross_check; a disagreement names the first op where they part)")
 
 
 def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
@@ -99,6 +106,11 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
     bcheck = boards_sub.add_parser("check", help="list every reason a board cannot run a .tflite model (exit 0 runnable, 1 not)")
     bcheck.add_argument("model", type=Path)
     bcheck.add_argument("--board", required=True, help="board profile name or .toml path")
+    convs = sub.add_parser("converters", help="list the converters; install litert-torch, the second one")
+    convs_sub = convs.add_subparsers(dest="converters_command", metavar="CONVERTERS_COMMAND", parser_class=Parser)
+    cinstall = convs_sub.add_parser("install", help="install a converter in its own environment under EDGEPORT_HOME "
+                                    "(litert-torch: about 1 GB, on this environment's torch)")
+    cinstall.add_argument("converter", choices=CONVERTERS[1:])
     data = sub.add_parser("data", help="datasets: `edgeport data synth` writes a synthetic person dataset")
     data_sub = data.add_subparsers(dest="data_command", metavar="DATA_COMMAND", parser_class=Parser, required=True)
     synth = data_sub.add_parser("synth", help="write a synthetic person dataset (YOLO layout + COCO JSON)")
@@ -119,7 +131,8 @@ def run_convert(args: argparse.Namespace) -> int:
     out, report = convert(args.checkpoint, board=board(args.board, args.runner), out=args.out, force=args.force,
                           console=output.console(), arch=args.arch, imgsz=args.imgsz, calib_dir=args.calib,
                           trust_checkpoint=args.trust_checkpoint, opset=args.opset, int8=not args.no_int8,
-                          legacy_resize=args.legacy_resize, head=args.head, outputs=args.outputs)
+                          legacy_resize=args.legacy_resize, head=args.head, outputs=args.outputs, converter=args.converter,
+                          cross_check=args.cross_check)
     return output.finish(out, report.to_dict(), "artifacts and report")
 
 
@@ -158,7 +171,16 @@ def run_boards(args: argparse.Namespace) -> int:
     return boards.check(args.model, board_name=args.board)
 
 
-COMMANDS = {"convert": run_convert, "data": run_data, "boards": run_boards, "validate": run_validate, "check": run_check}
+def run_converters(args: argparse.Namespace) -> int:
+    from edgeport.commands import converters
+
+    if args.converters_command is None:
+        return converters.list_converters()
+    return converters.install(args.converter)
+
+
+COMMANDS = {"convert": run_convert, "data": run_data, "boards": run_boards, "validate": run_validate, "check": run_check,
+            "converters": run_converters}
 
 
 def _ignore_further_signals() -> None:

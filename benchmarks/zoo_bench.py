@@ -5,14 +5,16 @@ Both in the same run, on the same random-init YOLOv8n (nc=1, the zoo's builder):
 - edgeport: ``edgeport convert CKPT --arch zoo_models:yolov8n --imgsz 320`` (everything:
   fold, export, float32 and int8 with its output groups, parity on every runtime);
 - the peer: Ultralytics' own ``model.export(format="tflite", int8=True, imgsz=320)``, offline
-  (onnx2tf's calibration sample file placed first, a local synthetic dataset for
-  calibration). Ultralytics 8.4 exports TFLite through ``litert_torch``, which cannot be
-  installed beside this stack (it needs an ai-edge-litert extra that conflicts with the
-  pins); where its export fails the JSON records why, and the peer is the route its exporter
-  took up to 8.3, by hand, in a fresh process (edgeport is timed as one too): ``torch.onnx.export``
-  of the model in export mode, onnxslim, and one plain ``onnx2tf -oiqt`` with the same
-  calibration (edgeport's own onnx2tf driver skips the files it does not ship; the peer's
-  onnx2tf writes them all, as Ultralytics' did). The peer does no validation.
+  (a local synthetic dataset for calibration). Ultralytics 8.4 exports TFLite through
+  ``litert_torch``; it runs in the environment ``make setup-converters`` builds for edgeport's
+  second converter (litert-torch on this environment's packages, Ultralytics among them), so the
+  peer is Ultralytics' real exporter. Beside it, the route its exporter took up to 8.3, by hand,
+  in a fresh process: ``torch.onnx.export`` of the model in export mode, onnxslim, and one plain
+  ``onnx2tf -oiqt`` with the same calibration. Neither peer validates anything;
+- edgeport again with ``--converter litert-torch``, the peer's converter with edgeport's checks.
+
+Where the real export cannot run (litert-torch not installed) the JSON records why and the
+ratio is taken against the recipe by hand.
 
 Target (issue #8): ``ratio = edgeport / peer <= 1.0``. Prints and saves JSON.
 
@@ -49,10 +51,10 @@ def _checkpoint(folder: Path) -> Path:
     return path
 
 
-def time_edgeport(ckpt: Path, imgsz: int, out: Path) -> dict:
+def time_edgeport(ckpt: Path, imgsz: int, out: Path, *extra: str) -> dict:
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "edgeport.cli", "convert", str(ckpt), "--arch", "zoo_models:yolov8n",
-                           "--imgsz", str(imgsz), "--out", str(out)], cwd=ZOO, capture_output=True, text=True)
+                           "--imgsz", str(imgsz), "--out", str(out), *extra], cwd=ZOO, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
     stages = {}
     if (out / "report.json").is_file():
@@ -76,13 +78,17 @@ print(YOLO("yolov8n-1.yaml").export(format="tflite", int8=True, imgsz=int(sys.ar
 
 
 def time_ultralytics(work: Path, imgsz: int, data_yaml: Path) -> dict:
+    from edgeport.convert import litert
+
+    python = str(litert.env_dir() / "bin" / "python") if litert.installed() else sys.executable
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", ULTRALYTICS_EXPORT, str(ZOO), str(imgsz), str(data_yaml)], cwd=work,
+    proc = subprocess.run([python, "-c", ULTRALYTICS_EXPORT, str(ZOO), str(imgsz), str(data_yaml)], cwd=work,
                           capture_output=True, text=True, env=dict(os.environ, YOLO_OFFLINE="1"), timeout=1800)
     seconds = time.perf_counter() - t0
     made = list(work.rglob("*int8*.tflite"))
     lines = [ln for ln in (proc.stdout + proc.stderr).strip().splitlines() if not ln.startswith("WARNING: Location")]
     return {"seconds": round(seconds, 2), "exit": proc.returncode, "ok": proc.returncode == 0 and bool(made),
+            "python": "litert-torch environment" if python != sys.executable else "this environment (no litert-torch)",
             "last_line": (lines or [""])[-1][:300]}
 
 
@@ -143,10 +149,15 @@ def main() -> None:
         (tmp / "recipe").mkdir()
         recipe = time_recipe(tmp / "recipe", args.imgsz)
         edgeport = time_edgeport(ckpt, args.imgsz, tmp / "edgeport")
+        from edgeport.convert import litert
+
+        through_litert = (time_edgeport(ckpt, args.imgsz, tmp / "edgeport-litert", "--converter", "litert-torch")
+                          if litert.installed() else {"skipped": f"litert-torch not installed: {litert.install_hint()}"})
     peer = ultralytics["seconds"] if ultralytics["ok"] else recipe["seconds"]
     result = {
         "model": "YOLOv8n (nc=1), random init", "imgsz": args.imgsz, "python": platform.python_version(),
-        "edgeport": edgeport, "ultralytics_export": ultralytics, "ultralytics_recipe_by_hand": recipe,
+        "edgeport": edgeport, "edgeport_litert_torch": through_litert, "ultralytics_export": ultralytics,
+        "ultralytics_recipe_by_hand": recipe,
         "peer": "ultralytics_export" if ultralytics["ok"] else "ultralytics_recipe_by_hand",
         "ratio": round(edgeport["seconds"] / peer, 3), "target": "ratio <= 1.0",
     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgeport._lazy import importing
+from edgeport._lazy import importing, is_one_shot
 from edgeport.runs import Progress, staged_output
 
 ARTIFACTS = ("model.onnx", "model_float32.tflite", "model_int8.tflite", "model_uint8.tflite")
@@ -26,8 +26,19 @@ def convert(checkpoint: Path, *, board, out: Path | None = None, force: bool = F
     from edgeport.convert.onnx2tf import warm_converter
 
     inputs = (Path(checkpoint), options.get("calib_dir"))
+    from edgeport.convert import litert
+
+    onnx2tf_used = options.get("converter", "onnx2tf") == "onnx2tf" or options.get("cross_check")
+    litert_used = options.get("converter") == litert.NAME or options.get("cross_check")
+    if options.get("cross_check") and not board.runs_dtype("float32"):
+        from edgeport.errors import BadInputError
+
+        raise BadInputError(f"--cross-check compares the two converters' float32 files, and board {board.name} runs only "
+                            f"{', '.join(board.dtypes)}; drop --cross-check, or cross-check for a board that runs float32")
+    if litert_used:
+        litert.require()  # before anything is written: the one line says how to install it
     with staged_output(out, command="convert", force=force, default_root=DEFAULT_RUNS, inputs=inputs) as stage, \
-            warm_converter():
+            warm_converter(start=None if onnx2tf_used else False), litert.warm_worker(bool(litert_used) and is_one_shot()):
         with importing():  # torch, and the modules of every pass
             from edgeport.convert.base import ConvertConfig
             from edgeport.convert.pipeline import run_pipeline
@@ -54,7 +65,7 @@ def convert(checkpoint: Path, *, board, out: Path | None = None, force: bool = F
             # per output: [axis, first channel, end, factor] the int8 file's values are divided by
             int8_normalised=[[list(r) for r in plan] for plan in converted.int8_plans] if converted.int8_plans else None,
             converter={**converted.converter, "notes": dict(converted.notes), "lowered": dict(converted.lowered),
-                       "lowered_rules": dict(converted.lowered_rules)},
+                       "lowered_rules": dict(converted.lowered_rules), "cross_check": converted.cross_check},
         )
         write_reports(report.to_dict(), stage.result, sample_image=prepared.val[0])
     return stage.out, report

@@ -49,6 +49,11 @@ class ConvertConfig:
     head: str = "auto"
     # which tensors of a non-tensor forward result are the outputs (models/outputs.py)
     outputs: str | None = None
+    # which converter writes the TFLite files: onnx2tf (from the ONNX graph) or litert-torch
+    # (from the PyTorch model, convert/litert.py)
+    converter: str = "onnx2tf"
+    # also convert float32 with the other converter and compare the two files (convert/cross_check_pass.py)
+    cross_check: bool = False
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -135,6 +140,8 @@ class Converted:
     # variant -> what lower_for_board rewrote (ops/lowering/registry.Lowering.describe), where it did
     lowered: dict[str, str] = field(default_factory=dict)
     lowered_rules: dict[str, dict] = field(default_factory=dict)  # variant -> {rule: ops rewritten}, where any
+    # the other converter's float32 file against this one's (--cross-check), or None
+    cross_check: dict | None = None
 
     @property
     def prepared(self) -> Prepared:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 from edgeport.convert.base import ConvertConfig, Pass
 from edgeport.convert.board_gate_pass import BoardGatePass
 from edgeport.convert.build_model_pass import BuildModelPass
+from edgeport.convert.cross_check_pass import CrossCheckPass
 from edgeport.convert.export_onnx_pass import ExportOnnxPass
 from edgeport.convert.fold_bn_pass import FoldBNPass
 from edgeport.convert.load_checkpoint_pass import LoadCheckpointPass
@@ -34,7 +35,7 @@ PREPARE = (PrepareInputsPass(),)
 REWRITE = (RevertSyncBNPass(), FoldBNPass(), RewriteUpsamplePass())
 # Prepared -> Exported -> Converted -> Gated -> Validated
 EXPORT = (ExportOnnxPass(),)
-CONVERT = (ToTFLitePass(), LowerForBoardPass())
+CONVERT = (ToTFLitePass(), LowerForBoardPass(), CrossCheckPass())
 GATE = (BoardGatePass(),)
 PARITY = (ParityPass(),)
 

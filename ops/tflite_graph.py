@@ -28,6 +28,18 @@ def _names(enum_cls) -> dict[int, str]:
     return {v: k for k, v in vars(enum_cls).items() if not k.startswith("_") and isinstance(v, int)}
 
 
+def _inline_buffers(model, raw: bytes) -> None:
+    """Constants stored after the flatbuffer (a buffer's ``offset``/``size``, as ai-edge-quantizer
+    writes them) are read into the buffer itself: the object API would drop them on writing, and
+    runtimes older than TFLite 2.13 read only inline data."""
+    for b in model.buffers or ():
+        if getattr(b, "offset", 0) > 1 and getattr(b, "size", 0):
+            if b.offset + b.size > len(raw):
+                raise ValueError(f"a buffer's data lies past the end of the file ({b.offset} + {b.size} > {len(raw)} bytes)")
+            b.data = np.frombuffer(raw, np.uint8, count=b.size, offset=b.offset).copy()
+            b.offset, b.size = 0, 0
+
+
 @dataclass(frozen=True)
 class Quant:
     """Per-tensor affine quantisation: real = scale * (q - zero_point)."""
@@ -42,6 +54,7 @@ class Graph:
     def __init__(self, model: bytes, subgraph: int = 0):
         self.schema = schema()
         self.model = self.schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+        _inline_buffers(self.model, model)
         self._view(subgraph)
 
     @classmethod

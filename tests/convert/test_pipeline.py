@@ -58,3 +58,15 @@ def test_the_phases_chain_by_their_declared_types(passes):
     for before, after in zip(passes, passes[1:]):
         assert _types(before)[1] is _types(after)[0], f"{before.name} returns {_types(before)[1]}, {after.name} takes {_types(after)[0]}"
     assert _types(passes[-1])[1] is (base.Validated if passes is PIPELINE else base.Prepared)
+
+
+def test_the_cross_check_runs_only_when_asked(tmp_path):
+    from edgeport.convert.base import Converted
+    from edgeport.convert.cross_check_pass import CrossCheckPass
+
+    value = Converted(exported=None, files={"float32": tmp_path / "model_float32.tflite"})
+    result = CrossCheckPass().run(value, config(tmp_path))
+    assert result.value is value and not result.changed and "--cross-check" in result.summary
+    CrossCheckPass().check(value, result.value, config(tmp_path))
+    with pytest.raises(PassCheckError, match="no comparison was recorded"):
+        CrossCheckPass().check(value, value, config(tmp_path, cross_check=True))

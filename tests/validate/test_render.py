@@ -70,3 +70,18 @@ def test_log_axes_are_labelled_in_plain_text():
     assert "1e\u22126" in major and {"2e\u22127", "4e\u22127"} <= minor
     major, minor = labels("symlog", [0, 10, 1e5])
     assert {"0", "1", "10", "1000", "1e4", "1e5"} <= major
+
+
+def test_the_cross_check_in_one_sentence():
+    from edgeport.validate.report.render import cross_check_line
+
+    base = {"name": "litert-torch", "version": "0.10.0", "ran": True, "images": 2, "tolerance": 1e-5}
+    agree = cross_check_line({**base, "agree": True, "max_abs_rel": 3e-7, "first_parting": None})
+    assert "agrees" in agree and "3e-07 x max|output|" in agree
+    first = {"op": "CONV_2D", "tensor": "head/conv", "other_op": "CONV_2D", "other_tensor": "x;52", "max_abs_rel": 0.02, "index": 3}
+    parts = cross_check_line({**base, "agree": False, "max_abs_rel": 0.05, "first_parting": first})
+    assert "PARTS" in parts and "first part at CONV_2D `head/conv`" in parts and "x;52" in parts
+    nowhere = cross_check_line({**base, "agree": False, "max_abs_rel": 0.05, "first_parting": None})
+    assert "no intermediate tensor pairs up" in nowhere
+    skipped = cross_check_line({"name": "onnx2tf", "version": "1.28.8", "ran": False, "reason": "it wrote no float32 file: x"})
+    assert skipped == "onnx2tf 1.28.8: not compared: it wrote no float32 file: x"

@@ -93,8 +93,16 @@ def onnx_intermediates(path: Path, x: np.ndarray) -> list[Tensor]:
             if np.asarray(values[out]).ndim == 4 and np.asarray(values[out]).dtype.kind == "f"]
 
 
-def tflite_intermediates(path: Path, x: np.ndarray) -> list[Tensor]:
-    """Every 4-D op output of a TFLite model run by the reference kernels, in execution order."""
+LAYOUTS = ("nhwc", "nchw", "both")
+
+
+def tflite_intermediates(path: Path, x: np.ndarray, layout: str = "both") -> list[Tensor]:
+    """Every 4-D op output of a TFLite model run by the reference kernels, in execution order,
+    as NCHW: read as NHWC (how converters lay out a convolution's tensors), as NCHW, or both ways
+    (as candidates, where a tensor may be kept either way -- litert-torch keeps some in PyTorch's
+    layout between its TRANSPOSEs -- and the closest wins)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r}; valid: {', '.join(LAYOUTS)}")
     from edgeport.validate.parity.tflite_runner import load_interpreter
 
     interp = load_interpreter(path, kernels="reference", preserve_all_tensors=True)
@@ -110,8 +118,10 @@ def tflite_intermediates(path: Path, x: np.ndarray) -> list[Tensor]:
                 continue
             if np.dtype(d["dtype"]) != np.float32 and not d["quantization"][0]:
                 continue  # an integer tensor that is not a quantised activation
-            value = from_model_output(interp.get_tensor(int(t)), d["dtype"], d["quantization"], nhwc=True)
-            out.append(Tensor(d["name"], op["op_name"], np.asarray(value, np.float32)))
+            raw = interp.get_tensor(int(t))
+            for nhwc in {"nhwc": (True,), "nchw": (False,), "both": (True, False)}[layout]:
+                value = from_model_output(raw, d["dtype"], d["quantization"], nhwc=nhwc)
+                out.append(Tensor(d["name"], op["op_name"], np.asarray(value, np.float32)))
     return out
 
 

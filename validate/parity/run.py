@@ -448,5 +448,5 @@ def _reference_tensors(subject: ParitySubject, x: np.ndarray):
 def _divergence(reference_tensors, path: Path, x: np.ndarray, tol) -> dict:
     from edgeport.validate.parity.divergence import locate, onnx_intermediates, tflite_intermediates
 
-    candidates = onnx_intermediates(path, x) if Path(path).suffix == ".onnx" else tflite_intermediates(path, x)
+    candidates = onnx_intermediates(path, x) if Path(path).suffix == ".onnx" else tflite_intermediates(path, x, "both")
     return locate(reference_tensors, candidates, max_abs_rel=tol.max_abs_rel, min_cosine=tol.min_cosine).to_dict()

@@ -136,8 +136,24 @@ def render_markdown(report: dict) -> str:
         lowered = "; ".join(f"{k}: {v}" for k, v in (converter.get("lowered") or {}).items())
         if lowered:
             lines += ["", f"Lowered for the board: {md(lowered)}"]
+        if converter.get("cross_check"):
+            lines += ["", f"Cross-check: {md(cross_check_line(converter['cross_check']))}"]
     lines += ["", "Versions: " + ", ".join(f"{md(k)} {md(v)}" for k, v in report["versions"].items()), ""]
     return "\n".join(lines)
+
+
+def cross_check_line(c: dict) -> str:
+    """The other converter's float32 file against the shipped one, in one sentence."""
+    who = f"{c['name']} {c['version']}"
+    if not c.get("ran"):
+        return f"{who}: not compared: {c.get('reason')}"
+    if c["agree"]:
+        return (f"{who}'s float32 file agrees with this one: largest difference {c['max_abs_rel']:.2g} x max|output| "
+                f"(tolerance {c['tolerance']:g}, {c['images']} images, reference kernels)")
+    first = c.get("first_parting")
+    where = (f"; they first part at {first['op']} `{first['tensor']}` (its closest: {first['other_op']} `{first['other_tensor']}`, "
+             f"{first['max_abs_rel']:.2g} x its range)" if first else "; no intermediate tensor pairs up to say where")
+    return f"{who}'s float32 file PARTS from this one by {c['max_abs_rel']:.2g} x max|output| (tolerance {c['tolerance']:g}){where}"
 
 
 def _section(title: str | None, items: list[str]) -> list[str]:

@@ -1,0 +1,74 @@
+"""Pass: with ``--cross-check``, the other converter's float32 file against the shipped one.
+
+The shipped float32 file as its converter wrote it (before any board lowering, which its own
+check holds to the converted values) is compared with a float32 file the other converter writes
+of the same prepared model (``validate/parity/cross_check.py``). The result goes in the report
+(``converter.cross_check``); it is not a gate: parity judges the shipped file against PyTorch,
+and the cross-check says whether the other route agrees. The other file is not shipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from edgeport.convert import litert
+from edgeport.convert.base import ConvertConfig, Converted, Pass, PassResult
+from edgeport.convert.lower_for_board_pass import unlowered
+from edgeport.errors import ConversionError
+
+CROSS_CHECK_IMAGES = 2  # the reference kernels are slow; float32 rounding shows on any image
+
+
+class CrossCheckPass(Pass[Converted, Converted]):
+    name = "cross_check"
+
+    def run(self, value: Converted, config: ConvertConfig) -> PassResult[Converted]:
+        if not config.cross_check:
+            return PassResult(value, changed=False, summary="not asked (--cross-check)")
+        shipped = value.files["float32"]
+        if unlowered(shipped).is_file():
+            shipped = unlowered(shipped)
+        prepared, work = value.prepared, config.work_dir / "cross_check"
+        if config.converter == litert.NAME:
+            from edgeport.convert.export_onnx_pass import INPUT_NAME
+            from edgeport.convert.onnx2tf import Conversion, convert_variants, installed_backend
+
+            backend = installed_backend()
+            other = {"name": "onnx2tf", "version": backend.version}
+            try:
+                conversion = convert_variants(value.exported.onnx, None, prepared.calib, work, input_name=INPUT_NAME,
+                                              timeout_s=config.onnx2tf_timeout_s, backend=backend)
+            except ConversionError as exc:  # onnx2tf cannot convert this model: the check has nothing to compare
+                conversion = Conversion({}, {"float32": str(exc)}, {}, 0.0)
+        else:
+            litert.require()
+            other = {"name": litert.NAME, "version": litert.version()}
+            conversion = litert.convert_variants(prepared.module, prepared.calib[:1], prepared.calib, work, int8=False,
+                                                 timeout_s=config.onnx2tf_timeout_s)
+        if "float32" not in conversion.files:
+            result = {**other, "ran": False, "reason": f"it wrote no float32 file: {conversion.not_written.get('float32', '?')}"}
+            return PassResult(replace(value, cross_check=result), changed=True,
+                              summary=f"{other['name']}: not compared: {result['reason']}")
+        from edgeport.validate.parity.cross_check import compare_files
+        from edgeport.validate.parity.runners import OnnxRuntimeRunner
+
+        images = prepared.val[:CROSS_CHECK_IMAGES]
+        expected = [o.shape for o in OnnxRuntimeRunner(value.exported.onnx).run(images[:1]).outputs]
+        compared = compare_files(shipped, conversion.files["float32"], images, expected)
+        result = {**other, **compared}
+        if not compared["ran"]:
+            return PassResult(replace(value, cross_check=result), changed=True, summary=f"not compared: {compared['reason']}")
+        said = (f"{other['name']} {other['version']} agrees: largest difference {compared['max_abs_rel']:.2g} x max|output|"
+                if compared["agree"] else
+                f"{other['name']} {other['version']} PARTS by {compared['max_abs_rel']:.2g} x max|output|"
+                + (f", first at {compared['first_parting']['op']} {compared['first_parting']['tensor']!r}"
+                   if compared["first_parting"] else ""))
+        return PassResult(replace(value, cross_check=result), changed=True, summary=said)
+
+    def check(self, before: Converted, after: Converted, config: ConvertConfig) -> None:
+        from edgeport.errors import PassCheckError
+
+        if config.cross_check != (after.cross_check is not None):
+            raise PassCheckError("--cross-check was asked and no comparison was recorded, or the reverse")
+        if after.files != before.files:
+            raise PassCheckError("the cross-check changed the files the board gets")

@@ -1,0 +1,243 @@
+"""litert-torch, driven: the second converter, PyTorch -> TFLite without ONNX (``--converter litert-torch``).
+
+The route Ultralytics' own LiteRT export takes, independent of onnx2tf: where the two agree, a
+failed parity row is the model's; where they part, a converter's (``cross_check``).
+
+It lives in its own environment, because its pins clash with both onnx2tf lines (it needs
+ai-edge-litert 2.3 with extras, typing-extensions 4.12, jax, transformers; onnx2tf 2.x pins
+ai-edge-litert 2.1.2). ``edgeport converters install litert-torch`` builds it at setup time, the
+way ``boards install`` builds a board's runtime: a venv of this Python layered on this
+environment's site-packages (one ``.pth`` line), so torch is this environment's own (one copy,
+and ``torch.export`` files pass between the two unchanged) and only what litert-torch adds is
+installed, about 1 GB. Nothing downloads at conversion time.
+
+A conversion: this process exports the prepared model with ``torch.export`` (a failure there is
+the variant's reason), the converter's Python converts it (``litert_worker.py``, one process,
+offline), and the files go through the same gate, lowering and parity as onnx2tf's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import numpy as np
+
+from edgeport.convert.onnx2tf import Conversion, condense, offline_env
+from edgeport.errors import BadInputError, MissingDependencyError
+
+NAME = "litert-torch"
+# pinned: the converter's output (ops, versions, layouts) is what the zoo's outcomes were measured on
+PACKAGES = ("litert-torch==0.10.0",)
+MARKER = ".edgeport-converter.json"
+WORKER = Path(__file__).with_name("litert_worker.py")
+CONVERTERS = ("onnx2tf", NAME)
+
+
+def _host_site() -> list[str]:
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
+
+
+def env_dir() -> Path:
+    """This environment's litert-torch: one per Python and host environment, under EDGEPORT_HOME."""
+    from edgeport.validate.board.runtime import runtime_home
+
+    host = hashlib.sha256(sys.prefix.encode()).hexdigest()[:8]
+    return runtime_home() / "converters" / f"{NAME}-py{sys.version_info[0]}{sys.version_info[1]}-{host}"
+
+
+def installed() -> dict | None:
+    """The installed converter's marker (its version, what it was built on), or None."""
+    folder = env_dir()
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker if (folder / "bin" / "python").exists() and isinstance(marker, dict) else None
+
+
+def install_hint() -> str:
+    return "edgeport converters install litert-torch (make setup-converters)"
+
+
+def install(*, log=print) -> dict:
+    """Build the layered environment (idempotent: an installed one is kept)."""
+    folder = env_dir()
+    done = installed()
+    if done is not None:
+        log(f"{NAME} {done['version']} already installed in {folder}")
+        return done
+    if folder.exists() and any(folder.iterdir()) and not (folder / "bin" / "python").exists():
+        raise BadInputError(f"{folder} exists and is not an edgeport converter environment; move it away, or set EDGEPORT_HOME")
+    torch = _host_torch()
+    if torch == "not installed":
+        raise MissingDependencyError("litert-torch converts with this environment's torch, and torch is not installed here")
+    base = getattr(sys, "_base_executable", sys.executable)
+    log(f"installing {' '.join(PACKAGES)} for Python {sys.version_info[0]}.{sys.version_info[1]} in {folder} "
+        f"(on this environment's torch {torch})")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    python = folder / "bin" / "python"
+    _run_step([base, "-m", "venv", str(folder)], folder)
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    # after its own site-packages: what litert-torch installs comes first, the rest (torch) from here
+    Path(site, "edgeport-host.pth").write_text("".join(f"{p}\n" for p in _host_site()))
+    constraints = folder / "host-torch.txt"
+    constraints.write_text(f"torch=={torch.split('+')[0]}\n")
+    _run_step([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", str(constraints), *PACKAGES], folder)
+    # what the worker imports, imported once: a broken environment is found here, not at conversion
+    version = subprocess.run([str(python), "-I", "-c", "import ai_edge_quantizer, litert_torch, numpy, torch; "
+                              "print(litert_torch.__version__)"], capture_output=True, text=True, env=_worker_env())
+    if version.returncode != 0:
+        raise BadInputError(f"{NAME} installed in {folder} but does not import: {condense(version.stderr)}; remove that folder "
+                            f"and install it again")
+    marker = {"converter": NAME, "version": version.stdout.strip().splitlines()[-1], "packages": list(PACKAGES),
+              "host": sys.prefix, "torch": torch,
+              "installed": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    (folder / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    log(f"{NAME} {marker['version']} installed in {folder}")
+    return marker
+
+
+def _run_step(step: list[str], folder: Path) -> None:
+    proc = subprocess.run(step, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BadInputError(f"installing {NAME} failed at `{' '.join(step[:4])} ...`: {condense(proc.stderr)}; "
+                            f"nothing was marked installed in {folder}")
+
+
+def _host_torch() -> str:
+    from edgeport._lazy import installed_versions
+
+    return installed_versions(["torch"])["torch"]
+
+
+def require() -> Path:
+    """The converter's Python, or a MissingDependencyError saying how to install it (or to
+    rebuild it, when this environment's torch changed since: it runs on that torch)."""
+    marker = installed()
+    if marker is None:
+        raise MissingDependencyError(f"{NAME} is not installed for this Python ({sys.prefix}): {install_hint()}")
+    if str(marker.get("torch")).split("+")[0] != _host_torch().split("+")[0]:
+        raise MissingDependencyError(f"{NAME} in {env_dir()} was installed on torch {marker.get('torch')}, and this environment "
+                                     f"now has torch {_host_torch()}: remove that folder and install it again ({install_hint()})")
+    return env_dir() / "bin" / "python"
+
+
+def convert_variants(module, sample: np.ndarray, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float,
+                     per_tensor: bool = False) -> Conversion:
+    """float32 (and full-integer int8 when asked: weights per channel, or per tensor) from the
+    prepared module. A model ``torch.export`` cannot capture, or a variant the converter cannot
+    write, is a reason."""
+    import torch
+
+    python = require()
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    variants = ["float32", "int8"] if int8 else ["float32"]
+    try:
+        program = torch.export.export(module.eval(), (torch.from_numpy(np.ascontiguousarray(sample[:1], np.float32)),))
+    except Exception as exc:  # noqa: BLE001 -- which construct the exporter refused is the reason
+        why = f"torch.export cannot capture the model: {condense(f'{type(exc).__name__}: {exc}')}"
+        return Conversion({}, {v: why for v in variants}, {}, time.perf_counter() - t0)
+    try:
+        torch.export.save(program, str(work / "model.pt2"))
+    except Exception as exc:  # noqa: BLE001 -- a captured program torch cannot serialise (a custom object in it)
+        why = f"torch.export cannot save the captured model: {condense(f'{type(exc).__name__}: {exc}')}"
+        return Conversion({}, {v: why for v in variants}, {}, time.perf_counter() - t0)
+    np.save(work / "sample.npy", np.ascontiguousarray(sample[:1], np.float32))
+    if int8:
+        np.save(work / "calib.npy", np.ascontiguousarray(calib, np.float32))
+    (work / "job.json").write_text(json.dumps({"variants": variants, "per_tensor": per_tensor}))
+    log = work / "litert-torch.log"
+    proc = _take_warm() or _start(python)
+    try:
+        proc.stdin.write(f"{work}\n")
+        proc.stdin.close()
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        tail = condense(log.read_text(errors="replace")[-4000:]) if log.is_file() else "no output"
+        why = f"litert-torch did not finish within {timeout_s:.0f} s (its last words: {tail})"
+        return Conversion({}, {v: why for v in variants}, {}, time.perf_counter() - t0)
+    except OSError:  # it ended before it took the job: no result.json, and its reason is below
+        pass
+    finally:
+        _end(proc)
+    seconds = time.perf_counter() - t0
+    try:
+        result = json.loads((work / "result.json").read_text())
+    except (OSError, ValueError):
+        result = None
+    if result is None:  # it ended before it wrote what it did (a crash, an import that failed)
+        tail = condense(log.read_text(errors="replace")[-4000:]) if log.is_file() else f"exit {proc.returncode}, no log"
+        return Conversion({}, {v: f"litert-torch failed: {tail}" for v in variants}, {}, seconds)
+    # (a worker that crashed while shutting down, after result.json, still wrote its files)
+    files = {v: work / f"model_{v}.tflite" for v in result["written"] if (work / f"model_{v}.tflite").is_file()}
+    if "int8" in files:  # ai-edge-quantizer stores constants after the flatbuffer: inline them, as every runtime reads
+        from edgeport.ops.tflite_graph import Graph
+
+        files["int8"].write_bytes(Graph(files["int8"].read_bytes()).to_bytes())
+    not_written = {v: f"litert-torch: {result['errors'].get(v) or 'no file written'}" for v in variants if v not in files}
+    return Conversion(files, not_written, {}, seconds)
+
+
+_warm: list[subprocess.Popen] = []
+
+
+def _start(python: Path) -> subprocess.Popen:
+    """A worker that imports at once and then awaits its folder on standard input. Isolated
+    (``-I``), so nothing beside the worker file (or in PYTHONPATH) shadows the converter's imports."""
+    return subprocess.Popen([str(python), "-I", str(WORKER), "--await-job"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=_worker_env(), text=True)
+
+
+def _worker_env() -> dict[str, str]:
+    """Offline (a closed proxy), on the CPU, with no PYTHON* variable of this process."""
+    return {k: v for k, v in offline_env().items() if not k.startswith("PYTHON") or k == "PYTHONUNBUFFERED"}
+
+
+def _take_warm() -> subprocess.Popen | None:
+    while _warm:
+        proc = _warm.pop()
+        if proc.poll() is None:
+            return proc
+    return None
+
+
+def _end(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+
+
+@contextlib.contextmanager
+def warm_worker(start: bool):
+    """Start the converter's worker at once, so that it imports torch and litert-torch (about
+    3 s) while the passes before the conversion run; the conversion takes it. One not taken is
+    ended when the block ends. Nothing starts unless asked and installed."""
+    if not start or installed() is None:
+        yield
+        return
+    proc = _start(env_dir() / "bin" / "python")
+    _warm.append(proc)
+    try:
+        yield
+    finally:
+        if proc in _warm:
+            _warm.remove(proc)
+        _end(proc)
+
+
+def version() -> str:
+    marker = installed()
+    return marker["version"] if marker else "not installed"

@@ -1,0 +1,114 @@
+"""litert-torch's side of ``convert/litert_torch.py``, run by the converter's own Python.
+
+Standalone on purpose (the standard library, numpy, torch, litert_torch and ai_edge_quantizer;
+no edgeport import): it runs in the environment ``edgeport converters install litert-torch``
+built. One folder in, files out:
+
+    DIR/model.pt2        the prepared model, as ``torch.export.save`` wrote it
+    DIR/sample.npy       one NCHW float32 input
+    DIR/calib.npy        NCHW float32 calibration images (only for int8)
+    DIR/job.json         {"variants": ["float32", "int8"?], "per_tensor": bool}
+    (``worker.py DIR``, or ``worker.py --await-job`` with DIR on standard input)
+    -> DIR/model_float32.tflite, DIR/model_int8.tflite, DIR/result.json
+       {"version": ..., "written": [...], "errors": {variant: message}}
+
+The model takes NHWC input (``to_channel_last_io``), as onnx2tf's files do, so the board, the
+calibration and parity treat both converters' files alike; outputs keep PyTorch's layout. int8
+is full integer (int8 input and output) by ai-edge-quantizer's static int8 recipe, calibrated on
+our images: the quantiser that litert-torch and Ultralytics' own LiteRT export use.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+def _last_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return text[-1][:400] if text else type(exc).__name__
+
+
+def main(folder: Path, imported_in: float | None = None) -> int:
+    t_start = time.perf_counter()
+    import litert_torch
+    import numpy as np
+    import torch
+
+    job = json.loads((folder / "job.json").read_text())
+    result = {"version": getattr(litert_torch, "__version__", "?"), "written": [], "errors": {}, "seconds": {}}
+    result["seconds"]["imports"] = round(time.perf_counter() - t_start if imported_in is None else imported_in, 2)
+    result["warm"] = imported_in is not None
+    t0 = time.perf_counter()
+    try:
+        program = torch.export.load(str(folder / "model.pt2"))
+        sample = torch.from_numpy(np.load(folder / "sample.npy"))
+        nhwc = sample.permute(0, 2, 3, 1).contiguous()
+        edge = litert_torch.convert(litert_torch.to_channel_last_io(program.module(), args=[0]), (nhwc,))
+        edge.export(str(folder / "model_float32.tflite"))
+        result["written"].append("float32")
+        result["seconds"]["float32"] = round(time.perf_counter() - t0, 2)
+    except Exception as exc:  # noqa: BLE001 -- the converter's reason, for the report
+        result["errors"]["float32"] = _last_line(exc)
+        traceback.print_exc()
+    if "int8" in job["variants"] and "float32" in result["written"]:
+        try:
+            from ai_edge_quantizer import qtyping, quantizer, recipe_manager
+
+            calib = np.load(folder / "calib.npy").transpose(0, 2, 3, 1)
+            qt = quantizer.Quantizer(str(folder / "model_float32.tflite"))
+            # recipe.static_wi8_ai8(), with the weights' granularity asked for: per channel, or per
+            # tensor for a uint8 board (its kernels take one scale per tensor)
+            granularity = qtyping.QuantGranularity.TENSORWISE if job.get("per_tensor") else qtyping.QuantGranularity.CHANNELWISE
+            manager = recipe_manager.RecipeManager()
+            manager.add_static_config(regex=".*", operation_name=qtyping.TFLOperationName.ALL_SUPPORTED, activation_num_bits=8,
+                                      weight_num_bits=8, weight_granularity=granularity)
+            qt.load_quantization_recipe(manager.get_quantization_recipe())
+            samples = [{"args_0": np.ascontiguousarray(calib[i:i + 1], np.float32)} for i in range(len(calib))]
+            t1 = time.perf_counter()
+            calibrated = qt.calibrate({"serving_default": samples})
+            result["seconds"]["calibrate"] = round(time.perf_counter() - t1, 2)
+            t1 = time.perf_counter()
+            qt.quantize(calibration_result=calibrated).export_model(str(folder / "model_int8.tflite"), overwrite=True)
+            result["written"].append("int8")
+            result["seconds"]["int8"] = round(time.perf_counter() - t1, 2)
+        except Exception as exc:  # noqa: BLE001
+            result["errors"]["int8"] = _last_line(exc)
+            traceback.print_exc()
+    (folder / "result.json").write_text(json.dumps(result))
+    return 0
+
+
+def await_job() -> int:
+    """``--await-job``: import first (torch and litert-torch, about 3 s, while edgeport runs the
+    passes before the conversion), then take one folder from standard input, writing the log
+    there. Standard input closed with no folder: nothing asked, exit 0."""
+    import os
+
+    t_start = time.perf_counter()
+    try:
+        import litert_torch  # noqa: F401
+        import numpy  # noqa: F401
+        import torch  # noqa: F401
+
+        failed = None
+    except Exception:  # noqa: BLE001 -- said in the job's log, where edgeport reads the reason
+        failed = traceback.format_exc()
+    line = sys.stdin.readline().strip()
+    if not line:
+        return 0
+    folder = Path(line)
+    log = os.open(folder / "litert-torch.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    if failed:
+        print(failed, file=sys.stderr, flush=True)
+        return 1
+    return main(folder, imported_in=time.perf_counter() - t_start)
+
+
+if __name__ == "__main__":
+    sys.exit(await_job() if sys.argv[1:] == ["--await-job"] else main(Path(sys.argv[1])))

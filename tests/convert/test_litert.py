@@ -1,0 +1,131 @@
+"""The second converter, litert-torch (``convert/litert.py``), in its own environment
+(``make setup-converters``), and the cross-check of the two converters' float32 files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from edgeport.convert import litert
+
+pytestmark = pytest.mark.converters
+needs_litert = pytest.mark.skipif(litert.installed() is None,
+                                  reason=f"litert-torch is not installed for this Python: {litert.install_hint()}")
+
+
+def _small() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, stride=2)).eval()
+
+
+def test_an_uninstalled_converter_is_one_line_and_exit_2(tmp_path, demo_ckpt):
+    env = dict(os.environ, EDGEPORT_HOME=str(tmp_path / "home"))
+    for extra in (["--converter", "litert-torch"], ["--cross-check"]):
+        out = tmp_path / "out"
+        proc = subprocess.run([sys.executable, "-m", "edgeport.cli", "convert", str(demo_ckpt), "--out", str(out), *extra],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert "litert-torch is not installed" in line and "edgeport converters install litert-torch" in line
+        assert not out.exists()
+    int8_only = subprocess.run([sys.executable, "-m", "edgeport.cli", "convert", str(demo_ckpt), "--out", str(tmp_path / "o"),
+                                "--cross-check", "--board", "tflm-m4-256k"], capture_output=True, text=True, env=env, timeout=120)
+    assert int8_only.returncode == 2 and "runs only int8" in int8_only.stderr.strip().splitlines()[-1], int8_only.stderr
+    listed = subprocess.run([sys.executable, "-m", "edgeport.cli", "converters"], capture_output=True, text=True, env=env)
+    assert listed.returncode == 0 and "not installed: edgeport converters install litert-torch" in listed.stdout
+
+
+@needs_litert
+@pytest.mark.slow  # the converter's process
+def test_float32_and_full_integer_int8_from_the_pytorch_model(tmp_path):
+    from edgeport.ops.tflite_graph import schema
+    from edgeport.validate.parity.tflite_runner import load_interpreter
+
+    model, calib = _small(), np.random.default_rng(0).random((8, 3, 32, 32), dtype=np.float32)
+    got = litert.convert_variants(model, calib[:1], calib, tmp_path, int8=True, timeout_s=600)
+    assert set(got.files) == {"float32", "int8"} and not got.not_written
+    f32 = load_interpreter(got.files["float32"], kernels="reference")
+    (inp,) = f32.get_input_details()
+    assert tuple(inp["shape"]) == (1, 32, 32, 3)  # NHWC in, as onnx2tf's files: one calibration and board path
+    x = calib[:1]
+    f32.set_tensor(inp["index"], np.ascontiguousarray(x.transpose(0, 2, 3, 1)))
+    f32.invoke()
+    (out,) = f32.get_output_details()
+    want = model(torch.from_numpy(x)).detach().numpy()
+    assert tuple(out["shape"]) == want.shape  # outputs keep PyTorch's layout
+    assert np.abs(f32.get_tensor(out["index"]) - want).max() <= 1e-5 * np.abs(want).max()
+    q = load_interpreter(got.files["int8"])
+    assert [d["dtype"] for d in (*q.get_input_details(), *q.get_output_details())] == [np.int8, np.int8]
+    # ai-edge-quantizer stores constants after the flatbuffer; the shipped file has them inline
+    # (read by the schema itself: edgeport's Graph would inline them on reading)
+    raw = schema().ModelT.InitFromPackedBuf(bytearray(got.files["int8"].read_bytes()), 0)
+    assert not any(getattr(b, "offset", 0) > 1 for b in raw.buffers)
+    assert sum(len(b.data) for b in raw.buffers if b.data is not None) >= 8 * 3 * 9 + 4 * 8 * 9  # every weight, one byte each
+
+
+@needs_litert
+@pytest.mark.slow
+def test_a_model_torch_export_cannot_capture_is_a_named_reason(tmp_path):
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x - 1  # a branch on the values: no static graph
+
+    got = litert.convert_variants(DataDependent(), np.ones((1, 3, 8, 8), np.float32), np.ones((1, 3, 8, 8), np.float32),
+                                  tmp_path, int8=True, timeout_s=120)
+    assert not got.files and set(got.not_written) == {"float32", "int8"}
+    assert got.not_written["float32"].startswith("torch.export cannot capture the model: ")
+
+
+@needs_litert
+@pytest.mark.slow
+def test_the_cross_check_agrees_on_one_model_and_names_where_two_part(tmp_path):
+    from edgeport.validate.parity.cross_check import compare_files
+    from edgeport.validate.parity.divergence import tflite_intermediates
+
+    model, images = _small(), np.random.default_rng(1).random((2, 3, 32, 32), dtype=np.float32)
+    a = litert.convert_variants(model, images[:1], images, tmp_path / "a", int8=False, timeout_s=600).files["float32"]
+    again = litert.convert_variants(model, images[:1], images, tmp_path / "again", int8=False, timeout_s=600).files["float32"]
+    with torch.no_grad():
+        model[2].weight[1] += 0.05  # the second conv computes something else for one channel
+    b = litert.convert_variants(model, images[:1], images, tmp_path / "b", int8=False, timeout_s=600).files["float32"]
+    expected = [(1, 4, 15, 15)]
+    same = compare_files(a, again, images, expected)  # two conversions of one model, two files
+    assert same["ran"] and same["agree"] and same["max_abs_rel"] <= 1e-5 and same["first_parting"] is None
+    apart = compare_files(a, b, images, expected)
+    assert apart["ran"] and not apart["agree"] and apart["max_abs_rel"] > 1e-3
+    convs = [t.producer for t in tflite_intermediates(a, images[:1], "nhwc") if t.op_type == "CONV_2D"]
+    assert len(convs) == 2 and apart["first_parting"]["tensor"] == convs[1]  # the first conv still agrees
+    nan = compare_files(a, b, np.full_like(images, np.nan), expected)
+    assert nan["ran"] and not nan["agree"]  # NaN never agrees
+
+
+@needs_litert
+@pytest.mark.slow
+def test_the_write_ups_board_whichever_converter_wrote_the_file(tmp_path, cli, demo_ckpt):
+    """litert-torch writes half-pixel nearest resizes as version 3, which TFLite 1.13 refuses:
+    lowered as onnx2tf's are; its uint8 file (weights per tensor, constants inlined) runs there;
+    and onnx2tf's float32 file of the same model agrees with it."""
+    out = tmp_path / "board"
+    proc = cli("convert", str(demo_ckpt), "--imgsz", "160", "--board", "tflite-1.13", "--converter", "litert-torch",
+                   "--cross-check", "--out", str(out))
+    assert "Traceback" not in proc.stderr and proc.returncode in (0, 1), proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    conv = report["converter"]
+    assert conv["name"] == "litert-torch" and conv["version"] == "0.10.0"
+    assert conv["lowered_rules"]["float32"] == {"resize_nearest_half_pixel": 2}
+    assert conv["cross_check"]["name"] == "onnx2tf" and conv["cross_check"]["agree"], conv["cross_check"]
+    assert (out / "model_float32.tflite").is_file() and (out / "model_uint8.tflite").is_file()
+    rows = {(r["variant"], r["runtime"]): r for r in report["results"]}
+    for (variant, runtime), row in rows.items():
+        if variant == "float32":
+            assert row["passed"], row  # every float32 row, the board's own runtime's among them
+        if variant == "uint8" and runtime.startswith("board:") and row["outputs"]:
+            (same_file,) = [c for c in row["steps"] if c["against"] == "the reference kernels on this file"]
+            assert same_file["passed"], row["steps"]  # 1.13.1's uint8 kernels compute what today's do on its file
+    assert "Cross-check: onnx2tf" in (out / "report.md").read_text()
