@@ -76,6 +76,9 @@ bench: setup
 	$(PY) benchmarks/board_bench.py
 	$(PY) benchmarks/train_bench.py
 	$(PY) benchmarks/validate_bench.py
+	@if EDGEPORT_HOME=$(BOARDS_HOME) $(VENV)/bin/edgeport converters | grep -q "^litert-torch .* in "; then \
+		EDGEPORT_HOME=$(BOARDS_HOME) $(PY) benchmarks/litert_bench.py; \
+	else echo "litert-torch not installed (make setup-converters): benchmarks/litert_bench.py skipped"; fi
 
 # on a machine with CUDA GPUs: the NCCL trainer, resume, 2-rank = 1-rank, bf16, CPU convert (JSON
 # summary). On a lent machine without `make setup`: scripts/gpu_check.sh (docs/training.md)
