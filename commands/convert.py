@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgeport._lazy import importing, is_one_shot
+from edgeport._lazy import importing
 from edgeport.runs import Progress, staged_output
 
 ARTIFACTS = ("model.onnx", "model_float32.tflite", "model_int8.tflite", "model_uint8.tflite")
@@ -23,11 +23,10 @@ def convert(checkpoint: Path, *, board, out: Path | None = None, force: bool = F
     The onnx2tf child starts first (``onnx2tf.warm_converter``): it imports onnx2tf, and on 1.28
     TensorFlow, on another core while this process imports torch and runs the passes before the
     conversion."""
+    from edgeport.convert import litert
     from edgeport.convert.onnx2tf import warm_converter
 
     inputs = (Path(checkpoint), options.get("calib_dir"))
-    from edgeport.convert import litert
-
     onnx2tf_used = options.get("converter", "onnx2tf") == "onnx2tf" or options.get("cross_check")
     litert_used = options.get("converter") == litert.NAME or options.get("cross_check")
     if options.get("cross_check") and not board.runs_dtype("float32"):
@@ -38,7 +37,7 @@ def convert(checkpoint: Path, *, board, out: Path | None = None, force: bool = F
     if litert_used:
         litert.require()  # before anything is written: the one line says how to install it
     with staged_output(out, command="convert", force=force, default_root=DEFAULT_RUNS, inputs=inputs) as stage, \
-            warm_converter(start=None if onnx2tf_used else False), litert.warm_worker(bool(litert_used) and is_one_shot()):
+            warm_converter(start=None if onnx2tf_used else False), litert.warm_worker(start=None if litert_used else False):
         with importing():  # torch, and the modules of every pass
             from edgeport.convert.base import ConvertConfig
             from edgeport.convert.pipeline import run_pipeline

@@ -41,29 +41,20 @@ class CrossCheckPass(Pass[Converted, Converted]):
             except ConversionError as exc:  # onnx2tf cannot convert this model: the check has nothing to compare
                 conversion = Conversion({}, {"float32": str(exc)}, {}, 0.0)
         else:
-            litert.require()
             other = {"name": litert.NAME, "version": litert.version()}
-            conversion = litert.convert_variants(prepared.module, prepared.calib[:1], prepared.calib, work, int8=False,
-                                                 timeout_s=config.onnx2tf_timeout_s)
-        if "float32" not in conversion.files:
-            result = {**other, "ran": False, "reason": f"it wrote no float32 file: {conversion.not_written.get('float32', '?')}"}
-            return PassResult(replace(value, cross_check=result), changed=True,
-                              summary=f"{other['name']}: not compared: {result['reason']}")
-        from edgeport.validate.parity.cross_check import compare_files
-        from edgeport.validate.parity.runners import OnnxRuntimeRunner
+            conversion = litert.convert_variants(prepared.module, prepared.calib, work, int8=False, timeout_s=config.onnx2tf_timeout_s)
+        if "float32" in conversion.files:
+            from edgeport.validate.parity.cross_check import compare_files
+            from edgeport.validate.parity.runners import OnnxRuntimeRunner
 
-        images = prepared.val[:CROSS_CHECK_IMAGES]
-        expected = [o.shape for o in OnnxRuntimeRunner(value.exported.onnx).run(images[:1]).outputs]
-        compared = compare_files(shipped, conversion.files["float32"], images, expected)
-        result = {**other, **compared}
-        if not compared["ran"]:
-            return PassResult(replace(value, cross_check=result), changed=True, summary=f"not compared: {compared['reason']}")
-        said = (f"{other['name']} {other['version']} agrees: largest difference {compared['max_abs_rel']:.2g} x max|output|"
-                if compared["agree"] else
-                f"{other['name']} {other['version']} PARTS by {compared['max_abs_rel']:.2g} x max|output|"
-                + (f", first at {compared['first_parting']['op']} {compared['first_parting']['tensor']!r}"
-                   if compared["first_parting"] else ""))
-        return PassResult(replace(value, cross_check=result), changed=True, summary=said)
+            images = prepared.val[:CROSS_CHECK_IMAGES]
+            expected = [o.shape for o in OnnxRuntimeRunner(value.exported.onnx).run(images[:1]).outputs]
+            result = {**other, **compare_files(shipped, conversion.files["float32"], images, expected)}
+        else:
+            result = {**other, "ran": False, "reason": f"it wrote no float32 file: {conversion.not_written.get('float32', '?')}"}
+        from edgeport.validate.report.render import cross_check_line
+
+        return PassResult(replace(value, cross_check=result), changed=True, summary=cross_check_line(result))
 
     def check(self, before: Converted, after: Converted, config: ConvertConfig) -> None:
         from edgeport.errors import PassCheckError

@@ -68,11 +68,13 @@ class ExportOnnxPass(Pass[Prepared, Exported]):
     def run(self, value: Prepared, config: ConvertConfig) -> PassResult[Exported]:
         import copy
 
+        from edgeport.convert import litert
+
         path = config.work_dir / "model.onnx"
         # the tracer leaves what it saw in a module's caches (Ultralytics' Detect keeps the traced
         # input shape), which torch.export cannot guard on: where litert-torch converts the module
         # after this export, a copy is exported
-        module = copy.deepcopy(value.module) if config.converter == "litert-torch" or config.cross_check else value.module
+        module = copy.deepcopy(value.module) if config.converter == litert.NAME or config.cross_check else value.module
         export_onnx(module, value.imgsz, path, output_names=list(value.output_names), opset=config.opset)
         onnx = require("onnx")
         onnx.checker.check_model(onnx.load(str(path)), full_check=True)

@@ -132,19 +132,19 @@ def require() -> Path:
     return env_dir() / "bin" / "python"
 
 
-def convert_variants(module, sample: np.ndarray, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float,
-                     per_tensor: bool = False) -> Conversion:
-    """float32 (and full-integer int8 when asked: weights per channel, or per tensor) from the
-    prepared module. A model ``torch.export`` cannot capture, or a variant the converter cannot
-    write, is a reason."""
+def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float, per_tensor: bool = False) -> Conversion:
+    """float32 (and full-integer int8 when asked, calibrated on ``calib``: weights per channel, or
+    per tensor) from the prepared module, captured on the first image. A model ``torch.export``
+    cannot capture, or a variant the converter cannot write, is a reason."""
     import torch
 
     python = require()
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     variants = ["float32", "int8"] if int8 else ["float32"]
+    sample = np.ascontiguousarray(calib[:1], np.float32)
     try:
-        program = torch.export.export(module.eval(), (torch.from_numpy(np.ascontiguousarray(sample[:1], np.float32)),))
+        program = torch.export.export(module.eval(), (torch.from_numpy(sample),))
     except Exception as exc:  # noqa: BLE001 -- which construct the exporter refused is the reason
         why = f"torch.export cannot capture the model: {condense(f'{type(exc).__name__}: {exc}')}"
         return Conversion({}, {v: why for v in variants}, {}, time.perf_counter() - t0)
@@ -153,7 +153,7 @@ def convert_variants(module, sample: np.ndarray, calib: np.ndarray, work: Path, 
     except Exception as exc:  # noqa: BLE001 -- a captured program torch cannot serialise (a custom object in it)
         why = f"torch.export cannot save the captured model: {condense(f'{type(exc).__name__}: {exc}')}"
         return Conversion({}, {v: why for v in variants}, {}, time.perf_counter() - t0)
-    np.save(work / "sample.npy", np.ascontiguousarray(sample[:1], np.float32))
+    np.save(work / "sample.npy", sample)
     if int8:
         np.save(work / "calib.npy", np.ascontiguousarray(calib, np.float32))
     (work / "job.json").write_text(json.dumps({"variants": variants, "per_tensor": per_tensor}))
@@ -195,7 +195,7 @@ _warm: list[subprocess.Popen] = []
 def _start(python: Path) -> subprocess.Popen:
     """A worker that imports at once and then awaits its folder on standard input. Isolated
     (``-I``), so nothing beside the worker file (or in PYTHONPATH) shadows the converter's imports."""
-    return subprocess.Popen([str(python), "-I", str(WORKER), "--await-job"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+    return subprocess.Popen([str(python), "-I", str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env=_worker_env(), text=True)
 
 
@@ -221,11 +221,15 @@ def _end(proc: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def warm_worker(start: bool):
+def warm_worker(*, start: bool | None = None):
     """Start the converter's worker at once, so that it imports torch and litert-torch (about
     3 s) while the passes before the conversion run; the conversion takes it. One not taken is
-    ended when the block ends. Nothing starts unless asked and installed."""
-    if not start or installed() is None:
+    ended when the block ends. As ``onnx2tf.warm_converter``: only a one-shot process starts one
+    unless ``start`` says, and nothing starts where the converter is not installed
+    (``benchmarks/litert_bench.py``: 13.5 s -> 9.4 s a demo run)."""
+    from edgeport._lazy import is_one_shot
+
+    if not (is_one_shot() if start is None else start) or installed() is None:
         yield
         return
     proc = _start(env_dir() / "bin" / "python")

@@ -1,4 +1,4 @@
-"""litert-torch's side of ``convert/litert_torch.py``, run by the converter's own Python.
+"""litert-torch's side of ``convert/litert.py``, run by the converter's own Python.
 
 Standalone on purpose (the standard library, numpy, torch, litert_torch and ai_edge_quantizer;
 no edgeport import): it runs in the environment ``edgeport converters install litert-torch``
@@ -8,7 +8,7 @@ built. One folder in, files out:
     DIR/sample.npy       one NCHW float32 input
     DIR/calib.npy        NCHW float32 calibration images (only for int8)
     DIR/job.json         {"variants": ["float32", "int8"?], "per_tensor": bool}
-    (``worker.py DIR``, or ``worker.py --await-job`` with DIR on standard input)
+    (``litert_worker.py``: it imports first, then reads DIR from standard input)
     -> DIR/model_float32.tflite, DIR/model_int8.tflite, DIR/result.json
        {"version": ..., "written": [...], "errors": {variant: message}}
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -32,17 +31,13 @@ def _last_line(exc: BaseException) -> str:
     return text[-1][:400] if text else type(exc).__name__
 
 
-def main(folder: Path, imported_in: float | None = None) -> int:
-    t_start = time.perf_counter()
+def convert(folder: Path) -> None:
     import litert_torch
     import numpy as np
     import torch
 
     job = json.loads((folder / "job.json").read_text())
-    result = {"version": getattr(litert_torch, "__version__", "?"), "written": [], "errors": {}, "seconds": {}}
-    result["seconds"]["imports"] = round(time.perf_counter() - t_start if imported_in is None else imported_in, 2)
-    result["warm"] = imported_in is not None
-    t0 = time.perf_counter()
+    result = {"version": getattr(litert_torch, "__version__", "?"), "written": [], "errors": {}}
     try:
         program = torch.export.load(str(folder / "model.pt2"))
         sample = torch.from_numpy(np.load(folder / "sample.npy"))
@@ -50,7 +45,6 @@ def main(folder: Path, imported_in: float | None = None) -> int:
         edge = litert_torch.convert(litert_torch.to_channel_last_io(program.module(), args=[0]), (nhwc,))
         edge.export(str(folder / "model_float32.tflite"))
         result["written"].append("float32")
-        result["seconds"]["float32"] = round(time.perf_counter() - t0, 2)
     except Exception as exc:  # noqa: BLE001 -- the converter's reason, for the report
         result["errors"]["float32"] = _last_line(exc)
         traceback.print_exc()
@@ -68,27 +62,21 @@ def main(folder: Path, imported_in: float | None = None) -> int:
                                       weight_num_bits=8, weight_granularity=granularity)
             qt.load_quantization_recipe(manager.get_quantization_recipe())
             samples = [{"args_0": np.ascontiguousarray(calib[i:i + 1], np.float32)} for i in range(len(calib))]
-            t1 = time.perf_counter()
             calibrated = qt.calibrate({"serving_default": samples})
-            result["seconds"]["calibrate"] = round(time.perf_counter() - t1, 2)
-            t1 = time.perf_counter()
             qt.quantize(calibration_result=calibrated).export_model(str(folder / "model_int8.tflite"), overwrite=True)
             result["written"].append("int8")
-            result["seconds"]["int8"] = round(time.perf_counter() - t1, 2)
         except Exception as exc:  # noqa: BLE001
             result["errors"]["int8"] = _last_line(exc)
             traceback.print_exc()
     (folder / "result.json").write_text(json.dumps(result))
-    return 0
 
 
-def await_job() -> int:
-    """``--await-job``: import first (torch and litert-torch, about 3 s, while edgeport runs the
-    passes before the conversion), then take one folder from standard input, writing the log
-    there. Standard input closed with no folder: nothing asked, exit 0."""
+def main() -> int:
+    """Import first (torch and litert-torch, about 3 s, while edgeport runs the passes before the
+    conversion), then take one folder from standard input, writing the log there. Standard input
+    closed with no folder: nothing asked, exit 0."""
     import os
 
-    t_start = time.perf_counter()
     try:
         import litert_torch  # noqa: F401
         import numpy  # noqa: F401
@@ -107,8 +95,9 @@ def await_job() -> int:
     if failed:
         print(failed, file=sys.stderr, flush=True)
         return 1
-    return main(folder, imported_in=time.perf_counter() - t_start)
+    convert(folder)
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(await_job() if sys.argv[1:] == ["--await-job"] else main(Path(sys.argv[1])))
+    sys.exit(main())

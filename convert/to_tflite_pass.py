@@ -36,7 +36,7 @@ class ToTFLitePass(Pass[Exported, Converted]):
             )
         quantised = next((v for v in variants if v != "float32"), None)  # int8, uint8 or none
         if config.converter == litert.NAME:
-            conversion = litert.convert_variants(prepared.module, prepared.calib[:1], prepared.calib, config.work_dir / "litert",
+            conversion = litert.convert_variants(prepared.module, prepared.calib, config.work_dir / "litert",
                                                  int8=quantised is not None, timeout_s=config.onnx2tf_timeout_s,
                                                  per_tensor=quantised == "uint8")
             if "float32" in conversion.not_written:

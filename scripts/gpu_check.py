@@ -81,8 +81,8 @@ def wheel_fits(name: str, version: tuple[int, int] = sys.version_info[:2]) -> bo
         if tag in ("py3", f"py{version[0]}{version[1]}"):
             return True
         if tag.startswith("cp") and tag[2:].isdigit():
-            version = int(tag[2]) * 100 + int(tag[3:])
-            if version == ours or (abi == "abi3" and version <= ours):
+            built_for = int(tag[2]) * 100 + int(tag[3:])
+            if built_for == ours or (abi == "abi3" and built_for <= ours):
                 return True
     return False
 
@@ -101,7 +101,7 @@ class Steps:
     """Each step a process of ``edgeport``, its output appended to the log, its time recorded."""
 
     def __init__(self, out: Path, env: dict[str, str], deadline: float):
-        self.out, self.env, self.deadline = out, env, deadline
+        self.env, self.deadline = env, deadline
         self.log = out / "gpu_check.log"
         self.log.write_text("")
         self.times: dict[str, dict] = {}

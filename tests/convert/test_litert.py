@@ -48,7 +48,7 @@ def test_float32_and_full_integer_int8_from_the_pytorch_model(tmp_path):
     from edgeport.validate.parity.tflite_runner import load_interpreter
 
     model, calib = _small(), np.random.default_rng(0).random((8, 3, 32, 32), dtype=np.float32)
-    got = litert.convert_variants(model, calib[:1], calib, tmp_path, int8=True, timeout_s=600)
+    got = litert.convert_variants(model, calib, tmp_path, int8=True, timeout_s=600)
     assert set(got.files) == {"float32", "int8"} and not got.not_written
     f32 = load_interpreter(got.files["float32"], kernels="reference")
     (inp,) = f32.get_input_details()
@@ -76,8 +76,7 @@ def test_a_model_torch_export_cannot_capture_is_a_named_reason(tmp_path):
         def forward(self, x):
             return x * 2 if x.sum() > 0 else x - 1  # a branch on the values: no static graph
 
-    got = litert.convert_variants(DataDependent(), np.ones((1, 3, 8, 8), np.float32), np.ones((1, 3, 8, 8), np.float32),
-                                  tmp_path, int8=True, timeout_s=120)
+    got = litert.convert_variants(DataDependent(), np.ones((1, 3, 8, 8), np.float32), tmp_path, int8=True, timeout_s=120)
     assert not got.files and set(got.not_written) == {"float32", "int8"}
     assert got.not_written["float32"].startswith("torch.export cannot capture the model: ")
 
@@ -89,11 +88,11 @@ def test_the_cross_check_agrees_on_one_model_and_names_where_two_part(tmp_path):
     from edgeport.validate.parity.divergence import tflite_intermediates
 
     model, images = _small(), np.random.default_rng(1).random((2, 3, 32, 32), dtype=np.float32)
-    a = litert.convert_variants(model, images[:1], images, tmp_path / "a", int8=False, timeout_s=600).files["float32"]
-    again = litert.convert_variants(model, images[:1], images, tmp_path / "again", int8=False, timeout_s=600).files["float32"]
+    a = litert.convert_variants(model, images, tmp_path / "a", int8=False, timeout_s=600).files["float32"]
+    again = litert.convert_variants(model, images, tmp_path / "again", int8=False, timeout_s=600).files["float32"]
     with torch.no_grad():
         model[2].weight[1] += 0.05  # the second conv computes something else for one channel
-    b = litert.convert_variants(model, images[:1], images, tmp_path / "b", int8=False, timeout_s=600).files["float32"]
+    b = litert.convert_variants(model, images, tmp_path / "b", int8=False, timeout_s=600).files["float32"]
     expected = [(1, 4, 15, 15)]
     same = compare_files(a, again, images, expected)  # two conversions of one model, two files
     assert same["ran"] and same["agree"] and same["max_abs_rel"] <= 1e-5 and same["first_parting"] is None

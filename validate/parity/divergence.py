@@ -96,7 +96,7 @@ def onnx_intermediates(path: Path, x: np.ndarray) -> list[Tensor]:
 LAYOUTS = ("nhwc", "nchw", "both")
 
 
-def tflite_intermediates(path: Path, x: np.ndarray, layout: str = "both") -> list[Tensor]:
+def tflite_intermediates(path: Path, x: np.ndarray, layout: str) -> list[Tensor]:
     """Every 4-D op output of a TFLite model run by the reference kernels, in execution order,
     as NCHW: read as NHWC (how converters lay out a convolution's tensors), as NCHW, or both ways
     (as candidates, where a tensor may be kept either way -- litert-torch keeps some in PyTorch's
