@@ -36,6 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEELS = ROOT / ".gpu_wheels"
+MARKER = ".edgeport-gpu-check"  # this folder is the script's own: a rerun may write into it
 # what the checks import: the trainer's own stack (pycocotools is the one a bare machine lacks)
 NEEDED = ("torch", "numpy", "PIL", "rich", "matplotlib", "pycocotools")
 CONVERTER_STACK = ("onnx", "onnxruntime", "onnxslim", "onnx2tf", "ai_edge_litert")
@@ -263,7 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=300.0, help="seconds for all steps together (default 300)")
     args = p.parse_args(argv)
     out = args.out.resolve()
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).is_file())):
+        # it writes summary.json, gpu_check.log and run folders there: never into a folder of the user's
+        print(f"gpu_check: {out} exists and is not a gpu_check folder; give a new or empty OUT_DIR", file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).touch()
     summary = run_checks("smoke" if args.smoke else "gpu", out, args.budget, args.convert)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))

@@ -104,6 +104,14 @@ def test_gpu_check_without_its_modules_says_what_is_missing(tmp_path):
     assert run.returncode == 2 and "Traceback" not in run.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert not summary["ran"] and "torch" in summary["reason"], summary
+    # a folder of the user's is never written into
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "summary.json").write_text("my notes")
+    run = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(mine)], capture_output=True, text=True,
+                         env={**env, "PY": python}, timeout=120)
+    assert run.returncode == 2 and "is not a gpu_check folder" in run.stderr and "Traceback" not in run.stderr
+    assert (mine / "summary.json").read_text() == "my notes" and sorted(p.name for p in mine.iterdir()) == ["summary.json"]
 
 
 def test_wheels_are_unpacked_only_for_the_python_they_fit():
