@@ -29,7 +29,7 @@ def finish(out: Path, report: dict, what: str) -> int:
     print_table(report, stdout)
     for line in [f"- {item}" for item in board_runtime_lines(report)] + divergence_lines(report):
         stdout.print(for_terminal(line), highlight=False, markup=False)
-    gate(out, report)
+    gate(out, report, what=what)
     stdout.print(for_terminal(f"{what} in {out}/"), highlight=False, markup=False)
     return 0
 

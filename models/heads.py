@@ -9,6 +9,11 @@ means, and the decoder that turns them into boxes.
   input pixels (and a visibility score when D is 3); COCO's K=17, D=3 unless the model says.
 - ``yolov8-seg``: ``(N, 4+nc+nm, A)`` -- the detection channels, then nm mask coefficients --
   and the prototypes ``(N, nm, H/4, W/4)`` as a second output.
+- ``yolov8-obb``: oriented boxes, ``(N, 4+nc+1, A)``: box centre x, y, width, height in input
+  pixels, class scores, then the box's angle in radians. Boxes are compared by the axis-aligned
+  extent of the rotated box (the same decoder for PyTorch and every runtime; an approximation of
+  Ultralytics' rotated NMS, which only the decoded boxes see). Auto-detected only where the model
+  says it is oriented (its head's ``ne``): its shape is also a ``yolov8`` of one more class.
 - ``yolov10``: the end-to-end (NMS-free) format: ``(N, K, 6)``, top-K rows of box x1, y1, x2,
   y2 in input pixels, score, class index.
 - ``yolov5``: the anchor-based YOLOv5 export: ``(N, A, 5+nc)``, x, y, w, h in input pixels,
@@ -32,7 +37,7 @@ import numpy as np
 from edgeport.errors import BadInputError
 from edgeport.models.decode import DETECT, DecodeProtocol, Detections, decode, select
 
-HEADS = ("pdet", "yolov8", "yolov8-pose", "yolov8-seg", "yolov10", "yolov5", "classify", "raw")
+HEADS = ("pdet", "yolov8", "yolov8-pose", "yolov8-seg", "yolov8-obb", "yolov10", "yolov5", "classify", "raw")
 # the keypoints a pose head carries unless the model says otherwise (COCO's 17, with visibility)
 COCO_KEYPOINTS = (17, 3)
 MAX_TOPK = 1000  # an end-to-end head keeps at most this many rows (YOLOv10's max_det: 300)
@@ -67,6 +72,7 @@ class Hints:
     nm: int | None = None
     end2end: bool = False
     anchor_based: bool = False
+    oriented: bool = False  # the head adds an angle per box (Ultralytics' OBB: ``ne`` extra channels)
 
 
 def head_hints(module) -> Hints:
@@ -82,7 +88,8 @@ def head_hints(module) -> Hints:
         kpt = tuple(int(v) for v in kpt) if isinstance(kpt, (tuple, list)) and len(kpt) == 2 and all(whole(v) for v in kpt) else None
         nm = getattr(m, "nm", None)
         return Hints(nc=nc, kpt_shape=kpt, nm=nm if whole(nm) else None, end2end=getattr(m, "end2end", False) is True,
-                     anchor_based=hasattr(m, "anchors") and whole(getattr(m, "na", None)))
+                     anchor_based=hasattr(m, "anchors") and whole(getattr(m, "na", None)),
+                     oriented=getattr(m, "ne", None) == 1 and not isinstance(getattr(m, "ne", None), bool))
     return Hints()
 
 
@@ -127,6 +134,9 @@ class Head:
             if self.name == "yolov8-seg":
                 out.append(Group("masks", 1, _span(4 + nc, shape[1]), FREE))
             return out
+        if self.name == "yolov8-obb" and k == 0:
+            return [Group("boxes", 1, _span(0, 4), PIXELS), Group("scores", 1, _span(4, 4 + nc), UNIT),
+                    Group("angle", 1, (4 + nc,), FREE)]
         if self.name == "yolov8-seg" and k == 1:
             return [Group("prototypes", 1, _span(0, shape[1]), FREE)]
         if self.name == "yolov10":
@@ -163,6 +173,10 @@ class Head:
         if self.name in ("yolov8", "yolov8-pose", "yolov8-seg"):
             out, nc = outputs[0], self.nc
             return [select(_xywh_to_xyxy(o[:4].T.astype(np.float32)), o[4:4 + nc].T.astype(np.float32), protocol) for o in out]
+        if self.name == "yolov8-obb":
+            out, nc = outputs[0], self.nc
+            return [select(_rotated_extent(o[:4].T.astype(np.float32), o[4 + nc].astype(np.float32)),
+                           o[4:4 + nc].T.astype(np.float32), protocol) for o in out]
         if self.name == "yolov5":
             (out,) = outputs
             return [select(_xywh_to_xyxy(o[:, :4].astype(np.float32)), (o[:, 4:5] * o[:, 5:]).astype(np.float32), protocol)
@@ -171,6 +185,14 @@ class Head:
             (out,) = outputs
             return [_topk_rows(o, protocol) for o in out]
         return None
+
+
+def _rotated_extent(b: np.ndarray, angle: np.ndarray) -> np.ndarray:
+    """xyxy of the axis-aligned box around each rotated box (centre x, y, width, height; angle in radians)."""
+    c, s = np.abs(np.cos(angle)), np.abs(np.sin(angle))
+    hw = (b[:, 2] * c + b[:, 3] * s) / 2
+    hh = (b[:, 2] * s + b[:, 3] * c) / 2
+    return np.stack([b[:, 0] - hw, b[:, 1] - hh, b[:, 0] + hw, b[:, 1] + hh], axis=1).astype(np.float32)
 
 
 def _topk_rows(rows: np.ndarray, protocol: DecodeProtocol) -> Detections:
@@ -194,6 +216,9 @@ def _fits(name: str, shapes: list[tuple[int, ...]], strides, hints: Hints) -> li
         kpt = hints.kpt_shape or COCO_KEYPOINTS
         nc = c - 4 - kpt[0] * kpt[1]
         return [Head("yolov8-pose", nc=nc, kpt_shape=kpt)] if nc >= 1 and c < a and kpt[1] in (2, 3) else []
+    if name == "yolov8-obb" and one3:
+        _, c, a = shapes[0]
+        return [Head("yolov8-obb", nc=c - 5)] if 6 <= c < a else []
     if name == "yolov8-seg" and len(shapes) == 2 and len(shapes[0]) == 3 and len(shapes[1]) == 4:
         (_, c, a), (_, nm, _, _) = shapes
         nc = c - 4 - nm
@@ -219,6 +244,10 @@ def _agrees(head: Head, hints: Hints) -> bool:
         return head.name == "yolov8-pose"
     if hints.nm is not None:
         return head.name == "yolov8-seg"
+    if hints.oriented:
+        return head.name == "yolov8-obb"
+    if head.name == "yolov8-obb":
+        return False  # its shape is a yolov8's of one more class: only the model's word tells them apart
     if hints.end2end:
         return head.name == "yolov10"
     if hints.anchor_based:
@@ -228,7 +257,8 @@ def _agrees(head: Head, hints: Hints) -> bool:
 
 EXPECTED = {"pdet": "per-level (N, 4+1+C, H, W) outputs with the model's strides", "yolov8": "one (N, 4+nc, A) output",
             "yolov8-pose": "one (N, 4+nc+K*D, A) output (K keypoints of D values; 17 x 3 unless the model says)",
-            "yolov8-seg": "a (N, 4+nc+nm, A) output and (N, nm, H, W) prototypes", "yolov10": "one (N, K, 6) output (K <= 1000)",
+            "yolov8-seg": "a (N, 4+nc+nm, A) output and (N, nm, H, W) prototypes",
+            "yolov8-obb": "one (N, 4+nc+1, A) output (boxes, class scores, angle)", "yolov10": "one (N, K, 6) output (K <= 1000)",
             "yolov5": "one (N, A, 5+nc) output", "classify": "one (N, C) output of logits"}
 
 

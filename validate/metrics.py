@@ -29,8 +29,11 @@ def max_abs_rel(ref: np.ndarray, got: np.ndarray) -> float:
 
 
 def cosine(ref: np.ndarray, got: np.ndarray) -> float:
-    """Cosine similarity of the flattened tensors in float64; NaN when either holds NaN/Inf
-    (an angle with those in it means nothing), 1 when both are zero, 0 when one is."""
+    """Cosine similarity of the flattened tensors in float64, in [-1, 1]; NaN when either holds
+    NaN/Inf (an angle with those in it means nothing), 1 when both are zero, 0 when one is.
+
+    Clamped: rounding in the dot product and the norms can put two equal tensors at
+    1.0000000000000002, which is no cosine, and the gate rightly refuses a metric outside its range."""
     r = np.asarray(ref, np.float64).ravel()
     g = np.asarray(got, np.float64).ravel()
     if not (np.isfinite(r).all() and np.isfinite(g).all()):
@@ -40,7 +43,7 @@ def cosine(ref: np.ndarray, got: np.ndarray) -> float:
         return 1.0
     if nr == 0 or ng == 0:
         return 0.0
-    return float(np.dot(r, g) / (nr * ng))
+    return min(1.0, max(-1.0, float(np.dot(r, g) / (nr * ng))))
 
 
 def coco_map(samples, detections: list[Detections]) -> dict[str, float]:

@@ -108,3 +108,29 @@ def test_the_cli_offers_exactly_the_heads():
     from edgeport.cli import HEAD_CHOICES
 
     assert HEAD_CHOICES == ("auto", *HEADS)
+
+
+def test_oriented_boxes_are_a_head_of_their_own():
+    """Ultralytics' OBB export (1, 4+nc+1, A): boxes, class scores, then the angle. Its shape is also a
+    yolov8 of one more class, so auto takes it only where the model's head says so (``ne``)."""
+    out = np.zeros((1, 4 + 2 + 1, 40), np.float32)
+    out[0, :4] = 5.0
+    out[0, :4, 3] = [100, 100, 40, 20]
+    out[0, 5, 3] = 0.9
+    out[0, 6, 3] = np.pi / 2  # a quarter turn: 40 wide becomes 40 tall
+    head = resolve_head("yolov8-obb", [out.shape])
+    assert head == Head("yolov8-obb", nc=2)
+    assert [g.name for g in head.groups(0, out.shape)] == ["boxes", "scores", "angle"]
+    assert head.groups(0, out.shape)[2].channels == (6,)
+    (dets,) = head.decode([out])
+    assert dets.classes.tolist() == [1]
+    np.testing.assert_allclose(dets.boxes[0], [90, 80, 110, 120], atol=1e-3)
+    assert resolve_head("auto", [out.shape]).name == "yolov8"  # without the model's word: a yolov8 of 3 classes
+    assert resolve_head("auto", [out.shape], hints=Hints(nc=2, oriented=True)).name == "yolov8-obb"
+
+    class OBB(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.nc, self.ne, self.conv = 2, 1, torch.nn.Conv2d(1, 1, 1)
+
+    assert head_hints(torch.nn.Sequential(OBB())) == Hints(nc=2, oriented=True)

@@ -200,3 +200,33 @@ def test_a_malformed_report_is_never_accepted_as_a_baseline(files, run_inproc, t
     before = inventory(tmp_path)
     assert_one_line(run_inproc("check", "now.json", "--baseline", "base.json", "--update-baseline"), 2, "repeats the row")
     assert inventory(tmp_path) == before
+
+
+@pytest.mark.parametrize("where, old, new", [
+    # the failing value first: the standard reader keeps the last, and would see a pass
+    ("a row", '"runtime": "tflite", "passed": true', '"runtime": "tflite", "passed": false, "passed": true'),
+    ("the report", '"schema": "edgeport.parity/2", "passed": true', '"schema": "edgeport.parity/2", "passed": false, "passed": true'),
+    ("an output", '"name": "p3", "cosine": 0.999999', '"name": "p3", "cosine": 0.5, "cosine": 0.999999'),
+])
+def test_a_key_twice_in_one_object_is_bad_input(files, run_inproc, tmp_path, where, old, new):
+    text = json.dumps(make_report())
+    assert text.count(old) == 1, where
+    files("now.json", text.replace(old, new))
+    before = inventory(tmp_path)
+    assert_one_line(run_inproc("check", "now.json", "--baseline", "base.json"), 2, "now.json", "twice")
+    # as a baseline too, and never accepted as one
+    assert_one_line(run_inproc("check", "base.json", "--baseline", "now.json"), 2, "now.json", "twice")
+    assert_one_line(run_inproc("check", "now.json", "--baseline", "base.json", "--update-baseline"), 2, "twice")
+    assert inventory(tmp_path) == before
+
+
+@pytest.mark.parametrize("field", ["max_abs_rel", "cosine", "max_abs"])
+def test_an_integer_past_the_largest_float_is_bad_input_not_a_crash(files, run_inproc, field):
+    now = make_report()
+    now["results"][1]["outputs"][0][field] = 10**400  # 401 digits: JSON reads it, float() overflows
+    files("now.json", now)
+    assert_one_line(run_inproc("check", "now.json", "--baseline", "base.json"), 2, "now.json", f"outputs[0].{field}",
+                    "about 401 digits")
+    files("base.json", now)
+    files("now.json", make_report())
+    assert_one_line(run_inproc("check", "now.json", "--baseline", "base.json"), 2, "base.json", "about 401 digits")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import json
+from pathlib import Path
 
 import pytest
 
 from edgeport.errors import BadInputError
 from edgeport.validate.gate.check import CheckTolerance, compare_reports, load_report, parse_report
+from edgeport.validate.parity.result import ResultRow, Verdict
+from edgeport.validate.report.render import render_json
 
 from ..conftest import make_report
 
@@ -50,7 +54,7 @@ def test_missing_rows_and_fewer_passing_rows():
 def test_a_row_that_fails_its_own_tolerance_fails_whatever_it_says():
     now = make_report(cos=0.9)  # says passed, but cosine 0.9 < its own 0.99999
     regressions = [str(r) for r in compare_reports(now, make_report(), CheckTolerance())]
-    assert any("passed (by its own tolerance)" in r for r in regressions), regressions
+    assert "float32/tflite: says passed, but output p3 fails its own tolerance (cosine 0.9 < 0.99999)" in regressions, regressions
     assert any(r.startswith("report: passed claimed") for r in regressions), regressions
 
 
@@ -84,3 +88,255 @@ def test_check_cli_exit_codes(tmp_path, run_inproc):
     assert run_inproc("check", str(now), "--baseline", str(tmp_path / "missing.json")).returncode == 2
     upd = run_inproc("check", str(now), "--baseline", str(tmp_path / "new" / "base.json"), "--update-baseline")
     assert upd.returncode == 0 and json.loads((tmp_path / "new" / "base.json").read_text()) == json.loads(now.read_text())
+
+
+# -- every verdict a row carries is read: its reasons, repeat, verdict and steps --------------------
+
+BOARD = "int8/board:tflite-1.13"
+SAME_FILE = "the reference kernels on this file"
+
+
+def board_report(*, steps_allowed=None, max_steps=0) -> dict:
+    """``make_report`` with a quantised board row as edgeport writes one: the emulator's verdict,
+    each image invoked twice, no reasons, and its steps against the reference kernels on the same
+    file (reported, not gated, as board rows are: ``allowed`` null)."""
+    report = make_report()
+    row = copy.deepcopy(report["results"][1])
+    row.update(variant="int8", runtime="board:tflite-1.13", reasons=[], repeat={"max_abs": 0.0, "passed": True},
+               verdict={"judge": "emulator", "runnable": True, "reasons": [], "differences": {}, "arena_bytes": None,
+                        "model_bytes": 367624},
+               steps=[{"against": SAME_FILE, "max_steps": max_steps, "allowed": steps_allowed, "passed": True}])
+    report["results"].append(row)
+    return report
+
+
+def _board_row(report: dict) -> dict:
+    return report["results"][2]
+
+
+def _without_steps(report: dict) -> dict:
+    for row in report["results"]:
+        row.pop("steps", None)
+    return report
+
+
+def _set(path: tuple, value):
+    """A mutation of the board row: ``value`` at ``path`` (keys and indices) inside it."""
+    def mutate(report):
+        target = _board_row(report)
+        for part in path[:-1]:
+            target = target[part]
+        target[path[-1]] = value
+        return report
+    return mutate
+
+
+# (mutation of the board row, exit code, the line that names it: on stdout for 1, the error for 2)
+MUTATIONS = {
+    "steps failing, row says passed": (_set(("steps", 0), {"against": SAME_FILE, "max_steps": 50, "allowed": 1, "passed": False}),
+                                       1, f"{BOARD}: says passed, but steps against {SAME_FILE} 50 > allowed 1"),
+    "steps 'nan'": (_set(("steps",), "nan"), 2, "results[2].steps is missing or not a list"),
+    "steps removed from every row": (_without_steps, 1, f"{BOARD}: steps against {SAME_FILE} 0 -> missing"),
+    "max_steps raised, not gated": (_set(("steps", 0, "max_steps"), 50), 1, f"{BOARD}: steps against {SAME_FILE} 0 -> 50"),
+    "max_steps null": (_set(("steps", 0, "max_steps"), None), 1, f"{BOARD}: steps against {SAME_FILE} 0 -> missing"),
+    "verdict not runnable": (_set(("verdict", "runnable"), False), 1,
+                             f"{BOARD}: says passed, but the emulator says the file does not run (no reason given)"),
+    "verdict gone": (_set(("verdict",), None), 1, f"{BOARD}: verdict runnable -> missing"),
+    "repeat differs": (_set(("repeat",), {"max_abs": 0.5, "passed": False}), 1,
+                       f"{BOARD}: says passed, but a second invoke answers differently (repeat max_abs 0.5)"),
+    "repeat gone": (_set(("repeat",), None), 1, f"{BOARD}: repeat (each image invoked twice) present -> missing"),
+    "reasons": (_set(("reasons",), ["missed 9 of PyTorch's 36 boxes (allowed 2)"]), 1,
+                f"{BOARD}: says passed, but its reasons say: missed 9 of PyTorch's 36 boxes (allowed 2)"),
+    "output reasons": (_set(("outputs", 0, "reasons"), ["channel 3 collapsed to the constant 0"]), 1,
+                       f"{BOARD}: says passed, but output p3: channel 3 collapsed to the constant 0"),
+    "cosine a rounding past 1": (_set(("outputs", 0, "cosine"), 1.0000000000000002), 2,
+                                 "results[2].outputs[0].cosine is 1.0000000000000002, outside [-1.0, 1.0]"),
+    "401-digit metric": (_set(("outputs", 0, "max_abs"), 10**400), 2,
+                         "results[2].outputs[0].max_abs is an integer of about 401 digits, past the largest float"),
+}
+
+
+@pytest.mark.parametrize("name", MUTATIONS)
+def test_every_check_a_row_carries_is_read(tmp_path, run_inproc, name):
+    mutate, code, line = MUTATIONS[name]
+    base, now = tmp_path / "base.json", tmp_path / "now.json"
+    base.write_text(json.dumps(board_report()))
+    now.write_text(json.dumps(mutate(board_report())))
+    r = run_inproc("check", str(now), "--baseline", str(base))
+    assert r.code == code, f"{name}: exit {r.code}, expected {code}\n{r.out}{r.err}"
+    lines = r.out.splitlines() if code == 1 else [r.err.strip().splitlines()[-1]]
+    assert any(line in x for x in lines), f"{name}: expected the line {line!r}; got:\n{r.out}{r.err}"
+
+
+def test_a_key_twice_in_a_row_is_bad_input(tmp_path, run_inproc):
+    now = tmp_path / "now.json"
+    text = json.dumps(board_report())
+    # the failing value first: a reader that keeps the last sees a pass
+    assert text.count('"runtime": "board:tflite-1.13", "passed": true') == 1
+    now.write_text(text.replace('"runtime": "board:tflite-1.13", "passed": true',
+                                '"runtime": "board:tflite-1.13", "passed": false, "passed": true'))
+    (tmp_path / "base.json").write_text(json.dumps(board_report()))
+    r = run_inproc("check", str(now), "--baseline", str(tmp_path / "base.json"))
+    assert r.code == 2 and "holds the key 'passed' twice" in r.err, r.out + r.err
+
+
+@pytest.mark.parametrize("entry, error", [
+    ({"max_steps": "nan"}, "max_steps is 'nan', not a non-negative integer or null"),
+    ({"max_steps": float("nan")}, "max_steps is nan, not a non-negative integer or null"),
+    ({"max_steps": 1.0}, "max_steps is 1.0, not"),
+    ({"max_steps": True}, "max_steps is True, not"),
+    ({"max_steps": -1}, "max_steps is -1, not"),
+    ({"allowed": 0.5}, "allowed is 0.5, not"),
+    ({"passed": "yes"}, "passed is missing or not a bool"),
+    ({"against": None}, "against is missing or not a str"),
+    ({"max_steps": 50, "allowed": 1}, "says passed with max_steps 50 and allowed 1"),
+    ({"max_steps": None, "allowed": 1}, "says passed with no run to check against and allowed 1"),
+])
+def test_a_steps_entry_that_is_not_a_check_is_malformed(entry, error):
+    report = board_report()
+    _board_row(report)["steps"][0].update(entry)
+    with pytest.raises(BadInputError, match="malformed") as exc:
+        parse_report(report)
+    assert error in str(exc.value)
+
+
+@pytest.mark.parametrize("mutate, error", [
+    (lambda row: row["steps"].append(dict(row["steps"][0])), f"has two entries against '{SAME_FILE}'"),
+    (lambda row: row["steps"].append(7), "results[2].steps[1] is missing or not a dict"),
+    (lambda row: row["steps"][0].pop("allowed"), "results[2].steps[0].allowed is missing"),
+    (lambda row: row.update(repeat={"max_abs": 0.0, "passed": False}), "says passed False with max_abs 0.0"),
+    (lambda row: row.update(repeat={"max_abs": 1e-3, "passed": True}), "says passed True with max_abs 0.001"),
+    (lambda row: row.update(repeat={"max_abs": -1.0, "passed": False}), "repeat.max_abs is -1.0, outside [0.0, inf]"),
+    (lambda row: row["verdict"].update(judge="oracle"), "judge is 'oracle', not one of emulator, runtime, converter"),
+    (lambda row: row["verdict"].update(runnable="yes"), "verdict.runnable is missing or not a bool"),
+    (lambda row: row["verdict"].update(reasons="none"), "verdict.reasons is missing or not a list"),
+    (lambda row: row.update(reasons=[1]), "results[2].reasons[0] is missing or not a str"),
+    (lambda row: row.update(reasons=None), "results[2].reasons is missing or not a list"),
+])
+def test_row_checks_that_are_not_checks_are_malformed(mutate, error):
+    report = board_report()
+    mutate(_board_row(report))
+    with pytest.raises(BadInputError, match="malformed") as exc:
+        parse_report(report)
+    assert error in str(exc.value)
+
+
+def test_the_malformed_message_shows_the_value_exactly_and_who_wrote_it():
+    report = make_report(cos=1.0000000000000002)
+    with pytest.raises(BadInputError) as exc:
+        parse_report(report, "report 'now.json'")
+    msg = str(exc.value)
+    assert "cosine is 1.0000000000000002, outside [-1.0, 1.0]" in msg
+    assert "written by another version or edited" in msg and "regenerate" not in msg
+
+
+def test_steps_may_not_worsen_gated_or_not_beyond_a_rounding():
+    def steps(n, allowed=None):
+        report = board_report(max_steps=n, steps_allowed=allowed)
+        _board_row(report)["steps"][0]["passed"] = allowed is None or n <= allowed
+        return report
+
+    assert compare_reports(steps(1), steps(0), CheckTolerance()) == []  # a rounding apart: not worse
+    assert compare_reports(steps(0), steps(3), CheckTolerance()) == []  # better
+    assert [str(r) for r in compare_reports(steps(3), steps(2), CheckTolerance())] == [f"{BOARD}: steps against {SAME_FILE} 2 -> 3"]
+    # gated and failing: the row fails, so the pass is lost, and the steps grew
+    worse = [str(r) for r in compare_reports(steps(2, allowed=1), steps(1, allowed=1), CheckTolerance())]
+    assert f"{BOARD}: steps against {SAME_FILE} 1 -> 2" in worse and f"{BOARD}: says passed, but steps against {SAME_FILE} 2 > allowed 1" in worse
+
+
+def test_a_check_the_baseline_never_ran_may_come_or_stay_away():
+    base = board_report()
+    _board_row(base)["steps"][0].update(max_steps=None, allowed=None)  # that run did not run: nothing to compare
+    assert compare_reports(board_report(), base, CheckTolerance()) == []
+    assert compare_reports(base, base, CheckTolerance()) == []
+    now = board_report()
+    _board_row(now)["steps"] = []
+    assert [str(r) for r in compare_reports(now, base, CheckTolerance())] == [f"{BOARD}: steps against {SAME_FILE} present -> missing"]
+    # reports written before these checks existed carry none of them, and are still read
+    old = board_report()
+    for key in ("steps", "reasons", "repeat", "verdict"):
+        _board_row(old).pop(key)
+    assert compare_reports(old, old, CheckTolerance()) == []
+
+
+def test_a_report_that_fails_honestly_passes_against_itself():
+    """A row failing in the report and in its baseline alike is not a regression (``check R
+    --baseline R`` passes for every report edgeport writes), however many of its checks failed."""
+    report = board_report()
+    report["passed"] = False
+    row = _board_row(report)
+    row.update(passed=False, reasons=["computes 50 quantisation steps apart from the reference kernels on this file (allowed 1)",
+                                      "a second invoke of the same image answers differently (max |difference| 0.5)"],
+               repeat={"max_abs": 0.5, "passed": False})
+    row["steps"] = [{"against": SAME_FILE, "max_steps": 50, "allowed": 1, "passed": False, "first_parting": None}]
+    report["results"].append(ResultRow.not_runnable("uint8", "board:tflite-1.13", Verdict("emulator", False, ("no UINT8 ADD",))).to_dict())
+    assert compare_reports(report, copy.deepcopy(report), CheckTolerance()) == []
+
+
+def test_what_edgeport_writes_is_read_as_written():
+    """A row as ``ResultRow.to_dict`` writes it (the parity run's reason popped from each step check)
+    passes the gate's reader and earns its pass; unknown fields in a section are allowed."""
+    out = dict(make_report()["results"][1]["outputs"][0], needed={"max_abs_rel": 1e-6, "min_cosine": 1.0000000000000002},
+               reasons=[])
+    row = ResultRow("uint8", "tflite-ref", True, ms_per_image=1.5, outputs=(out,),
+                    detections={"reference_boxes": 36, "matched": 36, "missed": 0, "extra": 0, "recall": 1.0, "mean_iou": 0.99,
+                                "max_score_delta": 0.01, "mean_score_delta": 0.001, "stable_boxes": 34, "missed_stable": 0,
+                                "extra_beyond": 0, "noise_floor": 2, "noise_bound": "half a step"},
+                    verdict=None, repeat={"max_abs": 0.0, "passed": True},
+                    steps=({"against": "its int8 twin on the reference kernels", "max_steps": 1, "allowed": 1, "passed": True},
+                           {"against": "a run that was refused", "max_steps": None, "allowed": None, "passed": True}))
+    report = make_report()
+    report["results"].append(json.loads(render_json(row.to_dict())))
+    gate = parse_report(report)
+    assert gate.rows["uint8/tflite-ref"].passed and gate.rows["uint8/tflite-ref"].failures() == []
+    assert compare_reports(report, report, CheckTolerance()) == []
+
+
+@pytest.mark.parametrize("name", [p.name for p in sorted((Path(__file__).resolve().parents[2] / "ci").glob("parity-baseline*.json"))])
+def test_the_committed_baselines_pass_against_themselves(name, run_inproc):
+    path = Path(__file__).resolve().parents[2] / "ci" / name
+    r = run_inproc("check", str(path), "--baseline", str(path))
+    assert r.code == 0, r.out + r.err
+
+
+# -- boxes above the noise floor ---------------------------------------------------------------------
+
+def _judged(missed_stable=0, extra_beyond=0, stable=30, recall=1.0, boxes=(0.05, 1)) -> dict:
+    """A report whose float32 row carries the counts above the noise floor, and the report's box tolerance."""
+    r = make_report(recall=recall)
+    r["results"][1]["detections"].update(stable_boxes=stable, missed_stable=missed_stable, extra_beyond=extra_beyond,
+                                         noise_floor=6)
+    r["tolerances"] = {"float32": {"max_abs_rel": 1e-4, "min_cosine": 0.99999,
+                                   "boxes": {"fraction": boxes[0], "slack": boxes[1]}}}
+    return r
+
+
+def test_boxes_only_nms_moved_are_no_regression_once_judged_above_the_floor():
+    """Raw recall against all of PyTorch's boxes falls by a tenth (a tie broken the other way by
+    another converter release); the stable boxes are all found: no regression."""
+    assert compare_reports(_judged(recall=0.9), _judged(), CheckTolerance()) == []
+
+
+@pytest.mark.parametrize("now, what", [
+    (_judged(missed_stable=1, stable=30), "stable boxes missed (share of PyTorch's stable boxes)"),  # 0 -> 1/30
+    (_judged(extra_beyond=1, stable=30), "boxes beyond the noise floor (share of PyTorch's stable boxes)"),
+])
+def test_boxes_lost_above_the_floor_are_a_regression(now, what):
+    regressions = compare_reports(now, _judged(), CheckTolerance())
+    assert [r.metric for r in regressions] == [what], regressions
+
+
+def test_counts_above_the_floor_missing_where_the_baseline_has_them_are_a_regression():
+    now = make_report()
+    regressions = compare_reports(now, _judged(), CheckTolerance())
+    assert any("noise floor" in r.metric and r.now == "missing" for r in regressions), regressions
+
+
+def test_a_row_over_its_own_box_tolerance_never_passes_whatever_it_says():
+    """2 of 30 stable boxes missed where the report allows max(1, 5 % of 30) = 1: the row says passed
+    and its reasons were removed; the gate counts for itself."""
+    bad = _judged(missed_stable=2)
+    assert not parse_report(bad).rows["float32/tflite"].passed
+    assert parse_report(_judged(missed_stable=1)).rows["float32/tflite"].passed
+    regressions = compare_reports(bad, bad, CheckTolerance())
+    assert any("missed_stable 2 > allowed 1" in str(r) for r in regressions), regressions

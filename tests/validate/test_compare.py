@@ -86,3 +86,31 @@ def test_top_k_rows_are_compared_as_a_set():
     got = ref[:, [1, 0, 2]] + 1e-6  # a tie between two scores, ordered the other way
     np.testing.assert_allclose(align_rows(ref, got), ref, atol=1e-5)
     assert compare_tensors("y", ref, align_rows(ref, got), FLOAT32).passed and not compare_tensors("y", ref, got, FLOAT32).passed
+
+
+def test_a_dead_channel_fails_whatever_the_head():
+    """A detector edgeport does not know (head ``raw``, no groups): box pixels 0..480 beside scores and
+    an angle in 0..1. int8 with one scale over the output zeroes the score and angle channels while the
+    output's cosine stays at 0.999; each channel is judged against channels of its own magnitude, so
+    both fail by name."""
+    from edgeport.validate.parity.compare import compare_channels, magnitude_groups
+
+    rng = np.random.default_rng(3)
+    ref = np.concatenate([rng.uniform(0, 480, (2, 4, 300)), rng.uniform(0, 1, (2, 2, 300))], axis=1)
+    got = np.round(ref / 3.78) * 3.78  # one symmetric int8 scale over +-480: the 0..1 channels round to 0
+    assert magnitude_groups(ref, 1) == [(4, 5), (0, 1, 2, 3)]
+    assert compare_tensors("y", ref, got, INT8).passed and compare_tensors("y", ref, got, INT8).metrics.cosine > 0.999
+    result = compare_channels("y", ref, got, 1)
+    assert not result.passed, "a raw head hides no dead channel"
+    assert [r.split(" collapsed")[0] for r in result.reasons] == ["channel 4", "channel 5"], result.reasons
+    healthy = ref + rng.normal(0, 0.002, ref.shape)
+    assert compare_channels("y", ref, healthy, 1).passed
+
+
+def test_channel_groups_by_magnitude_keep_like_channels_together():
+    from edgeport.validate.parity.compare import magnitude_groups
+
+    ref = np.array([[1.0, 5.0, 9.0, 100.0, 800.0, 0.0]])[..., None].repeat(3, axis=2) * np.array([1, -1, 0.5])
+    # a group starts at its smallest channel and takes those up to 10 times larger: 0 | 1, 5, 9 | 100, 800
+    assert magnitude_groups(ref, 1) == [(5,), (0, 1, 2), (3, 4)]
+    assert magnitude_groups(ref, 1, [3, 4]) == [(3, 4)]

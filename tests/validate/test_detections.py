@@ -24,3 +24,69 @@ def test_missed_extra_and_class_mismatch():
     assert (agg.matched, agg.missed, agg.extra) == (1, 1, 2)
     assert abs(agg.max_score_delta - 0.2) < 1e-6
     assert match_detections(ref, _d([], [])) == []
+
+
+# -- the noise floor: what NMS alone moves never fails a row; a row that loses boxes still does ------
+
+def _busy_v8(seed=0):
+    """A busy yolov8 output (1, 5, 230): 60 confident boxes, then 150 whose scores tie within 2e-7 (a
+    class branch as training leaves it) so that the max-detections cut (100) keeps 40 of them by a
+    hair, and 20 near the 0.25 confidence threshold. Every box stands apart, so NMS is not in play:
+    only the thresholds are."""
+    rng = np.random.default_rng(seed)
+    n = 230
+    out = np.zeros((1, 5, n), np.float32)
+    ys, xs = np.divmod(np.arange(n), 16)
+    out[0, 0], out[0, 1] = 15 + 30 * xs, 15 + 30 * ys
+    out[0, 2:4] = 20
+    out[0, 4, :60] = rng.uniform(0.8, 0.95, 60)
+    out[0, 4, 60:210] = 0.4 + rng.uniform(-2e-7, 2e-7, 150)
+    out[0, 4, 210:] = 0.25 + rng.uniform(-2e-7, 2e-7, 20)
+    return out
+
+
+def _floor(ref_out, bound):
+    from edgeport.models.decode import DETECT
+    from edgeport.models.heads import Head
+    from edgeport.validate.parity.detections import PERTURBATIONS, perturb, possible_protocol, stability
+
+    head = Head("yolov8", nc=1)
+    ref = head.decode([ref_out])
+    perturbed = [head.decode(perturb([ref_out], head.groups, bound, how)) for how in PERTURBATIONS]
+    possible = head.decode(perturb([ref_out], head.groups, bound, "+"), possible_protocol(DETECT))
+    return head, ref, stability(ref, perturbed, possible, bound)
+
+
+def test_boxes_that_only_nms_moved_are_the_noise_floor():
+    """A change at 1e-6 of the range (folding BN) swaps near-tied boxes: against all of PyTorch's boxes
+    the row misses some and adds others; above the noise floor it misses and adds none."""
+    from edgeport.validate.parity.compare import FLOAT_NOISE
+
+    ref_out = _busy_v8()
+    head, ref, floor = _floor(ref_out, FLOAT_NOISE)
+    moved = ref_out * (1 + np.random.default_rng(9).uniform(-1e-6, 1e-6, ref_out.shape)).astype(np.float32)
+    got = head.decode([moved])
+    raw = compare_detections(ref, got)
+    assert raw.missed > 0 and raw.extra > 0, "the fixture must have near-ties that a 1e-6 change moves"
+    agg = compare_detections(ref, got, floor)
+    assert (agg.missed_stable, agg.extra_beyond) == (0, 0), agg
+    assert agg.stable_boxes == 60 and agg.noise_floor >= raw.missed
+    assert agg.judged == (agg.stable_boxes, 0, 0)
+
+
+def test_a_row_that_loses_boxes_still_fails_above_the_floor():
+    """Scores a quarter of what they should be (a broken output scale) lose every stable box, far
+    above the floor; boxes moved away are boxes no perturbation produces."""
+    from edgeport.validate.parity.compare import DETECTION_TOLERANCES, QUANTISED_NOISE
+
+    ref_out = _busy_v8(1)
+    head, ref, floor = _floor(ref_out, QUANTISED_NOISE)
+    broken = ref_out.copy()
+    broken[0, 4] *= 0.25
+    agg = compare_detections(ref, head.decode([broken]), floor)
+    assert agg.stable_boxes == 60
+    assert agg.missed_stable > DETECTION_TOLERANCES["int8"].allowed(agg.stable_boxes), agg
+    shifted = ref_out.copy()
+    shifted[0, :2, :60] += 12.0  # the confident boxes moved by more than half their size
+    agg = compare_detections(ref, head.decode([shifted]), floor)
+    assert agg.extra_beyond > DETECTION_TOLERANCES["int8"].allowed(agg.stable_boxes), agg

@@ -5,17 +5,21 @@ from __future__ import annotations
 import json
 import math
 
-from edgeport.validate.report.render import divergence_lines, render_json, render_markdown, rows
+import pytest
+
+from edgeport.validate.report.render import divergence_lines, render_html, render_json, render_markdown, rows, write_reports
 from edgeport.validate.report.schema import SCHEMA, ResultRow
 
 
 def _report(passed=True, divergence=None) -> dict:
     out = {"name": "p3", "max_abs": 1.5e-6, "mean_abs": 1e-7, "rmse": 2e-7, "cosine": 0.9999991, "snr_db": math.inf,
-           "p99_abs": 1e-6, "ref_max_abs": 3.0, "max_abs_rel": 5e-7, "passed": passed, "reasons": [] if passed else ["cosine 0.9 < 0.99999"]}
+           "p99_abs": 1e-6, "ref_max_abs": 3.0, "max_abs_rel": 5e-7, "passed": passed, "reasons": [] if passed else ["cosine 0.9 < 0.99999"],
+           "tolerance": {"max_abs_rel": 1e-4, "min_cosine": 0.99999}}
     row = ResultRow("float32", "tflite", passed, ms_per_image=1.25, outputs=(out,),
                     detections={"matched": 9, "reference_boxes": 10, "extra": 1, "recall": 0.9}, divergence=divergence)
     return {"schema": SCHEMA, "created": "2026-11-30T00:00:00+00:00", "passed": passed,
-            "model": {"arch": "pdet-n", "checkpoint": "m.pt", "layout": "state_dict"}, "inputs": {"shape": [3, 64, 64], "source": "s"},
+            "model": {"arch": "pdet-n", "checkpoint": "m.pt", "layout": "state_dict", "weights_sha256": "ab" * 32, "outputs": ["p3"]},
+            "inputs": {"shape": [3, 64, 64], "source": "s"},
             "reference": {"what": "the model"}, "versions": {"edgeport": "0.1.0"}, "artifacts": {"model_float32.tflite": {"bytes": 2048}},
             "results": [ResultRow("reference", "pytorch", True).to_dict(), row.to_dict()]}
 
@@ -29,7 +33,8 @@ def test_rows_take_the_worst_output_and_the_artifact_size():
 def test_markdown_shows_verdict_failures_and_numbers():
     md = render_markdown(_report(passed=False))
     assert "**FAILED**" in md and "| float32 | tflite | FAIL | 2 |" in md
-    assert "- float32 on tflite, output p3: cosine 0.9 \\< 0.99999" in md
+    assert "- float32/tflite: p3 cosine 0.9 \\< 0.99999" in md
+    assert md.index("## Failures") < md.index("| variant |"), "the failure comes first"
 
 
 def test_json_writes_non_finite_numbers_as_strings():
@@ -85,3 +90,93 @@ def test_the_cross_check_in_one_sentence():
     assert "no intermediate tensor pairs up" in nowhere
     skipped = cross_check_line({"name": "onnx2tf", "version": "1.28.8", "ran": False, "reason": "it wrote no float32 file: x"})
     assert skipped == "onnx2tf 1.28.8: not compared: it wrote no float32 file: x"
+
+
+def test_html_opens_with_the_failures_then_a_table_whose_numbers_do_not_wrap():
+    page = render_html(_report(passed=False))
+    failures, summary = page.index('id="failures"'), page.index('id="summary"')
+    assert failures < summary, "the failure comes before the big table"
+    assert "<strong>float32/tflite</strong><ul><li>p3 cosine 0.9 &lt; 0.99999</li></ul>" in page[failures:summary]
+    assert "white-space: nowrap" in page and '<div class="scroll"><table id="summary">' in page
+    assert 'id="failures"' not in render_html(_report()), "nothing failed: no Failures section"
+
+
+def test_both_reports_explain_the_columns_ms_per_image_and_the_extra_boxes():
+    page, md = render_html(_report()), render_markdown(_report())
+    legend = page[page.index('id="legend"'):]
+    assert "ms/img: median per image, warm: the second invoke of each image" in legend
+    assert "boxes matched M/R (+E)" in legend and "+E: boxes the row finds that PyTorch does not" in legend
+    assert "ms/img: median per image, warm: the second invoke of each image" in md
+    assert "boxes matched M/R (+E)" in md and "| 9/10 (+1) |" in md
+
+
+def _with_board_rows(same_run: bool) -> dict:
+    report = _report()
+    ref = dict(report["results"][1], runtime="tflite-ref", ms_per_image=7.5)
+    board = dict(ref, runtime="board:default", verdict={"judge": "emulator", "runnable": True, "reasons": [], "differences": {},
+                                                        "arena_bytes": None, "model_bytes": 1})
+    if not same_run:
+        board["ms_per_image"] = 7.6
+    report["results"] += [ref, board]
+    return report
+
+
+def test_a_board_row_that_reuses_the_reference_kernels_run_says_so():
+    shared = _with_board_rows(same_run=True)
+    md, page = render_markdown(shared), render_html(shared)
+    assert "| float32 | board:default \u2020 | PASS |" in md and "| float32 | tflite-ref | PASS |" in md
+    assert "\u2020 same run as tflite-ref" in md and "\u2020 same run as tflite-ref" in page
+    apart = _with_board_rows(same_run=False)
+    assert "\u2020" not in render_markdown(apart) and "same run as" not in render_html(apart)
+    said = _report()  # a report whose row names the run it shares is taken at its word
+    said["results"][1]["same_run_as"] = "tflite-ref"
+    assert "float32 | tflite \u2020 |" in render_markdown(said)
+
+
+@pytest.mark.parametrize("reference, candidate, says", [
+    ([], [], "sample image: no detections, from PyTorch or from int8 / board:default"),
+    ([{"box": [1, 1, 5, 5], "score": 0.9, "class": 0}], [], "sample image: PyTorch (green) vs int8 / board:default: no detections"),
+    ([{"box": [1, 1, 5, 5], "score": 0.9, "class": 0}], [{"box": [1, 1, 5, 6], "score": 0.8, "class": 0}],
+     "sample image: PyTorch (green) vs int8 / board:default (red)"),
+])
+def test_a_sample_image_without_boxes_says_no_detections(reference, candidate, says):
+    import numpy as np
+
+    from edgeport.validate.report.render import make_figures
+
+    report = _report()
+    report["sample"] = {"row": "int8 / board:default", "image": 0, "reference": reference, "candidate": candidate}
+    figures = make_figures(report, np.zeros((3, 8, 8), np.float32))
+    (title,) = [name for name in figures if name.startswith("sample image")]
+    assert title == says and figures[title].startswith(b"\x89PNG")
+    assert f"<figcaption>{says}</figcaption>" in render_html(report, figures)
+
+
+CONTROL = "\x1b[31m"
+BELL = "\x07"
+
+
+def test_control_bytes_from_files_reach_neither_report(tmp_path):
+    """A tensor name or a reason holding ESC, BEL or a C1 control byte: report.md and report.html
+    show each as its escape (as stdout does), never the byte."""
+    import re
+
+    report = _report(passed=False)
+    out = report["results"][1]["outputs"][0]
+    out["name"] = f"p3{CONTROL}red{BELL}\x9b"
+    out["reasons"] = [f"cosine 0.9 < 0.99999 {CONTROL}{BELL}"]
+    report["results"][1]["runtime"] = f"tflite{BELL}"
+    report["results"][1]["reasons"] = [f"missed 3 of PyTorch's 10 boxes{CONTROL}"]
+    report["model"]["arch"] = f"pdet{CONTROL}"
+    report["stages"] = [{"name": "fold_bn", "seconds": 0.1, "changed": True, "summary": f"folded{BELL}"}]
+    report["sample"] = {"row": f"float32 / tflite{BELL}", "image": 0, "reference": [], "candidate": []}
+    import numpy as np
+
+    write_reports(report, tmp_path, np.zeros((3, 8, 8), np.float32))
+    unsafe = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # every C0 (but tab and newline) and C1 control
+    for name in ("report.html", "report.md"):
+        text = (tmp_path / name).read_text()
+        assert "\x1b" not in text and "\x07" not in text and not unsafe.search(text), (name, unsafe.findall(text))
+        assert "\\x1b" in text and "\\x07" in text, f"{name} shows the escapes"
+    page = (tmp_path / "report.html").read_text()
+    assert "p3\\x1b[31mred\\x07\\x9b cosine 0.9 &lt; 0.99999" in page

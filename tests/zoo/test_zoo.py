@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -236,7 +235,7 @@ def test_zoo_model_ends_as_documented(name, tmp_path, cli):
             assert all(o["max_abs_rel"] <= 1e-5 for o in row["outputs"]), row["outputs"]
         if row["runtime"].startswith("board:") and row["variant"] == "uint8" and row["outputs"]:
             (same_file,) = [c for c in row["steps"] if c["against"] == "the reference kernels on this file"]
-            assert same_file["passed"], row["steps"]  # the board's kernels compute what today's do, within a step
+            assert same_file["max_steps"] <= 1, row["steps"]  # the board's kernels compute what today's do, within a step
 
 
 def _the_gate_and_the_board_agree_on(tflite: Path, ckpt: Path, name: str, out: Path, cli) -> None:
@@ -261,10 +260,6 @@ def _real_runtime() -> bool:
     return installed_python(load_board("tflite-1.13")) is not None
 
 
-# (model, onnx2tf 2.x?) whose int8 detections of the trained-like head fall outside the gate
-DETECTIONS_APART = {("yolov8n", True)}
-DETECTION_COUNT = re.compile(r"^(missed \d+ of PyTorch's \d+ boxes|\d+ boxes PyTorch does not find) \(allowed \d+\)$")
-
 
 @pytest.mark.parametrize("name, groups", [("yolov8n", ("boxes", "scores")),
                                           ("yolov8n_pose", ("boxes", "scores", "keypoints", "visibility")),
@@ -283,14 +278,13 @@ def test_int8_of_a_trained_head_keeps_every_channel(name, groups, tmp_path, cli)
         assert by["output0[channels]"]["passed"] and by["output0[channels]"]["cosine"] >= 0.98, by["output0[channels]"]
         assert all(o["passed"] for o in row["outputs"]), row["outputs"]
         assert row["detections"] is not None
-        if (name, TWO_X) in DETECTIONS_APART:
-            # every tensor within tolerance, yet NMS over this random head's many near-equal boxes
-            # keeps other anchors: the gate says so by counts (measured, docs/zoo.md)
-            assert not row["passed"] and all(DETECTION_COUNT.search(r) for r in row["reasons"]), row["reasons"]
-    if (name, TWO_X) in DETECTIONS_APART:
-        assert proc.returncode == 1, proc.stderr[-3000:]
-    else:
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        # every tensor within tolerance; the boxes NMS keeps among this head's many near-equal
+        # candidates differ (int8 adds a third to PyTorch's 288 boxes), most of them no more than a
+        # change of one step of each group's range already moves: judged above that noise floor
+        # (measured: 15 to 25 % of the stable boxes missed, none added beyond it), it passes
+        det = row["detections"]
+        assert row["passed"] and det["extra_beyond"] <= det["extra"] and det["missed_stable"] <= det["missed"], (row["reasons"], det)
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize("name", ["yolov8n", "yolov8n_pose"])
@@ -311,8 +305,7 @@ def test_uint8_of_a_trained_head_on_tflite_113(name, tmp_path, cli):
         (real,) = [r for r in rows if r["runtime"] == "board:tflite-1.13 (TFLite 1.13.1)"]
         (same_file,) = [c for c in real["steps"] if c["against"] == "the reference kernels on this file"]
         assert same_file["max_steps"] <= 1 and real["repeat"]["passed"]
-    if (name, TWO_X) not in DETECTIONS_APART:
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def test_an_ultralytics_training_checkpoint(tmp_path, cli):

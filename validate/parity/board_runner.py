@@ -17,7 +17,11 @@ from edgeport.validate.parity.runners import Runner, RunOutput, RuntimeRefused
 
 class BoardRunner(Runner):
     """A board's own runtime behind the ``Runner`` interface: all images in one call; the worker
-    there invokes each image twice and reports the largest difference."""
+    there invokes each image twice and reports the largest difference.
+
+    Its ms/img is the median of the times the board's runtime reports, one per image
+    (``validate/board/worker.py`` times each image's first invoke): the board's word, not a warm
+    time measured here as the other runners' are (``Runner.run``)."""
 
     board_runtime = True  # its word on whether the file runs is final
 

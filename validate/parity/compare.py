@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from edgeport.validate.metrics import cosine, relative
+from edgeport.validate.parity.detections import NoiseBound
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,17 @@ class DetectionTolerance:
 # adds 24 to its 64 (37 %) by surviving NMS; a file adding 86 boxes to 187 (46 %) fails.
 DETECTION_TOLERANCES = {"folded": DetectionTolerance(0.05), "onnx": DetectionTolerance(0.05), "float32": DetectionTolerance(0.05),
                         "int8": DetectionTolerance(0.4, 2), "uint8": DetectionTolerance(0.4, 2)}
+
+# What a change that means nothing moves, per variant (``detections.NoiseBound``): boxes that a
+# perturbation within it moves are NMS's own instability, not the row's. A float file is held to
+# 1e-4 of each group's max|value| (its tensor tolerance: a float row within tolerance moves no box
+# such a perturbation cannot move). A quantised file moves every value by up to half a step, and a
+# step is at least 1/255 of the group's range (8 bits over exactly its range, the finest scale an
+# 8-bit file can give it): one full step, so that a rounding at either end of the range is covered.
+FLOAT_NOISE = NoiseBound(FLOAT32.max_abs_rel, "max_abs")
+QUANTISED_NOISE = NoiseBound(1 / 255, "range")
+NOISE_BOUNDS = {"folded": FLOAT_NOISE, "onnx": FLOAT_NOISE, "float32": FLOAT_NOISE, "int8": QUANTISED_NOISE,
+                "uint8": QUANTISED_NOISE}
 
 
 @dataclass(frozen=True)
@@ -146,27 +158,53 @@ def error_histogram(refs: list[np.ndarray], gots: list[np.ndarray]) -> dict:
 
 
 # a channel "varies" when its values span at least this fraction of its group's range (boxes,
-# scores, ...; the whole output where the head names no groups): below it, int8 gives the channel
-# fewer than 26 of the group's 256 steps, and its shape is not something int8 promises to keep (an
-# untrained classifier's logits; a class no object in the images belongs to). A score or a
-# keypoint visibility that collapsed spans its group's whole range in PyTorch.
+# scores, ...: the head's groups; where the head names none, channels of like magnitude, below):
+# below it, int8 gives the channel fewer than 26 of the group's 256 steps, and its shape is not
+# something int8 promises to keep (an untrained classifier's logits; a class no object in the
+# images belongs to). A score or a keypoint visibility that collapsed spans its group's whole
+# range in PyTorch.
 VARYING = 0.1
+# channels the head does not group are grouped by their own magnitude (max |value| in PyTorch): a
+# group starts at its smallest channel and takes every channel up to this many times larger. Box
+# pixels (0..480) and scores or an angle (0..1) are then apart, so a score that int8 flattened
+# next to pixels is judged against the scores' range, not the pixels' -- whatever the head.
+MAGNITUDE_RATIO = 10.0
+
+
+def magnitude_groups(ref: np.ndarray, axis: int, channels=None) -> list[tuple[int, ...]]:
+    """``channels`` (default: all along ``axis``) grouped by their magnitude in ``ref`` (``MAGNITUDE_RATIO``)."""
+    r = np.moveaxis(np.asarray(ref, np.float64), axis, 0).reshape(ref.shape[axis], -1)
+    chans = list(range(r.shape[0])) if channels is None else list(channels)
+    scale = {c: float(np.abs(r[c][np.isfinite(r[c])]).max(initial=0.0)) for c in chans}
+    groups: list[list[int]] = []
+    start = None
+    for c in sorted(chans, key=lambda c: (scale[c], c)):
+        if groups and scale[c] <= MAGNITUDE_RATIO * start:
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+            start = scale[c]
+    return [tuple(sorted(g)) for g in groups]
 
 
 def compare_channels(name: str, ref: np.ndarray, got: np.ndarray, axis: int, tol: Tolerance = CHANNEL,
                      groups: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> TensorComparison:
-    """Every channel along ``axis`` on its own: a varying channel (``VARYING``) that came back
-    constant has collapsed; one whose cosine falls under ``tol`` has lost its signal. ``groups``:
-    (name, channels) of the head's channel groups. The metrics are the worst varying channel's;
-    the reasons name each failing channel, with its group."""
+    """Every channel along ``axis`` on its own: a varying channel (``VARYING``, against its group's
+    range) that came back constant has collapsed; one whose cosine falls under ``tol`` has lost its
+    signal. ``groups``: (name, channels) of the head's channel groups; channels in none are grouped
+    by magnitude (``magnitude_groups``). The metrics are the worst varying channel's; the reasons
+    name each failing channel, with its group."""
     r = np.moveaxis(ref.astype(np.float64), axis, 0).reshape(ref.shape[axis], -1)
     g = np.moveaxis(got.astype(np.float64), axis, 0).reshape(got.shape[axis], -1)
     group_of = {c: gname for gname, chans in groups for c in chans}
-    whole = float(np.abs(r).max(initial=0.0))
-    span = {gname: float(np.abs(r[list(chans)]).max(initial=0.0)) for gname, chans in groups if chans}
+    ungrouped = [c for c in range(r.shape[0]) if c not in group_of]
+    span_of = {c: float(np.abs(r[list(chans)]).max(initial=0.0)) for _, chans in groups if chans for c in chans}
+    for chans in magnitude_groups(ref, axis, ungrouped) if ungrouped else ():
+        span = float(np.abs(r[list(chans)]).max(initial=0.0))
+        span_of.update({c: span for c in chans})
     reasons, worst = [], 1.0
     for c in range(r.shape[0]):
-        if not r.shape[1] or np.ptp(r[c]) <= VARYING * span.get(group_of.get(c, ""), whole):
+        if not r.shape[1] or not np.ptp(r[c]) > VARYING * span_of[c]:
             continue
         label = f"channel {c}" + (f" ({group_of[c]})" if c in group_of else "")
         cos = cosine(r[c], g[c])

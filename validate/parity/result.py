@@ -47,6 +47,7 @@ class ResultRow:
     # quantised rows: runs it must match step for step, each {"against", "max_steps", "allowed", "passed"}
     # (a board's kernels against the reference kernels on the same file; uint8 against its int8 twin)
     steps: tuple[dict, ...] = ()
+    same_run_as: str | None = None  # the runtime of an earlier row whose run this row reuses
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)}

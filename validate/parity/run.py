@@ -26,10 +26,11 @@ from typing import Callable
 
 import numpy as np
 
-from edgeport.models.decode import COCO_EVAL, Detections
+from edgeport.models.decode import COCO_EVAL, DETECT, Detections
 from edgeport.models.heads import Head, Hints, resolve_head
 from edgeport.validate.parity.compare import (
     DETECTION_TOLERANCES,
+    NOISE_BOUNDS,
     QUANTISED,
     TOLERANCES,
     align_rows,
@@ -37,14 +38,22 @@ from edgeport.validate.parity.compare import (
     compare_tensors,
     error_histogram,
 )
-from edgeport.validate.parity.detections import compare_detections
+from edgeport.validate.parity.detections import (
+    PERTURBATIONS,
+    Stability,
+    compare_detections,
+    perturb,
+    possible_protocol,
+    stability,
+)
 from edgeport.validate.parity.result import ResultRow, Verdict
 from edgeport.validate.parity.runners import Runner, RunOutput, RuntimeRefused, TorchRunner
 
 RANDOM_INPUTS = 2
-# quantised outputs compared in steps with a run that should compute the same integers: a board's
-# kernels against today's reference kernels on the same file (the board's kernels were probed
-# within 1 step of them), and a uint8 file against its int8 twin (the same arithmetic shifted by 128)
+# quantised outputs compared in steps with a run that should compute the same integers: a uint8
+# file against its int8 twin on the reference kernels (the same arithmetic shifted by 128: edgeport's
+# own rewrite, bit-exact where no lowering rule changed the graph) is held to this; a board's
+# kernels against today's reference kernels on the same file are reported and located, not gated
 STEPS_ALLOWED = 1
 
 
@@ -159,7 +168,7 @@ def _settled(compute) -> Future:
 
 def execute(runners: list[Runner], inputs: np.ndarray) -> dict[object, Future]:
     """Every distinct run (``Runner.cache_key``), finished: PyTorch's first, alone (it uses every
-    core itself); then the others -- each on one thread, or in a child process -- side by side, at
+    core itself, on its untimed first invoke); then the others -- each on one thread, or in a child process -- side by side, at
     most one per core. A slow runner's images are shared out (``split``: the reference kernels),
     slow shares first, so the cores finish together: YOLOv8n's parity at 320 px takes 8 s instead
     of 11 on two cores. Each image is still timed on its own, but beside another run: on a small
@@ -211,13 +220,20 @@ def comparisons(names, head: Head, refs: list[np.ndarray], gots: list[np.ndarray
 
 
 def _detection_reasons(variant: str, agreement) -> list[str]:
+    """Boxes missed or added beyond the tolerance, counted above the noise floor where it was measured."""
     tol = DETECTION_TOLERANCES[variant]
+    held, missed, extra = agreement.judged
+    allowed = tol.allowed(held)
+    above = agreement.stable_boxes is not None
+    floor = (f"; a change within {agreement.noise_bound} of PyTorch's outputs moves up to {agreement.noise_floor}"
+             if above else "")
     reasons = []
-    if agreement.missed > tol.allowed(agreement.reference_boxes):
-        reasons.append(f"missed {agreement.missed} of PyTorch's {agreement.reference_boxes} boxes (allowed "
-                       f"{tol.allowed(agreement.reference_boxes)})")
-    if agreement.extra > tol.allowed(agreement.reference_boxes):
-        reasons.append(f"{agreement.extra} boxes PyTorch does not find (allowed {tol.allowed(agreement.reference_boxes)})")
+    if missed > allowed:
+        reasons.append(f"missed {missed} of PyTorch's {held} {'stable ' if above else ''}boxes (allowed {allowed}{floor})")
+    if extra > allowed:
+        what = (f"boxes that no change within {agreement.noise_bound} of PyTorch's outputs produces" if above
+                else "boxes PyTorch does not find")
+        reasons.append(f"{extra} {what} (allowed {allowed})")
     return reasons
 
 
@@ -228,7 +244,21 @@ class _Reference:
     outputs: list[np.ndarray]
     n_real: int
     detections: list[Detections] | None
+    head: Head | None = None
     tensors: object = None  # every intermediate of the reference ONNX, on the first image, when a row fails
+    floors: dict = field(default_factory=dict)  # NoiseBound -> Stability, measured once per bound
+
+    def floor(self, variant: str) -> Stability | None:
+        """The reference's boxes under changes that mean nothing for ``variant`` (``NOISE_BOUNDS``)."""
+        bound = NOISE_BOUNDS.get(variant)
+        if bound is None or self.detections is None or self.head is None:
+            return None
+        if bound not in self.floors:
+            real = [o[: self.n_real] for o in self.outputs]
+            perturbed = [self.head.decode(perturb(real, self.head.groups, bound, how)) for how in PERTURBATIONS]
+            possible = self.head.decode(perturb(real, self.head.groups, bound, "+"), possible_protocol(DETECT))
+            self.floors[bound] = stability(self.detections, perturbed, possible, bound)
+        return self.floors[bound]
 
 
 def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, ref: _Reference, inputs: np.ndarray,
@@ -237,7 +267,7 @@ def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, r
     runs it must match integer for integer."""
     step_checks = [check.compare(run.outputs) for check in steps]
     for check, c in zip(steps, step_checks):
-        if not c["passed"] and check.locate is not None and divergence:
+        if c["max_steps"] is not None and c["max_steps"] > STEPS_ALLOWED and check.locate is not None and divergence:
             # where the two part, op by op: once per file and check
             key = (check.against, row.runtime if row.runtime.startswith("board:") else "")
             if key not in located:
@@ -257,7 +287,8 @@ def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, r
     compared = comparisons(subject.output_names, head, ref.outputs, outputs, row.variant)
     real = [o[: ref.n_real] for o in outputs]
     dets = head.decode(real)
-    agreement = compare_detections(ref.detections, dets) if ref.detections is not None and dets is not None else None
+    agreement = (compare_detections(ref.detections, dets, ref.floor(row.variant))
+                 if ref.detections is not None and dets is not None else None)
     reasons = _detection_reasons(row.variant, agreement) if agreement is not None else []
     repeat = None
     if run.repeat_max_abs is not None:
@@ -326,7 +357,11 @@ def _step_checks(subject: ParitySubject, rows: list[PlannedRow], runs: dict, twi
 
         steps = output_steps(path, expected)
         work = subject.workdir or Path(path).parent
-        same_file = _steps_from(runs, reference.runner, "the reference kernels on this file", steps, True)
+        # a board's kernels against today's on the same file: a diagnostic that says where the two
+        # part, never a verdict -- the board row is judged, like every row, by its outputs against
+        # PyTorch (1.13.1 computes some held-out files 8 steps from today's kernels, and PyTorch's
+        # outputs within 0.996 cosine on every channel; its LOGISTIC bug, 124 steps, also broke that)
+        same_file = _steps_from(runs, reference.runner, "the reference kernels on this file", steps, False)
         same_file = replace(same_file, locate=lambda runner, x, path=path, work=work: first_parting(
             path, x, transport=getattr(runner, "transport", None), work=work) if getattr(runner, "transport", None) else None)
         twin = None
@@ -339,10 +374,11 @@ def _step_checks(subject: ParitySubject, rows: list[PlannedRow], runs: dict, twi
             if row.variant != variant or row.runner is None or row.runtime == "tflite":
                 continue
             mine = []
-            if row.runtime.startswith("board:"):
+            board = row.runtime.startswith("board:")
+            if board:
                 mine.append(same_file)
             if twin is not None:
-                mine.append(twin)
+                mine.append(replace(twin, gated=False) if board else twin)
             checks[(variant, row.runtime)] = tuple(mine)
     return checks
 
@@ -372,7 +408,7 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, plan=plan_row
     head = subject.head if isinstance(subject.head, Head) else \
         resolve_head(subject.head, [o.shape for o in ref_run.outputs], subject.strides, subject.hints)
     ref_real = [o[:n_real] for o in ref_run.outputs]
-    ref = _Reference(ref_run.outputs, n_real, head.decode(ref_real))
+    ref = _Reference(ref_run.outputs, n_real, head.decode(ref_real), head)
     results = [ResultRow("reference", "pytorch", True, ms_per_image=ref_run.ms_per_image, map=_map_vs_truth(subject, head, ref_real))]
     expected = [(1, *o.shape[1:]) for o in ref_run.outputs]
     rows = plan(subject, expected)
@@ -381,6 +417,7 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, plan=plan_row
     steps = _step_checks(subject, rows, runs, twins, expected)
     located: dict = {}  # analysis file -> where it diverges: rows on one file share one analysis
     sample = None
+    first_of: dict = {}  # a run's cache key -> the runtime of the first row that shows it
     for row in rows:
         if row.runner is None:  # the board cannot run it: a failed row with the reasons
             results.append(ResultRow.not_runnable(row.variant, row.runtime, row.verdict))
@@ -392,6 +429,9 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, plan=plan_row
             continue
         result, dets = judge(row, run, subject, head, ref, inputs, located, divergence=divergence,
                              steps=steps.get((row.variant, row.runtime), ()))
+        if row.runner.cache_key in first_of:
+            result = replace(result, same_run_as=first_of[row.runner.cache_key])
+        first_of.setdefault(row.runner.cache_key, row.runtime)
         results.append(result)
         if dets is not None and ref.detections is not None and (row.runtime.startswith("board:") or sample is None):
             # the first image's boxes, preferably as the board computes them

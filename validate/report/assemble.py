@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from edgeport._lazy import installed_versions
-from edgeport.validate.parity.compare import CHANNEL, DETECTION_TOLERANCES, TOLERANCES
+from edgeport.validate.parity.compare import CHANNEL, DETECTION_TOLERANCES, NOISE_BOUNDS, TOLERANCES
 from edgeport.validate.parity.run import ParityResult
 from edgeport.validate.report.schema import BoardSection, Report
 
@@ -13,7 +13,8 @@ VERSION_PACKAGES = ("edgeport", "torch", "onnx", "onnxruntime", "onnxslim", "onn
 
 def tolerances() -> dict:
     out = {v: {"max_abs_rel": t.max_abs_rel, "min_cosine": t.min_cosine,
-               "boxes": {"fraction": DETECTION_TOLERANCES[v].fraction, "slack": DETECTION_TOLERANCES[v].slack}}
+               "boxes": {"fraction": DETECTION_TOLERANCES[v].fraction, "slack": DETECTION_TOLERANCES[v].slack,
+                         "noise": NOISE_BOUNDS[v].describe()}}
            for v, t in TOLERANCES.items()}
     out["channels"] = {"min_cosine": CHANNEL.min_cosine, "applies_to": "quantised files, each channel"}
     return out

@@ -7,8 +7,16 @@ import io
 
 import numpy as np
 
+from edgeport.text import for_terminal
+
 #: what drawing imports (a third of a second), for callers that can load it ahead
 IMPORTS = ("matplotlib.figure", "matplotlib.backends.backend_agg", "matplotlib.patches")
+
+
+def _plain(value) -> str:
+    """A name from a file as a figure's label: control characters shown as escapes, and no
+    mathtext (matplotlib reads "$...$" as TeX, and a stray "$" in a tensor's name as an error)."""
+    return for_terminal(value).replace("$", r"\$")
 
 
 def _png(fig) -> bytes:
@@ -54,7 +62,7 @@ def error_histograms(report: dict) -> bytes | None:
         h = r["error_histogram"]
         edges = np.asarray(h["log10_edges"])
         centers = (edges[:-1] + edges[1:]) / 2
-        ax.plot(centers, h["counts"], marker=".", label=f"{r['variant']} / {r['runtime']}")
+        ax.plot(centers, h["counts"], marker=".", label=_plain(f"{r['variant']} / {r['runtime']}"))
     ax.set(xlabel="log10 |output error| vs PyTorch", ylabel="elements", title="error distribution per runtime", yscale="symlog")
     plain_log_ticks(ax.yaxis)
     ax.legend(fontsize=7)
@@ -70,10 +78,10 @@ def layer_curves(report: dict) -> bytes | None:
     for r in rows:
         curve = r["divergence"]["curve"]
         y = [max(c["max_abs_rel"], 1e-9) if r["variant"] != "int8" else max(1 - c["cosine"], 1e-9) for c in curve]
-        ax.plot([c["index"] for c in curve], y, marker=".", label=f"{r['variant']} / {r['runtime']}")
+        ax.plot([c["index"] for c in curve], y, marker=".", label=_plain(f"{r['variant']} / {r['runtime']}"))
         first = r["divergence"]["first"]
         if first:
-            ax.annotate(first["reference"], (first["index"], y[[c["index"] for c in curve].index(first["index"])]), fontsize=7, color="red")
+            ax.annotate(_plain(first["reference"]), (first["index"], y[[c["index"] for c in curve].index(first["index"])]), fontsize=7, color="red")
     ax.set(xlabel="reference layer (graph order)", ylabel="max|err|/max|ref|  (int8: 1 - cosine)", yscale="log",
            title="per-layer error against the trained model")
     plain_log_ticks(ax.yaxis)
@@ -82,7 +90,8 @@ def layer_curves(report: dict) -> bytes | None:
 
 
 def boxes_overlay(image_chw: np.ndarray, reference, board, labels: tuple[str, str]) -> bytes:
-    """The first validation image with the reference's boxes (green) and the board's (red, dashed)."""
+    """The first validation image with the reference's boxes (green) and the board's (red, dashed);
+    a side with no boxes is named on the image ("no detections: ...") instead of promising a colour."""
     from matplotlib.patches import Rectangle
 
     fig, ax = _figure((4, 4))
@@ -91,8 +100,12 @@ def boxes_overlay(image_chw: np.ndarray, reference, board, labels: tuple[str, st
     for dets, colour, style, label in ((reference, "lime", "-", labels[0]), (board, "red", "--", labels[1])):
         for i, (x1, y1, x2, y2) in enumerate(dets.boxes):
             ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, color=colour, linestyle=style, linewidth=1.5,
-                                   label=label if i == 0 else None))
+                                   label=_plain(label) if i == 0 else None))
     ax.set_axis_off()
     if len(reference) or len(board):
         ax.legend(fontsize=7, loc="lower right")
+    empty = [label for dets, label in zip((reference, board), labels) if not len(dets)]
+    if empty:
+        ax.text(0.02, 0.98, _plain(f"no detections: {', '.join(empty)}"), transform=ax.transAxes, va="top", ha="left",
+                fontsize=8, color="white", bbox={"facecolor": "black", "alpha": 0.6, "linewidth": 0})
     return _png(fig)

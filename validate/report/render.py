@@ -1,6 +1,8 @@
 """Renderers: the parity report as JSON, Markdown, HTML and a console table.
 
-They only render: every number is already in the report dictionary.
+They only render: every number is already in the report dictionary. Text from files (tensor
+names, reasons, runtime names) is escaped at the edge: ``text.for_markdown`` for Markdown,
+``_h`` (control characters shown as escapes, then ``html.escape``) for HTML.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import math
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from edgeport.text import for_markdown
+from edgeport.text import for_markdown, for_terminal
+from edgeport.validate.report.schema import failures
 
 
 def _fmt(x, spec: str = ".3g") -> str:
@@ -37,8 +40,10 @@ def render_json(report: dict) -> str:
 
 
 def rows(report: dict) -> list[dict]:
-    """One row per (variant, runtime): the worst output's metrics."""
+    """One row per (variant, runtime): the worst output's metrics; ``same_run_as``: the row whose
+    run this one reuses (``same_runs``), else None."""
     out = []
+    shared = same_runs(report)
     for r in report["results"]:
         outputs = r["outputs"]
         det = r.get("detections") or {}
@@ -55,9 +60,32 @@ def rows(report: dict) -> list[dict]:
                 "map50": (r.get("map") or {}).get("map50"),
                 "ms": r.get("ms_per_image"),
                 "bytes": _artifact_bytes(report, r["variant"]),
+                "same_run_as": shared.get((r["variant"], r["runtime"])),
             }
         )
     return out
+
+
+def same_runs(report: dict) -> dict[tuple[str, str], str]:
+    """(variant, runtime) -> the runtime of the row whose run it reuses: a board emulator that
+    changes nothing in the file runs it on the reference kernels, as ``tflite-ref`` does, so parity
+    runs it once (``Runner.cache_key``) and both rows hold that one run's numbers. Said by the row
+    (``same_run_as``) where the report carries it; otherwise read from the rows themselves: one run
+    gives both rows the same outputs and the very same median time, which two runs never do."""
+    found = {}
+    results = report["results"]
+    for r in results:
+        if r.get("same_run_as"):
+            found[(r["variant"], r["runtime"])] = r["same_run_as"]
+            continue
+        if not str(r["runtime"]).startswith("board:") or (r.get("verdict") or {}).get("judge") != "emulator":
+            continue
+        twin = next((o for o in results if o is not r and o["variant"] == r["variant"] and o["runtime"] == "tflite-ref"
+                     and o.get("ms_per_image") is not None and o.get("ms_per_image") == r.get("ms_per_image")
+                     and o["outputs"] and o["outputs"] == r["outputs"]), None)
+        if twin is not None:
+            found[(r["variant"], r["runtime"])] = twin["runtime"]
+    return found
 
 
 def _artifact_bytes(report: dict, variant: str):
@@ -69,10 +97,14 @@ def _artifact_bytes(report: dict, variant: str):
 HEADER = ["variant", "runtime", "status", "size KiB", "max_abs", "max_abs rel", "cosine", "SNR dB", "boxes matched", "mAP@.5", "ms/img"]
 
 
-def _cells(row: dict) -> list[str]:
+SAME_RUN = "\u2020"  # the dagger: this row is another row's run (``same_runs``)
+
+
+def _cells(row: dict, *, marks: bool = False) -> list[str]:
+    """The row's cells; ``marks``: the runtime marked where the legend explains it (report files)."""
     return [
         row["variant"],
-        row["runtime"],
+        f"{row['runtime']} {SAME_RUN}" if marks and row.get("same_run_as") else row["runtime"],
         row["status"],
         _fmt(row["bytes"] / 1024, ".0f") if row["bytes"] else "-",
         _fmt(row["max_abs"]),
@@ -101,6 +133,36 @@ MARKDOWN = Quoting(code=for_markdown, text=for_markdown)
 PLAIN = Quoting(code=str, text=str)
 
 
+def legend(report: dict) -> list[str]:
+    """What the summary table's columns and marks mean (both report files say it under the table)."""
+    lines = [
+        "status: the row against PyTorch as loaded (the reference), by every check it carries; what failed is listed "
+        "under Failures, with the value and the threshold.",
+        "max_abs, cosine, SNR dB: the row's worst output; max_abs rel: max_abs as a fraction of PyTorch's max|output|.",
+        "boxes matched M/R (+E): M of PyTorch's R boxes on the real images that the row finds too (same class, "
+        "IoU >= 0.5); +E: boxes the row finds that PyTorch does not.",
+        "ms/img: median per image, warm: the second invoke of each image (the first may load the runtime), on one "
+        "thread; the runtimes run side by side, one per core. A row from the board's own runtime shows the time it reports.",
+    ]
+    shared = sorted(set(same_runs(report).values()))
+    if shared:
+        lines.append(f"{SAME_RUN} same run as {', '.join(shared)}: the board's emulator runs this file unchanged on the "
+                     "reference kernels, so parity ran it once; the row repeats that run's numbers, it is no second "
+                     "measurement.")
+    return lines
+
+
+def _sample_title(sample: dict) -> str:
+    """The sample figure's caption: whose boxes are drawn, and whose are none."""
+    row = sample["row"]
+    if not sample["reference"] and not sample["candidate"]:
+        return f"sample image: no detections, from PyTorch or from {row}"
+    def who(name, boxes, colour):
+        return f"{name} ({colour})" if boxes else f"{name}: no detections"
+
+    return f"sample image: {who('PyTorch', sample['reference'], 'green')} vs {who(row, sample['candidate'], 'red')}"
+
+
 def render_markdown(report: dict) -> str:
     md = for_markdown
     model = report["model"]
@@ -112,16 +174,24 @@ def render_markdown(report: dict) -> str:
         f"Model: {md(model.get('arch'))} from {md(model.get('checkpoint'))} ({md(model.get('layout'))}), "
         f"input {md(report['inputs']['shape'])}; inputs: {md(report['inputs']['source'])}.",
         f"Reference: {md(report['reference']['what'])}.",
+    ]
+    failed = failures(report)
+    if failed:
+        lines += ["", "## Failures", ""]
+        for f in failed:
+            if len(f.reasons) <= 1:
+                lines.append(f"- {md(f.what)}" + (f": {md(f.reasons[0])}" if f.reasons else ""))
+            else:
+                lines += [f"- {md(f.what)}:"] + [f"  - {md(why)}" for why in f.reasons]
+    lines += [
+        "",
+        "## Summary",
         "",
         "| " + " | ".join(HEADER) + " |",
         "|" + "|".join("---" for _ in HEADER) + "|",
     ]
-    lines += ["| " + " | ".join(md(c) for c in _cells(r)) + " |" for r in rows(report)]
-    failures = [(r, o) for r in report["results"] for o in r["outputs"] if not o["passed"]]
-    if failures:
-        lines += ["", "## Failures", ""]
-        lines += [f"- {md(r['variant'])} on {md(r['runtime'])}, output {md(o['name'])}: {md('; '.join(o['reasons']))}"
-                  for r, o in failures]
+    lines += ["| " + " | ".join(md(c) for c in _cells(r, marks=True)) + " |" for r in rows(report)]
+    lines += [""] + [f"- {md(item)}" for item in legend(report)]
     lines += _section(_board_title(report, MARKDOWN), _board_items(report, MARKDOWN))
     lines += _section("Where it diverges", divergence_lines(report, MARKDOWN))
     lines += _section(_upsample_title(report), _upsample_items(report, MARKDOWN))
@@ -231,77 +301,118 @@ def _upsample_items(report: dict, q: Quoting) -> list[str]:
             f"{' (rewritten)' if s['rewritten'] else ' (native)'}" for s in up.get("sites") or ()]
 
 
+def _h(value) -> str:
+    """Text from a file, for HTML: control characters (ESC, BEL, C1 ...) shown as their escapes,
+    as on the terminal; then ``html.escape``. Every text the page shows passes here."""
+    return html.escape(for_terminal(value))
+
+
+def _failures_html(report: dict) -> str:
+    failed = failures(report)
+    if not failed:
+        return ""
+    items = "".join(f"<li><strong>{_h(f.what)}</strong>"
+                    + ("<ul>" + "".join(f"<li>{_h(why)}</li>" for why in f.reasons) + "</ul>" if f.reasons else "")
+                    + "</li>" for f in failed)
+    return f'<h2 id="failures">Failures</h2>\n<ul class="failures">{items}</ul>\n'
+
+
 def render_html(report: dict, figures: dict[str, bytes] | None = None) -> str:
-    esc = html.escape
-    head = "".join(f"<th>{esc(h)}</th>" for h in HEADER)
+    import base64
+
+    head = "".join(f"<th>{_h(h)}</th>" for h in HEADER)
     body = ""
     for row in rows(report):
         cls = "pass" if row["status"] == "PASS" else "fail"
-        body += f'<tr class="{cls}">' + "".join(f"<td>{esc(c)}</td>" for c in _cells(row)) + "</tr>\n"
+        body += f'<tr class="{cls}">' + "".join(f"<td>{_h(c)}</td>" for c in _cells(row, marks=True)) + "</tr>\n"
     per_output = ""
     for r in report["results"]:
         for o in r["outputs"]:
             per_output += (
-                f"<tr><td>{esc(r['variant'])}</td><td>{esc(r['runtime'])}</td><td>{esc(o['name'])}</td>"
+                f'<tr class="{"pass" if o["passed"] else "fail"}"><td>{_h(r["variant"])}</td><td>{_h(r["runtime"])}</td>'
+                f'<td>{_h(o["name"])}</td>'
                 f"<td>{_fmt(o['max_abs'])}</td><td>{_fmt(o['mean_abs'])}</td><td>{_fmt(o['rmse'])}</td>"
                 f"<td>{_fmt(o['cosine'], '.6f')}</td><td>{_fmt(o['snr_db'], '.1f')}</td><td>{_fmt(o['p99_abs'])}</td>"
-                f"<td>{'PASS' if o['passed'] else esc('; '.join(o['reasons']))}</td></tr>\n"
+                f'<td class="text">{"PASS" if o["passed"] else _h("; ".join(o["reasons"]))}</td></tr>\n'
             )
     stages = "".join(
-        f"<tr><td>{esc(s['name'])}</td><td>{s['seconds']:.2f}</td><td>{esc(s['summary'])}</td></tr>"
+        f'<tr><td>{_h(s["name"])}</td><td>{s["seconds"]:.2f}</td><td class="text">{_h(s["summary"])}</td></tr>'
         for s in report.get("stages", [])
     )
     verdict = "PASSED" if report["passed"] else "FAILED"
-    import base64
-
     figs = "".join(
-        f'<figure><img alt="{esc(name)}" src="data:image/png;base64,{base64.b64encode(png).decode()}"><figcaption>{esc(name)}</figcaption></figure>'
+        f'<figure><img alt="{_h(name)}" src="data:image/png;base64,{base64.b64encode(png).decode()}"><figcaption>{_h(name)}</figcaption></figure>'
         for name, png in (figures or {}).items() if png
     )
     sections = "".join(
-        f"<h2>{esc(title)}</h2><ul>" + "".join(f"<li>{esc(item)}</li>" for item in items) + "</ul>"
+        f"<h2>{_h(title)}</h2><ul>" + "".join(f"<li>{_h(item)}</li>" for item in items) + "</ul>\n"
         for title, items in ((_board_title(report, PLAIN), _board_items(report, PLAIN)),
                              ("Where it diverges", divergence_lines(report, PLAIN)),
                              (_upsample_title(report), _upsample_items(report, PLAIN)))
         if title and items
     )
+    notes = "".join(f"<li>{_h(item)}</li>" for item in legend(report))
+    model = report["model"]
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>edgeport parity report</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2rem; color: #222; }}
+body {{ font-family: system-ui, sans-serif; margin: 2rem; color: #222; max-width: 100rem; }}
+.scroll {{ overflow-x: auto; }}
 table {{ border-collapse: collapse; margin: 1rem 0; }}
-th, td {{ border: 1px solid #ccc; padding: .3rem .6rem; text-align: right; }}
-th {{ background: #f3f3f3; }} td:first-child, td:nth-child(2) {{ text-align: left; }}
-tr.fail td {{ background: #fde8e8; }} tr.pass td:nth-child(3) {{ color: #1a7f37; font-weight: 600; }}
+th, td {{ border: 1px solid #ccc; padding: .3rem .6rem; text-align: right; white-space: nowrap; }}
+td.text {{ white-space: normal; text-align: left; min-width: 24rem; }}
+th {{ background: #f3f3f3; }} td:first-child, td:nth-child(2), td:nth-child(3) {{ text-align: left; }}
+tr.fail td {{ background: #fde8e8; }} #summary tr.pass td:nth-child(3) {{ color: #1a7f37; font-weight: 600; }}
+ul.failures {{ background: #fde8e8; padding: .6rem 2rem; border-left: 4px solid #b42318; }}
+ul.legend {{ font-size: .85rem; color: #555; }}
 figure {{ display: inline-block; margin: .5rem; }} figcaption {{ font-size: .8rem; color: #555; }}
 .verdict {{ font-size: 1.4rem; font-weight: 700; color: {'#1a7f37' if report['passed'] else '#b42318'}; }}
 </style></head><body>
 <h1>edgeport parity report</h1>
 <p class="verdict" id="verdict">{verdict}</p>
-<p>Model <code>{esc(str(report['model'].get('arch')))}</code> from <code>{esc(str(report['model'].get('checkpoint')))}</code>,
-input {esc(str(report['inputs']['shape']))}; inputs: {esc(report['inputs']['source'])}.<br>
-Reference: {esc(report['reference']['what'])}.</p>
-<h2>Summary</h2>
-<table id="summary"><tr>{head}</tr>
-{body}</table>
+<p>Model <code>{_h(model.get('arch'))}</code> from <code>{_h(model.get('checkpoint'))}</code>,
+input {_h(report['inputs']['shape'])}; inputs: {_h(report['inputs']['source'])}.<br>
+Reference: {_h(report['reference']['what'])}.</p>
+{_failures_html(report)}<h2>Summary</h2>
+<div class="scroll"><table id="summary"><tr>{head}</tr>
+{body}</table></div>
+<ul class="legend" id="legend">{notes}</ul>
 {sections}
 <h2>Figures</h2>
 <div class="figs">{figs}</div>
 <h2>Per output</h2>
-<table><tr><th>variant</th><th>runtime</th><th>output</th><th>max_abs</th><th>mean_abs</th><th>rmse</th><th>cosine</th>
+<div class="scroll"><table id="per-output"><tr><th>variant</th><th>runtime</th><th>output</th><th>max_abs</th><th>mean_abs</th><th>rmse</th><th>cosine</th>
 <th>SNR dB</th><th>p99 abs</th><th>status</th></tr>
-{per_output}</table>
+{per_output}</table></div>
 <h2>Stages</h2>
-<table><tr><th>stage</th><th>seconds</th><th>summary</th></tr>{stages}</table>
-<p><small>schema {esc(report['schema'])}, created {esc(report['created'])}; {esc(', '.join(f'{k} {v}' for k, v in report['versions'].items()))}</small></p>
+<div class="scroll"><table><tr><th>stage</th><th>seconds</th><th>summary</th></tr>{stages}</table></div>
+<p><small>schema {_h(report['schema'])}, created {_h(report['created'])}; {_h(', '.join(f'{k} {v}' for k, v in report['versions'].items()))}</small></p>
 </body></html>
 """
 
 
 def write_reports(report: dict, folder: Path, sample_image=None) -> None:
-    (folder / "report.json").write_text(render_json(report))
+    text = render_json(report)
+    _check_identity(text)
+    (folder / "report.json").write_text(text)
     (folder / "report.md").write_text(render_markdown(report))
     (folder / "report.html").write_text(render_html(report, make_figures(report, sample_image)))
+
+
+def _check_identity(text: str) -> None:
+    """Every report edgeport writes is one ``edgeport check`` reads, and no worse than itself: read
+    back as the gate reads it, then checked against itself. A report that fails this is edgeport's
+    bug (an internal error, exit 3), never a file left for the user's gate to refuse."""
+    from edgeport.errors import BadInputError
+    from edgeport.validate.gate.check import CheckTolerance, compare_reports, parse_report
+
+    try:
+        data = parse_report(json.loads(text), "the report edgeport is writing")
+    except BadInputError as exc:
+        raise RuntimeError(str(exc)) from None
+    regressions = compare_reports(data, data, CheckTolerance())
+    if regressions:
+        raise RuntimeError(f"the report edgeport is writing is a regression of itself: {'; '.join(map(str, regressions[:3]))}")
 
 
 def make_figures(report: dict, sample_image=None) -> dict[str, bytes]:
@@ -318,7 +429,7 @@ def make_figures(report: dict, sample_image=None) -> dict[str, bytes]:
             return Detections(np.asarray([b["box"] for b in boxes], np.float32).reshape(-1, 4),
                               np.asarray([b["score"] for b in boxes], np.float32), np.asarray([b["class"] for b in boxes]))
 
-        out[f"sample image: PyTorch (green) vs {sample['row']} (red)"] = figures.boxes_overlay(
+        out[_sample_title(sample)] = figures.boxes_overlay(
             sample_image, dets(sample["reference"]), dets(sample["candidate"]), ("PyTorch", sample["row"]))
     return out
 

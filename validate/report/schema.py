@@ -93,15 +93,32 @@ def failures(report: dict) -> list[Failure]:
     """Every failed row and every file the board cannot run, from a report dictionary.
 
     The one place the failed rows are listed: the pipeline's summary, the gate's error and
-    the renderers all read this.
+    the renderers all read this. A row's reasons name every check it failed, each with its value
+    and its threshold, in the order a reader acts on them: its outputs ("p3 cosine 0.97 < 0.99"),
+    the row's own reasons (boxes, a second invoke, steps), a step check or a repeat those do not
+    already say, and why the file does not run.
     """
-    out = []
-    for r in report["results"]:
-        if r["passed"]:
-            continue
+
+    def said(r: dict) -> list[str]:
+        out = [f"{o['name']} {why}" for o in r.get("outputs") or () if not o.get("passed", True)
+               for why in (o.get("reasons") or ["failed"])]
+        own = list(r.get("reasons") or ())
+        out += own
+        for c in r.get("steps") or ():
+            if not c.get("passed", True) and not any(str(c.get("against")) in why for why in own):
+                out.append(f"computes {c['max_steps']} steps apart from {c.get('against')} (allowed {c.get('allowed')})"
+                           if c.get("max_steps") is not None else f"{c.get('against')} did not run: nothing to check it against")
+        repeat = r.get("repeat") or {}
+        if repeat and not repeat.get("passed", True) and not any("second invoke" in why for why in own):
+            diff = repeat.get("max_abs")
+            out.append(f"a second invoke of the same image answers differently (max |difference| "
+                       f"{format(diff, '.3g') if isinstance(diff, (int, float)) else diff})")
         verdict = r.get("verdict") or {}
-        said = list(verdict["reasons"]) if verdict.get("judge") == "converter" else []
-        out.append(Failure(f"{r['variant']}/{r['runtime']}", tuple(said + list(r.get("reasons") or ()))))
+        if verdict and not verdict.get("runnable", True):
+            out += list(verdict.get("reasons") or ()) or [f"the {verdict.get('judge')} says it cannot run"]
+        return out
+
+    out = [Failure(f"{r['variant']}/{r['runtime']}", tuple(said(r))) for r in report["results"] if not r["passed"]]
     board = report.get("board") or {}
     for variant, check in (board.get("checks") or {}).items():
         if not check["runnable"]:
@@ -109,7 +126,21 @@ def failures(report: dict) -> list[Failure]:
     return out
 
 
-def gate(out, report: dict) -> None:
-    """Raise ``ParityGateError`` (exit 1) naming what failed, when the report did not pass."""
-    if not report["passed"]:
-        raise ParityGateError(f"gate failed: {', '.join(map(str, failures(report)))}; artifacts and report are in {out}/")
+def gate(out, report: dict, *, what: str = "artifacts and report") -> None:
+    """Raise ``ParityGateError`` (exit 1) naming what failed -- each check with its value and its
+    threshold -- when the report did not pass. One line, bounded: three reasons a failure and five
+    failures, then how many more (the report lists them all). ``what``: the files in ``out``
+    ("report" for ``edgeport validate``, which writes no artifacts)."""
+    if report["passed"]:
+        return
+    shown_reasons, shown_failures = 3, 5
+
+    def one(f: Failure) -> str:
+        more = len(f.reasons) - shown_reasons
+        return str(Failure(f.what, f.reasons[:shown_reasons])) + (f"; and {more} more" if more > 0 else "")
+
+    failed = failures(report)
+    named = [one(f) for f in failed[:shown_failures]]
+    if len(failed) > shown_failures:
+        named.append(f"and {len(failed) - shown_failures} more")
+    raise ParityGateError(f"gate failed: {' | '.join(named) or 'the report says it did not pass'}; {what} in {out}/")

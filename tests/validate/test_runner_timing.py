@@ -1,0 +1,60 @@
+"""ms/img is warm: each image's second invoke is the one timed (the first may load the runtime)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from edgeport.validate.parity.runners import Runner, TorchRunner
+
+COLD_S = 0.2
+
+
+class ColdStart(Runner):
+    """Slow on its first invoke of each image (an interpreter that loads, allocates, pages in)."""
+
+    runtime = "cold"
+
+    def __init__(self):
+        self.seen: set[bytes] = set()
+
+    def _run_one(self, x):
+        key = x.tobytes()
+        if key not in self.seen:
+            self.seen.add(key)
+            time.sleep(COLD_S)
+        return [x[:, :1] * 2.0]
+
+
+class SlowFirstCall(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+        self.threads: list[int] = []
+
+    def forward(self, x):
+        self.calls += 1
+        self.threads.append(torch.get_num_threads())
+        if self.calls == 1:
+            time.sleep(COLD_S)
+        return x[:, :1] * 2.0
+
+
+def test_a_runtime_row_times_each_images_second_invoke():
+    x = np.random.default_rng(0).random((3, 3, 4, 4), dtype=np.float32)
+    run = ColdStart().run(x)
+    assert len(run.image_ms) == 3 and max(run.image_ms) < COLD_S * 1e3 / 4, run.image_ms
+    assert run.ms_per_image < COLD_S * 1e3 / 4 and run.repeat_max_abs == 0.0
+    np.testing.assert_array_equal(run.outputs[0], x[:, :1] * 2.0)
+
+
+def test_pytorch_is_timed_warm_on_one_thread_and_keeps_no_repeat_check():
+    module = SlowFirstCall()
+    threads = torch.get_num_threads()
+    run = TorchRunner(module).run(np.zeros((2, 3, 4, 4), np.float32))
+    assert module.threads == [threads, 1, threads, 1], "each image's second invoke is the timed one, on one thread"
+    assert torch.get_num_threads() == threads, "PyTorch's threads are given back"
+    assert max(run.image_ms) < COLD_S * 1e3 / 4, run.image_ms
+    assert run.repeat_max_abs is None, "PyTorch is the reference: no repeat check"
