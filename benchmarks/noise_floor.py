@@ -52,18 +52,26 @@ def measure(name: str, busy: bool, imgsz: int | None, work: Path) -> dict:
         if key in ROWS and d:
             out["rows"][key] = {k: d.get(k) for k in ("reference_boxes", "missed", "extra", "noise_floor", "stable_boxes",
                                                       "missed_stable", "extra_beyond")} | {"passed": r["passed"]}
+            if not r["passed"]:
+                from edgeport.validate.report.schema import failures
+
+                (failed,) = [f for f in failures({"results": [r]}) if f.what == key]
+                out["rows"][key]["failed"] = list(failed.reasons[:3])
     return out
 
 
 def table(results: list[dict]) -> str:
     lines = ["| model | head | row | PyTorch's boxes | raw missed / added | floor | stable | judged missed / added | row |",
              "|---|---|---|---|---|---|---|---|---|"]
+    failed = []
     for m in results:
         for key, d in m["rows"].items():
             lines.append(f"| {m['model']} ({m['imgsz']} px) | {m['head']} | {key} | {d['reference_boxes']} | {d['missed']} / {d['extra']} "
                          f"| {d['noise_floor']} | {d['stable_boxes']} | {d['missed_stable']} / {d['extra_beyond']} "
                          f"| {'pass' if d['passed'] else 'FAIL'} |")
-    return "\n".join(lines)
+            if d.get("failed"):
+                failed.append(f"- {m['model']} ({m['head']}) {key}: {'; '.join(d['failed'])}")
+    return "\n".join(lines + [""] + failed)
 
 
 def main() -> None:

@@ -180,3 +180,20 @@ def test_control_bytes_from_files_reach_neither_report(tmp_path):
         assert "\\x1b" in text and "\\x07" in text, f"{name} shows the escapes"
     page = (tmp_path / "report.html").read_text()
     assert "p3\\x1b[31mred\\x07\\x9b cosine 0.9 &lt; 0.99999" in page
+
+
+def test_a_report_the_gate_would_refuse_is_never_written(tmp_path):
+    """Every report edgeport writes passes ``check R --baseline R``: it is read back as the gate reads
+    it and checked against itself first. One that claims a pass its own output does not earn (a bug,
+    never the user's input) is an internal error, and no file is written."""
+    report = _report()
+    report["results"][1]["outputs"][0]["cosine"] = 0.5  # under its own min_cosine, while the row says passed
+    with pytest.raises(RuntimeError, match="regression of itself: float32/tflite"):
+        write_reports(report, tmp_path)
+    assert not list(tmp_path.iterdir())
+    over = _report()
+    over["results"][1]["outputs"][0]["cosine"] = 1.0000000000000002  # what an unclamped cosine wrote
+    with pytest.raises(RuntimeError, match="outside"):
+        write_reports(over, tmp_path)
+    write_reports(_report(), tmp_path)
+    assert (tmp_path / "report.json").is_file()
