@@ -28,8 +28,10 @@ import errno
 import fnmatch
 import json
 import os
+import re
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -112,10 +114,62 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _write_json_atomically(path: Path, data: dict) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+class NotOurs(BadInputError):
+    """A lock or marker path that is a link, or not a plain file of its own: never followed, never written."""
+
+
+# edgeport's own small files (locks, markers) are opened without following a link, made with
+# O_EXCL so that nothing already there is written through: a lock or marker symlinked (or
+# hard-linked) to a user's file would otherwise be truncated and overwritten with JSON
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+MAX_OWN_FILE = 64 << 20  # a marker's manifest: a path and a hash per file the run wrote
+
+
+def _not_ours(path: Path, what: str = "") -> NotOurs:
+    return NotOurs(f"{str(path)!r} is a link{what} (or not a plain file edgeport made); edgeport never follows or writes "
+                   f"through its lock and marker files: remove it, or choose another folder")
+
+
+def _open_own(path: Path, flags: int) -> int:
+    """Open an existing lock or marker: never through a link, and only a plain file with one name."""
     try:
-        tmp.write_text(json.dumps(data) + "\n")
+        fd = os.open(path, flags | _NOFOLLOW)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise _not_ours(path) from exc
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        raise _not_ours(path, " to another file" if st.st_nlink != 1 else "")
+    return fd
+
+
+def _create_own(path: Path) -> int:
+    """Create a new lock or marker file: O_EXCL | O_NOFOLLOW, so a link or a file already there is never written."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+
+
+def _read_own(path: Path) -> str:
+    """A lock's or marker's text, read without following a link (``NotOurs`` for one)."""
+    fd = _open_own(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_OWN_FILE + 1)
+    if len(data) > MAX_OWN_FILE:
+        raise ValueError(f"{path} is larger than {MAX_OWN_FILE >> 20} MB")
+    return data.decode()
+
+
+def _write_json_atomically(path: Path, data: dict) -> None:
+    """A new file beside ``path`` (O_EXCL | O_NOFOLLOW, a name no one else has), renamed over it:
+    ``path`` itself is replaced, never written through, whatever it was."""
+    import secrets
+
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        fd = _create_own(tmp)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(data) + "\n")
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -132,7 +186,7 @@ def write_marker(folder: Path, command: str, files: dict[str, str] | None = None
 def read_marker(folder: Path) -> Marker | None:
     """The marker ``folder`` carries, or None (none, unreadable, or an older one without a manifest)."""
     try:
-        data = json.loads((folder / MARKER).read_text())
+        data = json.loads(_read_own(folder / MARKER))
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or data.get("schema") != MARKER_SCHEMA or not isinstance(data.get("command"), str):
@@ -245,10 +299,16 @@ class FolderLock:
 
 def _try_lock(path: Path) -> int | None:
     """An exclusive lock on ``path`` (created if need be), or None when a live process holds it.
-    A lock dies with its process: a lock file left by a killed run is simply taken."""
+    A lock dies with its process: a lock file left by a killed run is simply taken. It is created
+    with O_EXCL | O_NOFOLLOW, and one already there is opened without following a link and only
+    as a plain file with one name (``NotOurs`` otherwise): its lock's JSON never lands in a
+    user's file."""
     import fcntl
 
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fd = _create_own(path)
+    except FileExistsError:
+        fd = _open_own(path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -264,8 +324,8 @@ def lock_folder(folder: Path, command: str, what: str = "--out") -> FolderLock:
     fd = _try_lock(folder / LOCK)
     if fd is None:
         try:
-            holder = json.loads((folder / LOCK).read_text() or "{}")
-        except (OSError, ValueError):
+            holder = json.loads(_read_own(folder / LOCK) or "{}")
+        except (OSError, ValueError, NotOurs):
             holder = {}
         pid = holder.get("pid") if isinstance(holder, dict) else None
         raise FolderInUse(f"{what} {str(folder)!r} is in use by a running edgeport {command}"
@@ -492,19 +552,67 @@ def _place(result: Path, out: Path, tmp: Path, command: str, force: bool) -> Non
     )
 
 
+STAGING_SCHEMA = "edgeport.staging/1"
+# tempfile.mkdtemp's names: the prefix and 8 characters of its alphabet
+_STAGING_NAME = re.compile(re.escape(STAGING_PREFIX) + r"[a-z0-9_]{8}")
+_STAGING_ENTRIES = {"work", "result", "replaced", STAGING_MARKER}  # all a staging folder ever holds
+
+
+def _mark_staging(fd: int, command: str) -> None:
+    """What the staging marker says of its owner: this process, on this host."""
+    import socket
+
+    os.write(fd, json.dumps({"schema": STAGING_SCHEMA, "command": command, "pid": os.getpid(),
+                             "host": socket.gethostname(), "created": _now()}).encode())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def _stale_staging(folder: Path) -> bool:
+    """Whether ``folder`` is provably a staging folder that edgeport made and whose owner is gone:
+    mkdtemp's name pattern; a real folder of this user's holding only what staging holds; a
+    plain marker (no link, one name) whose JSON names edgeport's schema and an owner process on
+    this host that no longer exists. A user's folder that merely looks like one fails one of these."""
+    import socket
+
+    if not _STAGING_NAME.fullmatch(folder.name):
+        return False
+    try:
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            return False
+        if not {p.name for p in folder.iterdir()} <= _STAGING_ENTRIES:
+            return False
+        said = json.loads(_read_own(folder / STAGING_MARKER))
+    except (OSError, ValueError, NotOurs):
+        return False
+    return (isinstance(said, dict) and said.get("schema") == STAGING_SCHEMA and said.get("host") == socket.gethostname()
+            and isinstance(said.get("pid"), int) and not isinstance(said.get("pid"), bool) and not _alive(said["pid"]))
+
+
 def reclaim_staging(parent: Path) -> list[str]:
-    """Remove the staging folders that killed runs left in ``parent``: only those carrying edgeport's
-    staging marker whose owner no longer holds its lock (a lock dies with its process)."""
+    """Remove the staging folders that killed runs left in ``parent``: only those provably made by
+    edgeport (``_stale_staging``) whose owner no longer holds its lock (a lock dies with its process)."""
     gone = []
     try:
         candidates = [p for p in parent.iterdir() if p.name.startswith(STAGING_PREFIX)]
     except OSError:
         return gone
     for folder in candidates:
-        marker = folder / STAGING_MARKER
-        if folder.is_symlink() or not folder.is_dir() or not marker.is_file() or marker.is_symlink():
+        if not _stale_staging(folder):
             continue
-        fd = _try_lock(marker)
+        try:
+            fd = _try_lock(folder / STAGING_MARKER)
+        except (OSError, NotOurs):
+            continue
         if fd is None:
             continue  # a live run
         try:
@@ -542,6 +650,8 @@ def staged_output(out: Path | None, *, command: str, force: bool, default_root: 
                                f"{', '.join(reclaimed[:3])}"), file=sys.stderr)
         tmp = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target.parent)).resolve()
         owner = _try_lock(tmp / STAGING_MARKER)  # held for this run's life: the folder is not stale
+        if owner is not None:
+            _mark_staging(owner, command)  # whose it is, so that only a provably stale one is ever removed
         stage = Staging(out=target, work=tmp / "work", result=tmp / "result", reclaimed=reclaimed)
         try:
             stage.work.mkdir()

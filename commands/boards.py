@@ -19,7 +19,8 @@ def board(name: str, runner: str | None = None):
     if runner:
         parse_ssh_url(runner)
         base = profile.runner or RunnerSpec(url=runner)
-        profile = dataclasses.replace(profile, runner=dataclasses.replace(base, url=runner))
+        # the url replaces the profile's, port included (22 unless it names one)
+        profile = dataclasses.replace(profile, runner=dataclasses.replace(base, url=runner, ssh_port=None))
     return profile
 
 
@@ -71,8 +72,8 @@ def probe(name: str, *, runner: str | None, out: Path | None) -> int:
     profile = board(name, runner)
     if profile.runtime != "tflite":
         raise BadInputError(f"{profile.name} runs {profile.runtime}; only tflite boards are probed (TFLite Micro lists its kernels)")
-    if out is not None and (out.exists() or out.is_symlink()):
-        raise BadInputError(f"--out {str(out)!r} exists; edgeport never overwrites a file: pass a new path")
+    if out is not None:  # before the probe runs (minutes on a board): a path it cannot write is said now
+        _check_new_file(out)
     transport = transport_for(profile)
     if transport is None:
         if profile.install is not None:
@@ -85,8 +86,33 @@ def probe(name: str, *, runner: str | None, out: Path | None) -> int:
     if out is None:
         sys.stdout.write(text)
     else:
-        with open(out, "x") as f:  # exclusive: a file made meanwhile is not overwritten
-            f.write(text)
+        try:
+            f = open(out, "x")  # exclusive: a file made meanwhile is not overwritten
+        except FileExistsError as exc:
+            raise BadInputError(f"--out {str(out)!r} was made while the probe ran; edgeport never overwrites a file: "
+                                f"pass a new path") from exc
+        except OSError as exc:
+            raise BadInputError(f"cannot write --out {str(out)!r} ({exc.strerror or exc}); pass a path in a writable folder") from exc
+        try:
+            with f:
+                f.write(text)
+        except OSError as exc:  # a full disk: the half-written file is ours, and goes
+            out.unlink(missing_ok=True)
+            raise BadInputError(f"cannot write --out {str(out)!r} ({exc.strerror or exc}); free space, or pass another path") from exc
         print(for_terminal(f"{runtime['runtime']} {runtime['version']}: {sum(map(len, table.values()))} op versions of "
                            f"{len(table)} ops -> {out}"))
     return 0
+
+
+def _check_new_file(out: Path) -> None:
+    """``out`` can be made as a new file: it does not exist, and its folder does and is writable."""
+    import os
+
+    if out.exists() or out.is_symlink():
+        raise BadInputError(f"--out {str(out)!r} exists; edgeport never overwrites a file: pass a new path")
+    parent = out.parent
+    if not parent.is_dir():
+        raise BadInputError(f"--out {str(out)!r}: its folder {str(parent)!r} does not exist; make it first, or pass a path "
+                            f"in an existing folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise BadInputError(f"--out {str(out)!r}: its folder {str(parent)!r} is not writable; pass a path in a writable folder")

@@ -49,15 +49,38 @@ def _dataset_inputs(data: Path, imgsz: int, num_classes: int, limit: int):
     return np.stack(inputs), source, (samples if labelled else None), boxes
 
 
-def _tflite_input(path: Path) -> tuple[int, str]:
-    """(input size, variant) read from the flatbuffer, without loading an interpreter."""
+def _tflite_input(path: Path):
+    """(input size, variant, summary) read from the flatbuffer (the bounded reader), without
+    loading an interpreter. A file no runtime can run (an empty operator list, a buffer index
+    past the end, ...) is bad input, said here rather than by an interpreter deep in a run."""
     from edgeport.ops.tflite_model import read_tflite
 
     summary = read_tflite(path)
+    if summary.problems:
+        more = f" (and {len(summary.problems) - 1} more: `edgeport boards check` lists them)" if len(summary.problems) > 1 else ""
+        raise BadInputError(f"--tflite {str(path)!r} is structurally invalid: {summary.problems[0]}{more}; no runtime can run "
+                            f"it: pass the file as its converter wrote it")
     shape = summary.input_shape
     if len(shape) != 4 or shape[-1] != 3 or shape[1] != shape[2]:
         raise BadInputError(f"--tflite input shape {shape} is not a square NHWC RGB image (1, S, S, 3)")
-    return shape[1], {"int8": "int8", "uint8": "uint8"}.get(summary.input_dtype, "float32")
+    return shape[1], {"int8": "int8", "uint8": "uint8"}.get(summary.input_dtype, "float32"), summary
+
+
+def _check_outputs(tflite: Path, summary, reference, sample: np.ndarray) -> None:
+    """The file's outputs are the checkpoint's (each of its shapes, NCHW or NHWC, once): a file
+    converted from another model, or at another size, is bad input named here, not a failure
+    deep in the parity run."""
+    from edgeport.models.inference import forward
+    from edgeport.validate.parity.tensors import match_outputs
+
+    expected = [(1, *o.shape[1:]) for o in forward(reference, sample[:1])]
+    try:
+        match_outputs(expected, list(summary.output_shapes))
+    except ValueError as exc:  # no output of one of the shapes (AmbiguousOutputs is bad input already)
+        raise BadInputError(f"--tflite {str(tflite)!r} has outputs {[list(s) for s in summary.output_shapes]}, and the "
+                            f"checkpoint's model outputs {[list(s) for s in expected]} (NCHW; NHWC accepted): they are not "
+                            f"the same model; pass the .tflite converted from this checkpoint (and --arch, if not its own)") \
+            from exc
 
 
 def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, arch: str | None, imgsz: int | None,
@@ -79,16 +102,18 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
         raise BadInputError(f"--data {str(data)!r} is not a folder; pass a dataset folder or a folder of images")
     given = (Path(checkpoint), Path(tflite), Path(data) if data is not None else None)
     with staged_output(out, command="validate", force=force, default_root=DEFAULT_RUNS, inputs=given) as stage:
-        size, variant = _tflite_input(Path(tflite))
+        size, variant, summary = _tflite_input(Path(tflite))
         if imgsz is not None and imgsz != size:
             raise BadInputError(f"--imgsz {imgsz} but the TFLite model takes {size}x{size}; drop --imgsz or pass {size}")
         config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=stage.work, board=board, arch=arch, imgsz=size,
+                               imgsz_from="--imgsz" if imgsz is not None else "the TFLite file's input",
                                trust_checkpoint=trust_checkpoint, head=head, outputs=outputs)
         progress = Progress(console)
         try:
             prepared, records = run_pipeline(config, VALIDATE, on_start=progress.start, on_stage=progress.done)
         finally:
             progress.close()
+        _check_outputs(Path(tflite), summary, prepared.reference, prepared.val)
         inputs, source, truth, letterboxes = prepared.val, prepared.val_source, None, None
         if data is not None:
             num_classes = (prepared.model.arch_config or {}).get("num_classes", 1)

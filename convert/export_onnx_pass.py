@@ -23,18 +23,24 @@ def export_onnx(module, imgsz: int, path, *, output_names: list[str], opset: int
     import torch
 
     dummy = torch.zeros(1, 3, imgsz, imgsz)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy-exporter deprecation notice
-        torch.onnx.export(
-            module,
-            (dummy,),
-            str(path),
-            input_names=[INPUT_NAME],
-            output_names=list(output_names),
-            opset_version=opset,
-            do_constant_folding=True,
-            dynamo=False,
-        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the legacy-exporter deprecation notice
+            torch.onnx.export(
+                module,
+                (dummy,),
+                str(path),
+                input_names=[INPUT_NAME],
+                output_names=list(output_names),
+                opset_version=opset,
+                do_constant_folding=True,
+                dynamo=False,
+            )
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        # torch's writer names no file (a full disk reads "cannot access"): the user is told which
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def simplify(path, out=None) -> int:

@@ -24,6 +24,7 @@ closed local port, so any download attempt fails at once instead of reaching the
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -71,7 +72,7 @@ def write_calibration(work: Path, calib_nchw: np.ndarray) -> Path:
     from PIL import Image
 
     nhwc = np.ascontiguousarray(calib_nchw.transpose(0, 2, 3, 1), dtype=np.float32)
-    np.save(work / CALIB_FILE, nhwc)
+    save_npy(work / CALIB_FILE, nhwc)
     if nhwc.shape[-1] != 3:
         return work / CALIB_FILE  # onnx2tf only fetches sample images for 3-channel inputs
     # onnx2tf's own sanity check wants exactly 20 images of 128x128: resize ours
@@ -82,8 +83,22 @@ def write_calibration(work: Path, calib_nchw: np.ndarray) -> Path:
             for i in idx
         ]
     ).astype(np.float32) / 255.0
-    np.save(work / ONNX2TF_SAMPLE_FILE, small)
+    save_npy(work / ONNX2TF_SAMPLE_FILE, small)
     return work / CALIB_FILE
+
+
+def save_npy(path: Path, array: np.ndarray) -> None:
+    """``np.save``, whose short write on a full disk is an OSError with neither an errno nor a file
+    name ("884736 requested and 457696 written"): raised as the full disk it is, naming the file,
+    so the CLI says so (exit 2) as it does for every other write."""
+    try:
+        np.save(path, array)
+    except OSError as exc:
+        if exc.errno is None:  # numpy's own short-write error: the disk (or the quota) is full
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({exc})", str(path)) from exc
+        if not exc.filename:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
 
 
 @dataclass(frozen=True)

@@ -107,13 +107,15 @@ def requantize_int8_constraints(model: bytes) -> tuple[bytes, int]:
 
     import flatbuffers
 
+    from edgeport.ops.tflite_file import root as checked_root
+    from edgeport.ops.tflite_file import unpack
     from edgeport.ops.tflite_model import operator_codes
 
-    root = schema.Model.GetRootAs(bytes(model), 0)
+    root = checked_root(bytes(model), "the converter's file")  # bounded by its size, as every read is
     names = [name for name, _ in operator_codes(schema, root)]
     if not any(n in SAME_SCALE_OPS or n in FIXED_OUTPUT_OPS for n in names):
         return model, 0
-    m = schema.ModelT.InitFromObj(root)
+    m = unpack(bytes(model), "the converter's file")
     quantize = None  # operator code index of QUANTIZE v1 (int8 to int8, per tensor), added on first use
     inserted = 0
 

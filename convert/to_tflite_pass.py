@@ -22,6 +22,16 @@ from edgeport.convert.uint8 import int8_to_uint8
 from edgeport.errors import BadInputError, ConversionError, PassCheckError
 
 
+def _write(path, data: bytes) -> None:
+    """A file of the run, whose write on a full disk names it (Python's OSError does not)."""
+    try:
+        path.write_bytes(data)
+    except OSError as exc:
+        if not exc.filename:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
+
+
 class ToTFLitePass(Pass[Exported, Converted]):
     name = "to_tflite"
 
@@ -77,7 +87,7 @@ class ToTFLitePass(Pass[Exported, Converted]):
             if variant == "int8" and quantised == "uint8":
                 twin = config.work_dir / "int8_twin" / "model_int8.tflite"
                 twin.parent.mkdir(exist_ok=True)
-                twin.write_bytes(model)
+                _write(twin, model)
                 try:
                     model = int8_to_uint8(model)
                 except ConversionError as exc:
@@ -87,12 +97,12 @@ class ToTFLitePass(Pass[Exported, Converted]):
             if variant not in variants:
                 continue  # the board does not run it: do not ship it
             dst = config.work_dir / f"model_{variant}.tflite"
-            dst.write_bytes(model)
+            _write(dst, model)
             tflite[variant] = dst
         sizes = ", ".join(f"{v} {p.stat().st_size / 1024:.0f} KiB" for v, p in tflite.items())
         note = f"; {fixed} int8 resize outputs given their input's quantisation" if fixed else ""
         if twins:
-            note += "; uint8 from the int8 file quantised per tensor (its twin: convert/uint8.py)"
+            note += "; uint8 from the int8 file quantised per tensor, its twin, whose arithmetic it keeps (shifted by 128)"
         if requantized:
             note += f"; {requantized} int8 requantise ops inserted where the converter broke a kernel's quantisation constraint"
         if plans is not None:

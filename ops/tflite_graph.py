@@ -11,6 +11,7 @@ control flow (several subgraphs) is left as it is by the callers.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -24,6 +25,7 @@ def schema():
     return require("ai_edge_litert.schema_py_generated", package="ai-edge-litert", purpose="editing .tflite files")
 
 
+@lru_cache(maxsize=None)
 def _names(enum_cls) -> dict[int, str]:
     return {v: k for k, v in vars(enum_cls).items() if not k.startswith("_") and isinstance(v, int)}
 
@@ -32,10 +34,14 @@ def _inline_buffers(model, raw: bytes) -> None:
     """Constants stored after the flatbuffer (a buffer's ``offset``/``size``, as ai-edge-quantizer
     writes them) are read into the buffer itself: the object API would drop them on writing, and
     runtimes older than TFLite 2.13 read only inline data."""
+    total = 0
     for b in model.buffers or ():
         if getattr(b, "offset", 0) > 1 and getattr(b, "size", 0):
             if b.offset + b.size > len(raw):
                 raise ValueError(f"a buffer's data lies past the end of the file ({b.offset} + {b.size} > {len(raw)} bytes)")
+            total += b.size
+            if total > len(raw):  # each region is one buffer's: shared by many, a small file would copy into gigabytes
+                raise ValueError(f"the buffers' data stored after the flatbuffer adds up to more than the file's {len(raw):,} bytes")
             b.data = np.frombuffer(raw, np.uint8, count=b.size, offset=b.offset).copy()
             b.offset, b.size = 0, 0
 
@@ -51,10 +57,17 @@ class Quant:
 class Graph:
     """The main subgraph of one model, editable; ``to_bytes`` writes the model back."""
 
-    def __init__(self, model: bytes, subgraph: int = 0):
+    def __init__(self, model: bytes, subgraph: int = 0, *, what: str = "the model"):
+        from edgeport.ops.tflite_file import DamagedModel, unpack
+
         self.schema = schema()
-        self.model = self.schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
-        _inline_buffers(self.model, model)
+        self.model = unpack(model, what)  # bounded by the file's size: ops/tflite_file.py
+        try:
+            _inline_buffers(self.model, model)
+        except ValueError as exc:
+            raise DamagedModel(f"{what} is a damaged TFLite flatbuffer ({exc})") from exc
+        if not self.model.subgraphs:
+            raise DamagedModel(f"{what} is a damaged TFLite flatbuffer (no subgraphs)")
         self._view(subgraph)
 
     @classmethod
@@ -118,7 +131,7 @@ class Graph:
     def name(self, op) -> str:
         code = self.model.operatorCodes[op.opcodeIndex]
         if code.customCode:
-            custom = code.customCode.decode() if isinstance(code.customCode, bytes) else code.customCode
+            custom = code.customCode.decode(errors="replace") if isinstance(code.customCode, bytes) else code.customCode
             return f"CUSTOM:{custom}"
         builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
         return self._op_names.get(builtin, f"OP_{builtin}")

@@ -36,6 +36,9 @@ class TFLiteSummary:
     input_shape: tuple[int, ...] = ()  # the first input's
     input_dtype: str = ""
     input_quantization: tuple[float, int] = (0.0, 0)  # (scale, zero_point) of the first input
+    output_shapes: tuple[tuple[int, ...], ...] = ()  # the main subgraph's outputs, in order
+    # why it cannot run although it unpacks (``structural_problems``): the gate's first reasons
+    problems: tuple[str, ...] = ()
 
     def op(self, name: str) -> list[OpUse]:
         return [o for o in self.ops if o.name == name]
@@ -46,24 +49,26 @@ def _names(enum_cls) -> dict[int, str]:
 
 
 def read_tflite(path: Path) -> TFLiteSummary:
-    schema = require("ai_edge_litert.schema_py_generated", package="ai-edge-litert", purpose="reading .tflite files")
+    """What a board needs to know of the file at ``path``, read through the one bounded reader
+    (``ops/tflite_file.py``): a damaged or hostile flatbuffer is bad input (exit 2), a file that
+    unpacks but cannot run (``structural_problems``) is summarised with its problems."""
+    from edgeport.ops.tflite_graph import Graph
+
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise BadInputError(f"cannot read {str(path)!r}: {exc}") from exc
-    if len(data) < 8 or data[4:8] != b"TFL3":
-        raise BadInputError(f"{str(path)!r} is not a TFLite model (no TFL3 identifier); pass a .tflite file")
+    graph = Graph(data, what=repr(str(path)))
     try:
-        model = schema.Model.GetRootAs(data, 0)
-        if model.SubgraphsLength() == 0:
-            raise ValueError("no subgraphs")
-        return _summarise(schema, model, str(path), len(data), data)
+        return _summarise(graph, str(path), len(data))
+    except BadInputError:
+        raise
     except Exception as exc:  # a damaged flatbuffer raises anything from struct errors to IndexError
         raise BadInputError(f"{str(path)!r} is a damaged TFLite flatbuffer ({type(exc).__name__}: {exc})") from exc
 
 
 def operator_codes(schema, model) -> list[tuple[str, int]]:
-    """(op name, version) per operator code: a builtin name, or ``CUSTOM:name``."""
+    """(op name, version) per operator code of a ``Model`` accessor: a builtin name, or ``CUSTOM:name``."""
     op_names = _names(schema.BuiltinOperator)
     codes = []
     for i in range(model.OperatorCodesLength()):
@@ -77,67 +82,159 @@ def operator_codes(schema, model) -> list[tuple[str, int]]:
 
 def operators(model: bytes, names: tuple[str, ...]):
     """(schema, subgraph, operator) for every operator named in ``names``, across all subgraphs:
-    the walk every in-place flatbuffer edit starts from."""
+    the walk every in-place flatbuffer edit starts from (the file checked first: ops/tflite_file.py)."""
+    from edgeport.ops.tflite_file import root as checked_root
+
     schema = require("ai_edge_litert.schema_py_generated", package="ai-edge-litert", purpose="reading .tflite files")
-    root = schema.Model.GetRootAs(bytes(model), 0)
+    root = checked_root(bytes(model))
     codes = [name for name, _ in operator_codes(schema, root)]
     for g in range(root.SubgraphsLength()):
         sg = root.Subgraphs(g)
         for o in range(sg.OperatorsLength()):
             op = sg.Operators(o)
-            if codes[op.OpcodeIndex()] in names:
+            if 0 <= op.OpcodeIndex() < len(codes) and codes[op.OpcodeIndex()] in names:
                 yield schema, sg, op
 
 
-def _summarise(schema, model, path: str, size: int, data: bytes) -> TFLiteSummary:
-    from edgeport.ops.tflite_graph import Graph
+# bytes per element, for the constant buffers a shape needs
+_ITEM_BYTES = {"float32": 4, "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "int16": 2, "bool": 1, "float16": 2,
+               "float64": 8, "uint16": 2, "uint32": 4, "uint64": 8}
+
+
+def structural_problems(graph) -> list[str]:
+    """Why a file that unpacks still cannot run, as a runtime would say it: an op code, tensor or
+    buffer index past the end of its list; a constant whose buffer is shorter than its shape; an
+    output no operator computes (an empty operator list); an operator reading a tensor no earlier
+    operator wrote (one reading its own output). Empty when none."""
+    import numpy as np
+
+    model, problems = graph.model, []
+    n_codes, n_buffers = len(model.operatorCodes or ()), len(model.buffers or ())
+    for g, sg in enumerate(model.subgraphs):
+        where = "" if len(model.subgraphs) == 1 else f" of subgraph {g}"
+        tensors = sg.tensors or []
+        view = graph.at(g)
+
+        def name(t: int, view=view, tensors=tensors) -> str:
+            return repr(view.tensor_name(t)) if 0 <= t < len(tensors) else str(t)
+
+        constant = set()
+        for t, tensor in enumerate(tensors):
+            if tensor.type not in graph._type_names:
+                problems.append(f"tensor {name(t)}{where} has type {tensor.type}, which no runtime knows")
+            if not 0 <= tensor.buffer < n_buffers:
+                problems.append(f"tensor {name(t)}{where} names buffer {tensor.buffer}; the model has {n_buffers} buffers")
+                continue
+            data = model.buffers[tensor.buffer].data
+            if tensor.buffer > 0 and data is not None and len(data):
+                constant.add(t)
+                dtype = graph._type_names.get(tensor.type, "?").lower()
+                shape = [int(v) for v in tensor.shape] if tensor.shape is not None else []
+                if dtype in _ITEM_BYTES and tensor.sparsity is None and all(v >= 0 for v in shape):
+                    need = _ITEM_BYTES[dtype] * int(np.prod(shape, dtype=np.float64))
+                    if len(data) < need:
+                        problems.append(f"constant {name(t)}{where} holds {len(data):,} bytes; its shape {shape} of {dtype} "
+                                        f"needs {need:,} (a cut-short buffer)")
+        for kind, ids in (("input", sg.inputs), ("output", sg.outputs)):
+            bad = [int(i) for i in ids if not 0 <= int(i) < len(tensors)]
+            if bad:
+                problems.append(f"the model's {kind} tensor {bad[0]}{where} is past its {len(tensors)} tensors")
+        # what an operator may read before any operator writes it: the model's inputs, constants, variables,
+        # and tensors of no elements (a zero-size constant has an empty buffer)
+        empty = {t for t, x in enumerate(tensors) if x.shape is not None and any(int(v) == 0 for v in x.shape)}
+        written = {int(i) for i in sg.inputs} | constant | empty | {t for t, x in enumerate(tensors) if x.isVariable}
+        for k, op in enumerate(sg.operators or ()):
+            if not 0 <= op.opcodeIndex < n_codes:
+                problems.append(f"operator {k}{where} names op code {op.opcodeIndex}; the model has {n_codes}")
+                continue
+            label = f"operator {k} ({view.name(op)}){where}"
+            bad = [int(i) for i in op.inputs if not -1 <= int(i) < len(tensors)] + \
+                [int(o) for o in op.outputs if not 0 <= int(o) < len(tensors)]
+            if bad:
+                problems.append(f"{label} names tensor {bad[0]}; the graph has {len(tensors)} tensors")
+                continue
+            outputs = {int(o) for o in op.outputs}
+            for i in (int(i) for i in op.inputs if int(i) >= 0 and int(i) not in written):
+                problems.append(f"{label} reads tensor {name(i)}, which it writes itself" if i in outputs else
+                                f"{label} reads tensor {name(i)} before any operator writes it")
+                break
+            written |= outputs
+        unwritten = [int(o) for o in sg.outputs if 0 <= int(o) < len(tensors) and int(o) not in written]
+        if unwritten:
+            why = "the operator list is empty" if not sg.operators else "no operator writes it"
+            problems.append(f"output {name(unwritten[0])}{where} is never computed ({why})")
+    return problems
+
+
+def _code_name(graph, code) -> str:
+    if code.customCode:
+        custom = code.customCode.decode(errors="replace") if isinstance(code.customCode, bytes) else str(code.customCode)
+        return f"CUSTOM:{custom}"
+    builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
+    return graph._op_names.get(builtin, f"OP_{builtin}")
+
+
+def _summarise(graph, path: str, size: int) -> TFLiteSummary:
     from edgeport.ops.tflite_versions import data_type, needed_version
 
-    dtype_names = _names(schema.TensorType)
-    codes = operator_codes(schema, model)
+    model = graph.model
+    problems = structural_problems(graph)
+    dtype_names = graph._type_names
     counts: dict[tuple[str, int, tuple[str, ...], int | None, str], int] = {}
     activation = set()
-    graph = Graph(data)
-    for g in range(model.SubgraphsLength()):
-        sg = model.Subgraphs(g)
-        for t in range(sg.TensorsLength()):
-            tensor = sg.Tensors(t)
-            buf = model.Buffers(tensor.Buffer()) if tensor.Buffer() < model.BuffersLength() else None
-            if buf is None or buf.DataLength() == 0:
-                activation.add(dtype_names.get(tensor.Type(), str(tensor.Type())).lower())
+    n_buffers = len(model.buffers)
+    for g, sg in enumerate(model.subgraphs):
+        tensors = sg.tensors or []
+        for tensor in tensors:
+            data = model.buffers[tensor.buffer].data if 0 <= tensor.buffer < n_buffers else None
+            if data is None or len(data) == 0:
+                activation.add(dtype_names.get(tensor.type, str(tensor.type)).lower())
         view = graph.at(g)
         for op in view.ops:
-            name, version = codes[op.opcodeIndex]
-            notes = op_notes(view, op, name)
-            needs = needed_version(view, op) if not name.startswith("CUSTOM:") else None
-            dtype = data_type(view, op)
+            if not (0 <= op.opcodeIndex < len(model.operatorCodes)):
+                continue
+            name, version = view.name(op), view.version(op)
+            sound = all(-1 <= i < len(tensors) for i in op.inputs) and all(0 <= o < len(tensors) for o in op.outputs)
+            try:  # what an op computes is read from its tensors: only where they exist
+                notes = op_notes(view, op, name) if sound else ()
+                needs = needed_version(view, op) if sound and not name.startswith("CUSTOM:") else None
+                dtype = data_type(view, op) if sound else ""
+            except (IndexError, KeyError, TypeError, AttributeError, ValueError) as exc:  # inputs or options unlike the op's
+                notes, needs, dtype = (), None, ""
+                problems.append(f"{name} v{version}: its inputs or options are not what {name} takes ({type(exc).__name__})")
             key = (name, version, notes, needs if needs is not None and needs > version else None, dtype)
             counts[key] = counts.get(key, 0) + 1
-    main = model.Subgraphs(0)
-    first_input = main.Tensors(int(main.Inputs(0))) if main.InputsLength() else None
+    # every custom op code, used or not: a runtime resolves each code when it loads the file
+    custom = {name for name in (_code_name(graph, c) for c in model.operatorCodes or ()) if name.startswith("CUSTOM:")}
+    main = model.subgraphs[0]
+    inputs = [int(i) for i in main.inputs if 0 <= int(i) < len(main.tensors or ())]
+    first_input = main.tensors[inputs[0]] if inputs else None
     min_rt = None
-    for i in range(model.MetadataLength()):
-        md = model.Metadata(i)
-        if md.Name() == b"min_runtime_version":
-            raw = model.Buffers(md.Buffer()).DataAsNumpy().tobytes()
-            min_rt = raw.split(b"\x00")[0].decode() or None
+    for md in model.metadata or ():
+        if md.name == b"min_runtime_version" and 0 <= md.buffer < n_buffers and model.buffers[md.buffer].data is not None:
+            raw = bytes(bytearray(model.buffers[md.buffer].data))
+            min_rt = raw.split(b"\x00")[0].decode(errors="replace") or None
     ops = tuple(OpUse(n, v, c, notes, needs, dtype) for (n, v, notes, needs, dtype), c in
                 sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3] or 0, kv[0][4])))
+    outputs = [int(o) for o in main.outputs if 0 <= int(o) < len(main.tensors or ())]
     return TFLiteSummary(
         path=path, size_bytes=size, ops=ops, activation_dtypes=tuple(sorted(activation)),
-        min_runtime_version=min_rt, custom_ops=tuple(sorted({n for n, _ in codes if n.startswith("CUSTOM:")})),
-        num_outputs=model.Subgraphs(0).OutputsLength(),
-        input_shape=tuple(int(v) for v in first_input.ShapeAsNumpy()) if first_input is not None else (),
-        input_dtype=dtype_names.get(first_input.Type(), "?").lower() if first_input is not None else "",
+        min_runtime_version=min_rt, custom_ops=tuple(sorted(custom)),
+        num_outputs=len(main.outputs),
+        input_shape=tuple(int(v) for v in first_input.shape) if first_input is not None and first_input.shape is not None else (),
+        input_dtype=dtype_names.get(first_input.type, "?").lower() if first_input is not None else "",
         input_quantization=_quantization(first_input),
+        output_shapes=tuple(tuple(int(v) for v in (main.tensors[o].shape if main.tensors[o].shape is not None else ()))
+                            for o in outputs),
+        problems=tuple(dict.fromkeys(problems)),
     )
 
 
 def _quantization(tensor) -> tuple[float, int]:
-    q = tensor.Quantization() if tensor is not None else None
-    if q is None or q.ScaleLength() == 0:
+    q = tensor.quantization if tensor is not None else None
+    if q is None or q.scale is None or len(q.scale) == 0:
         return (0.0, 0)
-    return (float(q.Scale(0)), int(q.ZeroPoint(0)) if q.ZeroPointLength() else 0)
+    return (float(q.scale[0]), int(q.zeroPoint[0]) if q.zeroPoint is not None and len(q.zeroPoint) else 0)
 
 
 # the finest input grid every uint8 LOGISTIC and TANH kernel handles: TFLite 1.13.1's return 0

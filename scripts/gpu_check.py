@@ -37,6 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WHEELS = ROOT / ".gpu_wheels"
 MARKER = ".edgeport-gpu-check"  # this folder is the script's own: a rerun may write into it
+MARKER_SCHEMA = "edgeport.gpu-check/1"  # the marker's JSON: its schema, and the SHA-256 of the summary it wrote
+SUMMARY = "summary.json"
 # what the checks import: the trainer's own stack (pycocotools is the one a bare machine lacks)
 NEEDED = ("torch", "numpy", "PIL", "rich", "matplotlib", "pycocotools")
 CONVERTER_STACK = ("onnx", "onnxruntime", "onnxslim", "onnx2tf", "ai_edge_litert")
@@ -256,6 +258,58 @@ def run_checks(mode: str, out: Path, budget_s: float, convert: bool) -> dict:
     return summary
 
 
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _read_marker(out: Path) -> dict | None:
+    """The folder's marker, read without following a link; None unless it is gpu_check's JSON."""
+    try:
+        fd = os.open(out / MARKER, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            said = json.loads(f.read(1 << 20) or b"null")
+    except (OSError, ValueError):
+        return None
+    return said if isinstance(said, dict) and said.get("schema") == MARKER_SCHEMA else None
+
+
+def refusal(out: Path) -> str | None:
+    """Why OUT may not be written, or None: it is new, empty, or a folder gpu_check made -- its
+    marker is gpu_check's JSON (an empty file is not), no file it writes is a link, and the
+    summary there is the one the marker says it wrote. A user's summary.json is never overwritten."""
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        return f"{out} exists and is not a gpu_check folder (a file)"
+    if not any(out.iterdir()):
+        return None
+    said = _read_marker(out)
+    if said is None:
+        return f"{out} exists and is not a gpu_check folder (no {MARKER} of gpu_check's own: an empty one is not)"
+    links = [n for n in (MARKER, SUMMARY, "gpu_check.log") if (out / n).is_symlink()]
+    if links:
+        return f"{out} exists and is not a gpu_check folder ({', '.join(links)} a link)"
+    summary = out / SUMMARY
+    if summary.exists() and (not summary.is_file() or said.get(SUMMARY) != _sha256(summary)):
+        return f"{out} exists and is not a gpu_check folder (its {SUMMARY} is not the one gpu_check wrote)"
+    return None
+
+
+def _write_new(path: Path, text: str) -> None:
+    """``path`` replaced by a new file (O_EXCL | O_NOFOLLOW, then a rename): never written through a link."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="gpu_check", description=__doc__.split("\n\n")[0])
     p.add_argument("out", nargs="?", type=Path, default=ROOT / "runs" / "gpu_check", help="output folder (default runs/gpu_check)")
@@ -264,14 +318,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=300.0, help="seconds for all steps together (default 300)")
     args = p.parse_args(argv)
     out = args.out.resolve()
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).is_file())):
+    why = refusal(out)
+    if why is not None:
         # it writes summary.json, gpu_check.log and run folders there: never into a folder of the user's
-        print(f"gpu_check: {out} exists and is not a gpu_check folder; give a new or empty OUT_DIR", file=sys.stderr)
+        print(f"gpu_check: {why}; give a new or empty OUT_DIR", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).touch()
+    marker = {"schema": MARKER_SCHEMA, **({SUMMARY: _sha256(out / SUMMARY)} if (out / SUMMARY).is_file() else {})}
+    _write_new(out / MARKER, json.dumps(marker) + "\n")
     summary = run_checks("smoke" if args.smoke else "gpu", out, args.budget, args.convert)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    _write_new(out / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    _write_new(out / MARKER, json.dumps({"schema": MARKER_SCHEMA, SUMMARY: _sha256(out / SUMMARY)}) + "\n")
     print(json.dumps(summary, indent=2))
     if not summary.get("ran"):
         print(f"gpu_check: {summary['reason']}", file=sys.stderr)

@@ -113,3 +113,33 @@ def _write(tmp_path, data: bytes):
     path = tmp_path / "m.tflite"
     path.write_bytes(data)
     return path
+
+
+def test_the_bounded_reader_knows_every_union_of_the_installed_schema():
+    """``ops/tflite_file.py`` walks the file with the schema's own accessor classes; a union's table
+    type comes from its enum, which it looks up by (table, field): a schema that adds a union adds
+    it there, or the walk would only check where the union's table lies."""
+    import inspect
+
+    from edgeport.ops.tflite_file import UNIONS, _fields, schema
+
+    s = schema()
+    unions = {(name, field) for name, cls in vars(s).items() if inspect.isclass(cls) and "Init" in vars(cls)
+              for field in vars(cls) if f"{field}Type" in vars(cls) and callable(vars(cls)[field])}
+    assert unions == set(UNIONS), unions ^ set(UNIONS)
+    assert all(hasattr(s, enum) for enum in UNIONS.values())
+    assert ("Subgraphs", True) in _fields(s.Model) and ("Quantization", False) in _fields(s.Tensor)
+
+
+def test_the_bounded_reader_reads_what_it_wrote_unchanged():
+    from edgeport.ops.tflite_file import check, unpack
+
+    g = Graph.empty()
+    x = g.add_tensor("x", (1, 2, 2, 1), "float32")
+    y = g.add_tensor("y", (1, 4, 4, 1), "float32")
+    g.add(g.new_op("RESIZE_BILINEAR", [x, g.constant("s", np.array([4, 4], np.int32), "int32")], [y], "ResizeBilinearOptions",
+                   halfPixelCenters=True))
+    g.set_io([x], [y])
+    data = g.to_bytes()
+    check(data)
+    assert unpack(data).subgraphs[0].operators[0].builtinOptions.halfPixelCenters

@@ -51,6 +51,11 @@ elif case == "huge-number":
     save(np.zeros(1, np.float32)); open("result.json", "w").write(json.dumps(good).replace("1.0]", "1e999]"))
 elif case == "deep-json":
     open("result.json", "w").write("[" * 100000 + "]" * 100000)
+elif case == "huge-result":  # 300 MB that cost the board nothing (a sparse file): refused by its size, never read
+    with open("result.json", "wb") as f:
+        f.truncate(300 * 2**20)
+elif case == "padded-result":  # valid JSON, 5 MB of it
+    save(np.zeros(1, np.float32)); open("result.json", "w").write(json.dumps(good) + " " * (5 * 2**20))
 elif case == "control-characters":
     good["runtime"] = "TFLite\x1b]0;owned\x07\x1b[2J\nrunnable on tflite-1.13"
     save(np.zeros(1, np.float32)); json.dump(good, open("result.json", "w"))
@@ -85,11 +90,26 @@ def board(tmp_path):
     ("undeclared-output", "outputs the model does not have"),
     ("huge-number", "'ms' is not one time"),
     ("deep-json", "result.json edgeport cannot use"),
+    ("huge-result", "result.json edgeport cannot use (it is larger than 4 MB)"),
+    ("padded-result", "result.json edgeport cannot use (it is larger than 4 MB)"),
 ])
 @pytest.mark.slow  # the fake board is a process
 def test_a_board_reply_that_cannot_be_used_is_bad_input(board, case, needle):
-    with pytest.raises(BoardRuntimeError, match=needle.replace("(", r"\(").replace("[", r"\[")):
+    with pytest.raises(BoardRuntimeError, match=needle.replace("(", r"\(").replace("[", r"\[").replace(")", r"\)")):
         board(case).run(np.zeros((1, 1), np.float32))
+
+
+def test_result_json_is_read_at_most_to_its_bound(tmp_path, monkeypatch):
+    """A reply that says it is small and is not (it grew while read): read to the bound, then refused."""
+    import os
+
+    from edgeport.validate.board import runtime
+
+    (tmp_path / "result.json").write_text('{"ok": true}' + " " * (runtime.MAX_RESULT_BYTES + 10))
+    real = os.fstat
+    monkeypatch.setattr(runtime.os, "fstat", lambda fd: os.stat_result((*real(fd)[:6], 10, *real(fd)[7:])))
+    with pytest.raises(BoardRuntimeError, match=r"result.json edgeport cannot use \(it is larger than 4 MB\)"):
+        runtime._read_result(tmp_path, 0, "", "the board", "version")
 
 
 @pytest.mark.slow  # the fake board is a process
@@ -158,16 +178,19 @@ def test_a_custom_op_name_cannot_forge_a_verdict_line(workspace, run_inproc):
 
 
 @pytest.mark.slow  # a real conversion
-def test_a_board_name_with_html_and_markup_lands_inert_in_every_report(workspace, run_inproc):
+def test_a_profiles_text_with_html_and_markup_lands_inert_in_every_report(workspace, run_inproc):
+    """A board's name is a plain name (tests/reliability/test_profiles.py); the free text a profile
+    may hold, an override's reason, reaches the reports through the gate's verdict."""
     from edgeport.validate.board.profiles import BOARDS_DIR
 
     hostile = "<img src=x onerror=alert(1)>[/]`x`"
     text = (BOARDS_DIR / "default.toml").read_text()
-    text = text.replace('name = "default"', f"name = {json.dumps(hostile)}")
-    text = text.replace('op_table = "default.ops.toml"', f'op_table = "{BOARDS_DIR / "default.ops.toml"}"')
+    text = text.replace('name = "default"', 'name = "hostile"')
+    text += f"\n[overrides.CONV_2D]\nmax_version = 0\nreason = {json.dumps(hostile)}\n"
     (workspace / "hostile.toml").write_text(text)
     r = run_inproc("convert", "model.pt", "--arch", "pdet-n", "--imgsz", "64", "--no-int8", "--board", "hostile.toml", "--out", "out")
-    assert r.code == 0, r.err
+    assert r.code == 1, r.err  # the board cannot run CONV_2D, as its profile says, and why
+    assert hostile in json.loads((workspace / "out" / "report.json").read_text())["board"]["checks"]["float32"]["reasons"][0]
     md = (workspace / "out" / "report.md").read_text()
     # Markdown shows a backslash-escaped character as itself: every "<" of the name is escaped
     assert re.search(r"(?<!\\)<img", md) is None and "\\<img src=x onerror=alert(1)\\>\\[/\\]\\`x\\`" in md

@@ -31,14 +31,16 @@ def _profile(tmp_path: Path, sshd: dict, *, python: str, key: Path | None = None
     board_dir.mkdir(exist_ok=True)
     text = (BOARDS_DIR / "tflite-1.13.toml").read_text().split("[install]")[0]
     text = text.replace('name = "tflite-1.13"', 'name = "ssh-board"')
-    text = text.replace('op_table = "tflite-1.13.ops.toml"', f'op_table = "{BOARDS_DIR / "tflite-1.13.ops.toml"}"')
-    options = ["StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "LogLevel=ERROR"]
+    # the board's host key, as a user who connected once has it (a profile gives ssh no free options)
+    known_hosts = tmp_path / "known_hosts"
+    host_key = " ".join((sshd["root"] / "host.pub").read_text().split()[:2])
+    known_hosts.write_text(f"[127.0.0.1]:{port or sshd['port']} {host_key}\n")
     text += "\n".join([
         "[runner]",
         f'url = "ssh://{getpass.getuser()}@127.0.0.1:{port or sshd["port"]}"',
         f'python = "{python}"',
         f'identity = "{key or sshd["key"]}"',
-        f"options = {json.dumps(options)}",
+        f'known_hosts = "{known_hosts}"',
         f"timeout_s = {timeout_s}",
         f"max_reply_mb = {max_reply_mb}",
         f'workdir = "{board_dir}"',

@@ -99,15 +99,20 @@ class InstallSpec:
 
 @dataclass(frozen=True)
 class RunnerSpec:
-    """A real board reached over SSH (``ssh://user@host[:port]``), with a Python and TFLite on it."""
+    """A real board reached over SSH (``ssh://user@host[:port]``), with a Python and TFLite on it.
+
+    Every field is data from a fixed list of keys, each checked (``runner_spec``): a profile is a
+    file people share, so nothing in it reaches ssh or the board's shell as free text."""
 
     url: str
-    python: str = "python3"
+    python: str = "python3"  # one of REMOTE_PYTHONS, or an absolute path of plain characters
     identity: str | None = None  # private key file; default: ssh's own (agent, ~/.ssh/config)
-    options: tuple[str, ...] = ()  # extra `ssh -o` options
+    known_hosts: str | None = None  # the known-hosts file to check the board's key against; default: ssh's own
+    connect_timeout_s: int = 10
     timeout_s: float = 300.0  # for one run, transfers included
     workdir: str = "/tmp"  # where run folders are made (and removed) on the board
     max_reply_mb: float = 256.0  # the most the board may send back (outputs and messages) before the run is stopped
+    ssh_port: int | None = None  # the profile's ``port``, where its url names none
 
     @property
     def user(self) -> str | None:
@@ -119,6 +124,8 @@ class RunnerSpec:
 
     @property
     def port(self) -> int:
+        if self.ssh_port is not None and not _url_names_port(self.url):
+            return self.ssh_port
         return self._parts()[2]
 
     def _parts(self) -> tuple[str | None, str, int]:
@@ -161,6 +168,111 @@ def parse_ssh_url(url: str) -> tuple[str | None, str, int]:
     if port is not None and not 1 <= port <= 65535:
         raise bad
     return user, host, port or 22
+
+
+def _url_names_port(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).port is not None
+
+
+# -- what a profile may contain ----------------------------------------------------------------
+# A profile is a file people pass around (a vendor's, a colleague's, one from an issue thread):
+# data, never a command. Each key is from a fixed list and each value checked; nothing reaches a
+# shell or ssh as free text, and a name never becomes a path outside its root.
+
+# a board's name: it names the folder of its installed runtime (runtimes/NAME), so a plain
+# identifier, never a path ("/abs/rt", "../x") and never "." or ".."
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,62}[A-Za-z0-9])?")
+# an absolute path of plain characters: no space, quote, "$", ";", "%" (ssh's tokens) or newline,
+# so it is one word to ssh and to a shell, and never read as an option (it starts with "/")
+_PLAIN_PATH = re.compile(r"/[A-Za-z0-9._+/@-]{0,1023}")
+# the interpreters a profile may name on the board without a path
+REMOTE_PYTHONS = ("python3", "python", *(f"python3.{minor}" for minor in range(5, 16)))
+DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
+_OP_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+_VERSION = re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,6}){0,3}")
+PROFILE_KEYS = ("name", "description", "runtime", "version", "dtypes", "ram_bytes", "flash_bytes", "ops", "overrides",
+                "differences", "op_table", "install", "runner")
+INSTALL_KEYS = ("python", "packages")
+RUNNER_KEYS = ("url", "port", "identity", "known_hosts", "connect_timeout_s", "python", "timeout_s", "workdir", "max_reply_mb")
+MAX_DESCRIPTION = 300
+
+
+class ProfileError(BadInputError):
+    """A value of a profile that is not one it may hold (exit 2; ``load_board`` adds the file's name)."""
+
+
+def is_plain_name(name: object) -> bool:
+    """A board name edgeport may use as one folder name: letters, digits, ``._-``, no ``..``."""
+    return isinstance(name, str) and bool(_NAME.fullmatch(name)) and ".." not in name
+
+
+def check_name(name: object, what: str = "name") -> str:
+    if not is_plain_name(name):
+        raise ProfileError(f"{what} {name!r} is not a plain name (letters, digits, '.', '_', '-'; 1-64 characters, "
+                           f"starting and ending with a letter or digit; no '..'): it names the board's runtime folder")
+    return name
+
+
+def _keys(table: object, allowed: tuple[str, ...], where: str) -> dict:
+    if not isinstance(table, dict):
+        raise ProfileError(f"{where} is not a table")
+    unknown = sorted(k for k in table if k not in allowed)
+    if unknown:
+        why = (" (free ssh options could run a command on this machine, e.g. ProxyCommand: only the keys below are "
+               "passed to ssh, each checked)" if where == "[runner]" and "options" in unknown else "")
+        raise ProfileError(f"{where} has unknown keys {unknown}{why}; valid: {', '.join(allowed)}")
+    return table
+
+
+def _local_file(value: object, key: str) -> str:
+    """A file on this machine ssh reads (a key, a known-hosts file): an absolute path of plain characters, or ``~/...``."""
+    if isinstance(value, str) and value.startswith("~/"):
+        value = str(Path(value).expanduser())
+    if not (isinstance(value, str) and _PLAIN_PATH.fullmatch(value)):
+        raise ProfileError(f"[runner] {key} {value!r} is not an absolute path (or ~/...) of plain characters "
+                           f"(letters, digits, '._+/@-')")
+    return value
+
+
+def _number(value: object, key: str, lo: float, hi: float, *, whole: bool = False):
+    ok = isinstance(value, int) if whole else isinstance(value, (int, float))
+    if not ok or isinstance(value, bool) or not lo <= value <= hi:
+        kind = "a whole number" if whole else "a number"
+        raise ProfileError(f"{key} {value!r} is not {kind} in [{lo:g}, {hi:g}]")
+    return value
+
+
+def remote_python(value: object) -> str:
+    """The board's interpreter: one of ``REMOTE_PYTHONS``, or an absolute path of plain characters."""
+    if not (isinstance(value, str) and (value in REMOTE_PYTHONS or _PLAIN_PATH.fullmatch(value))):
+        raise ProfileError(f"[runner] python {value!r} is not one of {', '.join(REMOTE_PYTHONS[:3])}, ... or an absolute path "
+                           f"of plain characters (letters, digits, '._+/@-'), e.g. /home/pi/venv/bin/python")
+    return value
+
+
+def runner_spec(table: object) -> RunnerSpec:
+    """A profile's ``[runner]``, every key checked."""
+    r = _keys(table, RUNNER_KEYS, "[runner]")
+    if "url" not in r or not isinstance(r["url"], str):
+        raise ProfileError("[runner] needs url = \"ssh://user@host[:port]\"")
+    parse_ssh_url(r["url"])
+    port = _number(r["port"], "[runner] port", 1, 65535, whole=True) if "port" in r else None
+    if port is not None and _url_names_port(r["url"]) and parse_ssh_url(r["url"])[2] != port:
+        raise ProfileError(f"[runner] port {port} and the port of url {r['url']!r} differ; give it once")
+    workdir = r.get("workdir", "/tmp")
+    if not (isinstance(workdir, str) and _PLAIN_PATH.fullmatch(workdir)):
+        raise ProfileError(f"[runner] workdir {workdir!r} is not an absolute path of plain characters on the board")
+    return RunnerSpec(
+        url=r["url"], python=remote_python(r.get("python", "python3")),
+        identity=_local_file(r["identity"], "identity") if "identity" in r else None,
+        known_hosts=_local_file(r["known_hosts"], "known_hosts") if "known_hosts" in r else None,
+        connect_timeout_s=int(_number(r.get("connect_timeout_s", 10), "[runner] connect_timeout_s", 1, 600, whole=True)),
+        timeout_s=float(_number(r.get("timeout_s", 300.0), "[runner] timeout_s", 0.001, 86400)),
+        workdir=workdir, max_reply_mb=float(_number(r.get("max_reply_mb", 256.0), "[runner] max_reply_mb", 0.001, 65536)),
+        ssh_port=port,
+    )
 
 
 @dataclass(frozen=True)
@@ -258,45 +370,96 @@ def load_op_table(path: Path) -> OpTable:
 
 
 def load_board(name_or_path: str) -> BoardProfile:
+    """A shipped profile by name, or a profile ``.toml`` by path; every key checked (``PROFILE_KEYS``)."""
     path = Path(name_or_path)
     if not (path.suffix == ".toml" and path.is_file()):
+        if not is_plain_name(name_or_path):  # a shipped profile's name is a plain name, never a path
+            raise BadInputError(f"unknown board {name_or_path!r}; valid: {', '.join(board_names())} (or a path to a profile .toml)")
         path = BOARDS_DIR / f"{name_or_path}.toml"
     if not path.is_file() or path.stem == "op_min_runtime" or path.stem.endswith(".ops"):
         raise BadInputError(f"unknown board {name_or_path!r}; valid: {', '.join(board_names())} (or a path to a profile .toml)")
     try:
-        raw = tomllib.loads(path.read_text())
+        if path.stat().st_size > MAX_PROFILE_BYTES:
+            raise ProfileError(f"it is larger than {MAX_PROFILE_BYTES // 1024} KB")
+        raw = _keys(tomllib.loads(path.read_text()), PROFILE_KEYS, "the profile")
         runtime = raw["runtime"]
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}")
-        parse_version(raw["version"])
-        overrides = {op: OpOverride(int(o["max_version"]), str(o["reason"])) for op, o in raw.get("overrides", {}).items()}
-        op_table = load_op_table(path.parent / raw["op_table"]) if "op_table" in raw else None
-        install = InstallSpec(str(raw["install"]["python"]), tuple(raw["install"]["packages"])) if "install" in raw else None
-        runner = None
-        if "runner" in raw:
-            r = raw["runner"]
-            runner = RunnerSpec(url=str(r["url"]), python=str(r.get("python", "python3")), identity=r.get("identity"),
-                                options=tuple(str(o) for o in r.get("options", ())), timeout_s=float(r.get("timeout_s", 300.0)),
-                                workdir=str(r.get("workdir", "/tmp")), max_reply_mb=float(r.get("max_reply_mb", 256.0)))
-            if not (0 < runner.timeout_s <= 86400 and 0 < runner.max_reply_mb <= 65536):
-                raise ValueError("[runner] timeout_s must be in (0, 86400] and max_reply_mb in (0, 65536]")
-            if any(o.startswith("-") or not o.isprintable() for o in runner.options) or runner.workdir.startswith("-"):
-                raise ValueError("[runner] options are ssh -o values (Key=Value) and workdir a path, none starting with '-'")
-            parse_ssh_url(runner.url)
+        if not (isinstance(raw["version"], str) and _VERSION.fullmatch(raw["version"])):
+            raise ProfileError(f"version {raw['version']!r} is not dotted numbers like \"1.13.1\"")
+        name = check_name(raw.get("name", path.stem), "name" if "name" in raw else "the file's name (no name = ...)")
+        description = raw.get("description", "")
+        if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
+            raise ProfileError(f"description is not a text of at most {MAX_DESCRIPTION} characters")
+        dtypes = raw["dtypes"]
+        if not (isinstance(dtypes, list) and dtypes and all(d in DTYPES for d in dtypes)):
+            raise ProfileError(f"dtypes {dtypes!r} is not a list of {', '.join(DTYPES)}")
+        ops = raw.get("ops")
+        if ops is not None and not (isinstance(ops, list) and all(isinstance(o, str) and _OP_NAME.fullmatch(o) for o in ops)):
+            raise ProfileError("ops is not a list of builtin op names (CONV_2D, ...)")
+        overrides = {}
+        for op, o in _keys_any(raw.get("overrides", {}), "overrides").items():
+            if not _OP_NAME.fullmatch(op):
+                raise ProfileError(f"overrides: {op!r} is not a builtin op name (CONV_2D, ...)")
+            o = _keys(o, ("max_version", "reason"), f"overrides.{op}")
+            if not isinstance(o.get("reason"), str) or len(o["reason"]) > MAX_DESCRIPTION:
+                raise ProfileError(f"overrides.{op}.reason is not a text of at most {MAX_DESCRIPTION} characters")
+            overrides[op] = OpOverride(int(_number(o.get("max_version"), f"overrides.{op}.max_version", 0, 1000, whole=True)),
+                                       o["reason"])
+        op_table = load_op_table(_op_table_path(raw["op_table"], path.parent)) if "op_table" in raw else None
+        install = None
+        if "install" in raw:
+            i = _keys(raw["install"], INSTALL_KEYS, "[install]")
+            if not (isinstance(i.get("python"), str) and _VERSION.fullmatch(i["python"])
+                    and isinstance(i.get("packages"), list) and all(isinstance(p, str) for p in i["packages"])):
+                raise ProfileError("[install] needs python = \"3.7\" and packages = [\"name==version\", ...]")
+            install = InstallSpec(i["python"], tuple(i["packages"]))
+        runner = runner_spec(raw["runner"]) if "runner" in raw else None
         from edgeport.validate.board.differences import DIFFERENCES
 
-        unknown = [d for d in raw.get("differences", ()) if d not in DIFFERENCES]
+        differences = raw.get("differences", [])
+        if not isinstance(differences, list):
+            raise ProfileError("differences is not a list")
+        unknown = [d for d in differences if d not in DIFFERENCES]
         if unknown:
             raise ValueError(f"unknown differences {unknown}; valid: {', '.join(DIFFERENCES)}")
         return BoardProfile(
-            name=raw.get("name", path.stem), description=raw.get("description", ""), runtime=runtime,
-            version=str(raw["version"]), dtypes=tuple(raw["dtypes"]), ram_bytes=int(raw["ram_bytes"]),
-            flash_bytes=int(raw["flash_bytes"]), ops=tuple(raw["ops"]) if "ops" in raw else None, overrides=overrides,
-            differences=tuple(raw.get("differences", ())), op_table=op_table, install=install, runner=runner,
+            name=name, description=description, runtime=runtime,
+            version=raw["version"], dtypes=tuple(dtypes), ram_bytes=int(_number(raw["ram_bytes"], "ram_bytes", 0, 2**50, whole=True)),
+            flash_bytes=int(_number(raw["flash_bytes"], "flash_bytes", 0, 2**50, whole=True)),
+            ops=tuple(ops) if ops is not None else None, overrides=overrides,
+            differences=tuple(differences), op_table=op_table, install=install, runner=runner,
             shipped=path.resolve().parent == BOARDS_DIR.resolve(),
         )
-    except (KeyError, ValueError, TypeError, OSError, tomllib.TOMLDecodeError) as exc:
-        raise BadInputError(f"board profile {str(path)!r} is invalid ({type(exc).__name__}: {exc}); see validate/boards/*.toml") from exc
+    except BadInputError as exc:  # a value it may not hold, in its own words
+        raise BadInputError(f"board profile {str(path)!r} is invalid: {exc}; see docs/boards.md") from exc
+    except (KeyError, ValueError, TypeError, OSError, UnicodeDecodeError, RecursionError, tomllib.TOMLDecodeError) as exc:
+        what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        raise BadInputError(f"board profile {str(path)!r} is invalid ({what}); see validate/boards/*.toml and docs/boards.md") from exc
+
+
+MAX_PROFILE_BYTES = 1 << 20  # a profile is a few lines, an op table a few hundred
+_OP_TABLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.ops\.toml")
+
+
+def _op_table_path(name: object, folder: Path) -> Path:
+    """A profile's ``op_table``: a file name (``NAME.ops.toml``, never a path), beside the profile,
+    else one of the shipped tables; a plain file of at most ``MAX_PROFILE_BYTES``."""
+    if not (isinstance(name, str) and _OP_TABLE.fullmatch(name) and ".." not in name):
+        raise ProfileError(f"op_table {name!r} is not a file name NAME.ops.toml (beside the profile, or a shipped one: "
+                           f"{', '.join(p.name for p in sorted(BOARDS_DIR.glob('*.ops.toml')))})")
+    for candidate in (folder / name, BOARDS_DIR / name):
+        if candidate.is_file():
+            if candidate.stat().st_size > MAX_PROFILE_BYTES:
+                raise ProfileError(f"op_table {name!r} is larger than {MAX_PROFILE_BYTES >> 20} MB")
+            return candidate
+    raise ProfileError(f"op_table {name!r} is neither beside the profile nor one of the shipped tables")
+
+
+def _keys_any(table: object, where: str) -> dict:
+    if not isinstance(table, dict):
+        raise ProfileError(f"{where} is not a table")
+    return table
 
 
 def _op_label(op) -> str:
@@ -348,7 +511,8 @@ def op_reasons(op, board: "BoardProfile") -> list[str]:
 
 def check_model(summary: TFLiteSummary, board: BoardProfile) -> list[str]:
     """Every reason ``board`` cannot run the model; empty when it can."""
-    reasons: list[str] = []
+    # a file that cannot run anywhere cannot run here: what a runtime refuses, or computes from nothing
+    reasons: list[str] = [f"the file is structurally invalid: {p}" for p in summary.problems]
     runs = f"{board.name} runs {board.version}" if board.runtime == "tflite" else f"{board.name} is TFLite Micro"
     for custom in summary.custom_ops:
         reasons.append(f"{custom} is a custom op; {board.name} has only builtin kernels")

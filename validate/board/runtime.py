@@ -23,6 +23,7 @@ import io
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -35,7 +36,7 @@ from pathlib import Path
 
 from edgeport.errors import BadInputError
 from edgeport.text import for_terminal
-from edgeport.validate.board.profiles import BoardProfile, RunnerSpec
+from edgeport.validate.board.profiles import BoardProfile, RunnerSpec, is_plain_name, remote_python
 
 WORKER = Path(__file__).with_name("worker.py")
 WORKER_NAME = "board_worker.py"  # what it is called on the board
@@ -55,7 +56,22 @@ def runtime_home() -> Path:
 
 
 def runtime_dir(board: BoardProfile) -> Path:
-    return runtime_home() / "runtimes" / board.name
+    """``$EDGEPORT_HOME/runtimes/NAME``: the board's name is a plain name (never a path), and the
+    folder, links resolved, stays inside the runtimes folder; else bad input (exit 2). A profile
+    is a file people share: a name that reached outside would run a ``bin/python`` beside it."""
+    root = runtime_home() / "runtimes"
+    if not is_plain_name(board.name):
+        raise BoardRuntimeError(f"board name {board.name!r} is not a plain name (letters, digits, '.', '_', '-'): it names "
+                                f"the folder of its runtime under {root}")
+    folder = root / board.name
+    try:
+        inside = folder.resolve().is_relative_to(root.resolve()) and folder.resolve() != root.resolve()
+    except (OSError, RuntimeError) as exc:  # a loop of links
+        raise BoardRuntimeError(f"{folder} cannot be resolved ({exc}); move it away, or set EDGEPORT_HOME") from exc
+    if not inside:
+        raise BoardRuntimeError(f"{folder} leads outside {root} (a link?); edgeport runs runtimes only from inside it: "
+                                f"move it away, or set EDGEPORT_HOME")
+    return folder
 
 
 def installed_python(board: BoardProfile) -> Path | None:
@@ -107,13 +123,18 @@ class Ssh:
         return f"{'TFLite' if board.runtime == 'tflite' else board.runtime} {board.version} over SSH"
 
     def _ssh(self, remote_command: str) -> list[str]:
-        # user and host are checked names (boards.parse_ssh_url); "--" ends ssh's options all the same
+        """The ssh command line. Only fixed options, each from a checked field of the profile
+        (``profiles.runner_spec``): the port a number, the key and known-hosts files absolute paths
+        of plain characters (one word each, never read as an option: they start with "/"), the
+        timeout a number; user and host are checked names, and "--" ends ssh's options all the same.
+        A profile never gives ssh an option of its own choosing (ProxyCommand runs a command)."""
         s = self.spec
-        cmd = ["ssh", "-p", str(s.port), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=10"]
+        cmd = ["ssh", "-p", str(int(s.port)), "-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(s.connect_timeout_s)}",
+               "-o", "ServerAliveInterval=10"]
         if s.identity:
-            cmd += ["-i", str(Path(s.identity).expanduser()), "-o", "IdentitiesOnly=yes"]
-        for opt in s.options:
-            cmd += ["-o", opt]
+            cmd += ["-o", f"IdentityFile={_plain_local(s.identity, 'identity')}", "-o", "IdentitiesOnly=yes"]
+        if s.known_hosts:
+            cmd += ["-o", f"UserKnownHostsFile={_plain_local(s.known_hosts, 'known_hosts')}", "-o", "StrictHostKeyChecking=yes"]
         return [*cmd, "--", f"{s.user}@{s.host}" if s.user else s.host, remote_command]
 
     def execute(self, folder: Path, mode: str) -> dict:
@@ -121,6 +142,8 @@ class Ssh:
             raise BoardRuntimeError(f"--runner {self.spec.url} needs the ssh client; install OpenSSH (apt install openssh-client)")
         shutil.copy2(WORKER, folder / WORKER_NAME)
         s = self.spec
+        if not _PLAIN_REMOTE.fullmatch(s.workdir):  # checked when the profile was read; a spec made in code too
+            raise BoardRuntimeError(f"[runner] workdir {s.workdir!r} is not an absolute path of plain characters on the board")
         run_dir = f"{s.workdir.rstrip('/') or ''}/edgeport-run-{uuid.uuid4().hex[:12]}"
         remote_timeout = max(1, int(s.timeout_s))
         script = "\n".join([
@@ -130,7 +153,8 @@ class Ssh:
             "trap 'rm -rf \"$d\"' EXIT HUP INT TERM",
             'cd "$d" && tar -xf - || exit 91',
             f"if command -v timeout >/dev/null 2>&1; then T='timeout -s KILL {remote_timeout}'; else T=''; fi",
-            f"$T {s.python} {WORKER_NAME} {mode} . >stdout.txt 2>stderr.txt; echo $? >status.txt",
+            f"$T {shlex.quote(remote_python(s.python))} {WORKER_NAME} {shlex.quote(mode)} . >stdout.txt 2>stderr.txt; "
+            f"echo $? >status.txt",
             "tar -cf - $(ls -d result.json outputs stderr.txt status.txt 2>/dev/null)",
         ])
         payload = io.BytesIO()
@@ -199,6 +223,17 @@ class Ssh:
             pass
 
 
+_PLAIN_REMOTE = re.compile(r"/[A-Za-z0-9._+/@-]{0,1023}")
+
+
+def _plain_local(path: str, key: str) -> str:
+    """A local file for ssh, as the profile reader checked it (``~/`` expanded): one plain word."""
+    path = str(Path(path).expanduser())
+    if not _PLAIN_REMOTE.fullmatch(path):
+        raise BoardRuntimeError(f"[runner] {key} {path!r} is not an absolute path of plain characters")
+    return path
+
+
 def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Warning: Permanently added")]
     return for_terminal(lines[-1][:300]) if lines else "no message"
@@ -224,6 +259,9 @@ MAX_DIM = 1 << 20
 # a model's outputs, or, to locate where a board parts from the reference kernels, every tensor
 # of one (``parity/divergence.py``); the reply's bytes are capped apart (max_reply_mb)
 MAX_OUTPUTS = 4096
+# result.json: names, shapes and times, about 150 bytes an output (4096 of them: 0.6 MB), a probe's
+# few thousand accepted op versions; what a legitimate reply needs, with room
+MAX_RESULT_BYTES = 4 * 2**20
 
 
 class _BadReply(Exception):
@@ -301,10 +339,17 @@ def _read_result(folder: Path, returncode: int, stderr: str, what: str, mode: st
     probes = {p.name[: -len(".tflite")] for p in (folder / "probes").glob("*.tflite")} if mode == "probe" else None
     uint8 = {p.name[: -len(".tflite")] for p in (folder / "uint8").glob("*.tflite")} if mode == "probe" else None
     try:
-        if path.stat().st_size > 16 * 2**20:
-            raise _BadReply("it is larger than 16 MB")
-        result = check_reply(json.loads(path.read_bytes()), mode, images=images, probes=probes, uint8_probes=uint8)
-    except (ValueError, RecursionError, _BadReply) as exc:  # invalid JSON, numbers too long, nesting too deep
+        # refused by its size before a byte is parsed, and never read past the bound whatever the
+        # file says of itself (a board's reply may grow while it is read): JSON costs many times its
+        # size in memory, and a whole reply is capped only at max_reply_mb
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size > MAX_RESULT_BYTES:
+                raise _BadReply(f"it is larger than {MAX_RESULT_BYTES // 2**20} MB")
+            raw = f.read(MAX_RESULT_BYTES + 1)
+        if len(raw) > MAX_RESULT_BYTES:
+            raise _BadReply(f"it is larger than {MAX_RESULT_BYTES // 2**20} MB")
+        result = check_reply(json.loads(raw), mode, images=images, probes=probes, uint8_probes=uint8)
+    except (OSError, ValueError, RecursionError, _BadReply) as exc:  # unreadable, invalid JSON, numbers too long, too deep
         raise BoardRuntimeError(f"{what} answered with a result.json edgeport cannot use ({for_terminal(str(exc)[:200])}); "
                                 f"check the runtime there, or reinstall it") from None
     if not result["ok"] and result["error"] == "no_runtime":
@@ -378,18 +423,38 @@ def install(board: BoardProfile, *, python: str | None = None, log=print) -> dic
         raise BadInputError(f"{folder} exists and is not an edgeport runtime; move it away, or set EDGEPORT_HOME")
     log(f"{board.name}: installing {' '.join(spec.packages)} for Python {got} in {folder}")
     folder.parent.mkdir(parents=True, exist_ok=True)
-    for step in ([interpreter, "-m", "venv", str(folder)],
-                 [str(folder / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", *spec.packages]):
-        proc = subprocess.run(step, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise BadInputError(f"installing {board.name}'s runtime failed at `{' '.join(step[:4])} ...`: "
-                                f"{_last_line(proc.stderr)}; nothing was marked installed in {folder}")
-    info = _version_of(LocalPython(folder / "bin" / "python", what=f"{board.name}'s runtime"))
+    made = not folder.exists()  # only a folder this install made is removed when it fails
+    try:
+        info = _build_venv(board, interpreter, folder)
+    except BaseException:
+        if made:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     marker = {"board": board.name, "python": got, "packages": list(spec.packages), "runtime": info["runtime"],
               "version": info["version"], "installed": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     (folder / RUNTIME_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     log(f"{board.name}: {info['runtime']} {info['version']} installed in {folder}")
     return info
+
+
+def _build_venv(board: BoardProfile, interpreter: str, folder: Path) -> dict:
+    """The venv and its packages; what its runtime says of itself. An interpreter that makes no
+    venv (or a venv without a ``bin/python``) is bad input, named, not a missing file later."""
+    python = folder / "bin" / "python"
+    for step in ([interpreter, "-m", "venv", str(folder)],
+                 [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *board.install.packages]):
+        try:
+            proc = subprocess.run(step, capture_output=True, text=True)
+        except OSError as exc:
+            raise BadInputError(f"installing {board.name}'s runtime failed at `{' '.join(step[:4])} ...`: cannot start it "
+                                f"({exc.strerror or exc}); nothing was installed in {folder}") from exc
+        if proc.returncode != 0:
+            raise BadInputError(f"installing {board.name}'s runtime failed at `{' '.join(step[:4])} ...`: "
+                                f"{_last_line(proc.stderr)}; nothing was marked installed in {folder}")
+        if step[0] == interpreter and not python.exists():
+            raise BadInputError(f"--python {interpreter} made no venv in {folder} (no bin/python after `-m venv`); pass a "
+                                f"Python {board.install.python} that has the venv module (apt install python{board.install.python}-venv)")
+    return _version_of(LocalPython(python, what=f"{board.name}'s runtime"))
 
 
 def _installable() -> list[str]:

@@ -1,0 +1,180 @@
+"""edgeport's own small files -- locks, markers, staging folders -- never reach a user's file.
+
+A lock or marker is created with O_EXCL | O_NOFOLLOW and an existing one is opened without
+following a link, and only as a plain file with one name: a ``run/.edgeport-lock`` symlinked
+(or hard-linked) to the user's ``notes.txt`` is refused, not overwritten with JSON. A folder is
+removed as stale staging only when edgeport provably made it: its name is mkdtemp's, it holds
+only what staging holds, and its marker's JSON names an owner process on this host that is gone.
+gpu_check writes into OUT only when OUT is its own (a marker of its own JSON, and the summary
+there the one it wrote). Each case: the exit code, the one error line, every user file kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from edgeport.runs import LOCK, MARKER, STAGING_MARKER, STAGING_SCHEMA, NotOurs, lock_folder, read_marker, reclaim_staging, write_marker
+
+from .conftest import assert_kept, assert_one_line, inventory
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def resumable(workspace) -> Path:
+    """``run/last.pt`` as a killed training run leaves it, with a tiny dataset beside it."""
+    import numpy as np
+
+    from edgeport.models.registry import build_model
+    from edgeport.models.synth import make_scene
+    from edgeport.train.data import write_dataset
+
+    rng = np.random.default_rng(0)
+    write_dataset(workspace / "data", {"train": [make_scene(rng, 64) for _ in range(4)], "val": [make_scene(rng, 64)]}, size=64)
+    model, config = build_model("pdet-n")
+    args = {"data": "data", "arch": "pdet-n", "num_classes": 1, "batch_size": 4, "lr": 0.01, "imgsz": 64}
+    (workspace / "run").mkdir()
+    torch.save({"format": "edgeport.ckpt/1", "arch": "pdet-n", "config": config, "model": model.state_dict(), "optimizer": {},
+                "epoch": 1, "step": 2, "best_map50": -1.0, "args": args, "history": []}, workspace / "run" / "last.pt")
+    write_marker(workspace / "run", "train")
+    return workspace / "run"
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_resume_never_writes_its_lock_through_a_link(workspace, resumable, run_inproc, link):
+    if link == "symlink":
+        (resumable / LOCK).symlink_to("../notes.txt")
+    else:
+        os.link(workspace / "notes.txt", resumable / LOCK)
+    before = inventory(workspace)
+    r = run_inproc("train", "--data", "data", "--resume", "run/last.pt", "--epochs", "2")
+    assert_one_line(r, 2, ".edgeport-lock", "is a link", "never follows or writes through its lock and marker files")
+    assert (workspace / "notes.txt").read_text() == "the user's own file\n"
+    assert_kept(before, inventory(workspace))
+
+
+def test_a_marker_that_is_a_link_is_never_read_through_or_written(workspace):
+    folder = workspace / "out"
+    folder.mkdir()
+    (workspace / "elsewhere.json").write_text(json.dumps({"schema": "edgeport.run/2", "command": "convert", "files": {},
+                                                          "dirs": []}))
+    (folder / MARKER).symlink_to("../elsewhere.json")
+    before = inventory(workspace)
+    with pytest.raises(NotOurs, match="is a link"):
+        read_marker(folder)
+    write_marker(folder, "convert")  # replaces the link itself: the file it pointed at is untouched
+    assert not (folder / MARKER).is_symlink() and read_marker(folder).command == "convert"
+    assert_kept({k: v for k, v in before.items() if k != f"out/{MARKER}"}, inventory(workspace))
+
+
+def test_a_lock_made_fresh_is_made_exclusively(tmp_path):
+    lock = lock_folder(tmp_path, "convert")
+    try:
+        assert json.loads((tmp_path / LOCK).read_text())["pid"] == os.getpid()
+        assert not (tmp_path / LOCK).is_symlink()
+    finally:
+        lock.release()
+    lock_folder(tmp_path, "convert").release()  # a lock a finished run left is taken again
+
+
+# -- staging folders ------------------------------------------------------------------------------
+
+
+def test_a_users_folder_that_looks_like_staging_is_never_removed(workspace, run_inproc):
+    mine = workspace / ".edgeport-staging-backup"
+    mine.mkdir()
+    (mine / STAGING_MARKER).write_text("")
+    (mine / "b.txt").write_text("the user's backup\n")
+    before = inventory(workspace)
+    r = run_inproc("data", "synth", "--out", "synth", "--n", "2", "--n-val", "1", "--imgsz", "32")
+    assert r.code == 0, r.err
+    assert "staging folder" not in r.err
+    assert_kept(before, inventory(workspace))
+
+
+def _staging(parent: Path, name: str, marker: dict | str | None, extra: str | None = None) -> Path:
+    folder = parent / name
+    (folder / "work").mkdir(parents=True)
+    if marker is not None:
+        (folder / STAGING_MARKER).write_text(marker if isinstance(marker, str) else json.dumps(marker))
+    if extra:
+        (folder / extra).write_text("a user's file\n")
+    return folder
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize("case", ["name", "empty-marker", "other-schema", "live-owner", "other-host", "user-file", "link"])
+def test_only_a_provably_stale_staging_folder_is_removed(tmp_path, case):
+    dead = {"schema": STAGING_SCHEMA, "command": "convert", "pid": _dead_pid(), "host": socket.gethostname()}
+    name = ".edgeport-staging-abcd1234"
+    kept = {
+        "name": lambda: _staging(tmp_path, ".edgeport-staging-backup", dead),
+        "empty-marker": lambda: _staging(tmp_path, name, ""),
+        "other-schema": lambda: _staging(tmp_path, name, {**dead, "schema": "mine"}),
+        "live-owner": lambda: _staging(tmp_path, name, {**dead, "pid": os.getpid()}),
+        "other-host": lambda: _staging(tmp_path, name, {**dead, "host": "another-machine"}),
+        "user-file": lambda: _staging(tmp_path, name, dead, extra="b.txt"),
+        "link": lambda: _staging(tmp_path, name, None),
+    }
+    folder = kept[case]()
+    if case == "link":
+        (tmp_path / "theirs.json").write_text(json.dumps(dead))
+        (folder / STAGING_MARKER).symlink_to(tmp_path / "theirs.json")
+    before = inventory(tmp_path)
+    assert reclaim_staging(tmp_path) == []
+    assert inventory(tmp_path) == before
+    # and the one that is provably edgeport's, whose owner is gone, is removed
+    stale = _staging(tmp_path, ".edgeport-staging-zz99aa00", dead)
+    assert reclaim_staging(tmp_path) == [stale.name] and not stale.exists()
+    assert inventory(tmp_path) == before
+
+
+# -- gpu_check ------------------------------------------------------------------------------------
+
+
+def _gpu_check(out: Path, *extra: str):
+    return subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--budget", "0", *extra, str(out)],
+                          capture_output=True, text=True, env={**os.environ, "PY": sys.executable}, timeout=300)
+
+
+def test_gpu_check_never_overwrites_a_users_summary_beside_an_empty_marker(workspace):
+    out = workspace / "OUT"
+    out.mkdir()
+    (out / ".edgeport-gpu-check").write_text("")
+    (out / "summary.json").write_text('{"my": "figures"}\n')
+    before = inventory(workspace)
+    r = _gpu_check(out)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert "is not a gpu_check folder" in line and "an empty one is not" in line and "give a new or empty OUT_DIR" in line
+    assert_kept(before, inventory(workspace))
+    assert sorted(p.name for p in out.iterdir()) == [".edgeport-gpu-check", "summary.json"]
+
+
+@pytest.mark.slow  # gpu_check asks a Python what it can import, in processes
+def test_gpu_check_writes_again_only_into_its_own_folder_and_summary(workspace):
+    out = workspace / "OUT"
+    first = _gpu_check(out, "--smoke", "--no-convert")
+    assert first.returncode in (0, 1, 2) and "Traceback" not in first.stderr, first.stderr
+    said = json.loads((out / ".edgeport-gpu-check").read_text())
+    assert said["schema"] == "edgeport.gpu-check/1" and len(said["summary.json"]) == 64
+    again = _gpu_check(out, "--smoke", "--no-convert")
+    assert "is not a gpu_check folder" not in again.stderr, again.stderr  # its own earlier run: written again
+    (out / "summary.json").write_text('{"edited": "by the user"}\n')
+    before = inventory(workspace)
+    third = _gpu_check(out, "--smoke", "--no-convert")
+    assert third.returncode == 2 and "its summary.json is not the one gpu_check wrote" in third.stderr, third.stderr
+    assert_kept(before, inventory(workspace))
