@@ -21,26 +21,32 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -n "$(PYBIN)" || { echo "no $(PYTHON) found: install it, or pass PYTHON=/path/to/python"; exit 2; }
-	test -x $(PY) || $(PYBIN) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c $(CONSTRAINTS) $(TORCH)
-	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[dev,zoo]"
-	touch $(STAMP)
+	@echo "setup: $(VENV) with $(PYBIN) ($(CONSTRAINTS))"
+	@test -x $(PY) || $(PYBIN) -m venv $(VENV)
+	@# -qq: errors only. pip's own warnings here are about this machine's pip configuration (its
+	@# find-links folders), not about edgeport, and ran to some 120 lines
+	@echo "setup: pip"
+	@$(PY) -m pip install -qq --upgrade pip
+	@echo "setup: $(TORCH) (a CUDA build that runs on the CPU: about 5.5 GB)"
+	@$(PY) -m pip install -qq -c $(CONSTRAINTS) $(TORCH)
+	@echo "setup: edgeport and its pinned dependencies"
+	@$(PY) -m pip install -qq -c $(CONSTRAINTS) -e ".[dev,zoo]"
+	@touch $(STAMP)
 
 # The write-up's board runtime, the real TensorFlow Lite 1.13.1, in its own Python 3.7
-# environment (about 20 s), made by edgeport itself under BOARDS_HOME: the tests then run the
-# board's rows on it (tests/conftest.py points EDGEPORT_HOME there). Without a python3.7 those
-# tests skip and say why.
-BOARDS_HOME := $(CURDIR)/.edgeport
+# environment, installed by edgeport itself where edgeport looks for it: $$EDGEPORT_HOME, else
+# ~/.local/share/edgeport (validate/board/runtime.py: home). One home for the CLI, this target and
+# the tests, so `make setup-boards && edgeport boards` lists the real runtime. Without a python3.7
+# the tests that need it skip and say why.
 setup-boards: setup
 	@if scripts/find_python.sh python3.7 >/dev/null; then \
-		EDGEPORT_HOME=$(BOARDS_HOME) $(VENV)/bin/edgeport boards install tflite-1.13; \
+		$(VENV)/bin/edgeport boards install tflite-1.13; \
 	else echo "no python3.7: the real TFLite 1.13.1 tests will be skipped"; fi
 
 # The second converter, litert-torch (`convert --converter litert-torch`, `--cross-check`), in its
-# own environment under BOARDS_HOME, layered on the venv's packages (about 1 GB, 30 s: convert/litert.py)
+# own environment in the same home, layered on the venv's packages (about 1 GB, 30 s: convert/litert.py)
 setup-converters: setup
-	EDGEPORT_HOME=$(BOARDS_HOME) $(VENV)/bin/edgeport converters install litert-torch
+	$(VENV)/bin/edgeport converters install litert-torch
 
 DEMO_OUT ?= runs/demo
 demo: setup
@@ -76,8 +82,8 @@ bench: setup
 	$(PY) benchmarks/board_bench.py
 	$(PY) benchmarks/train_bench.py
 	$(PY) benchmarks/validate_bench.py
-	@if EDGEPORT_HOME=$(BOARDS_HOME) $(VENV)/bin/edgeport converters | grep -q "^litert-torch .* in "; then \
-		EDGEPORT_HOME=$(BOARDS_HOME) $(PY) benchmarks/litert_bench.py; \
+	@if $(VENV)/bin/edgeport converters | grep -q "^litert-torch .* in "; then \
+		$(PY) benchmarks/litert_bench.py; \
 	else echo "litert-torch not installed (make setup-converters): benchmarks/litert_bench.py skipped"; fi
 
 # on a machine with CUDA GPUs: the NCCL trainer, resume, 2-rank = 1-rank, bf16, CPU convert (JSON

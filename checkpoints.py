@@ -192,6 +192,16 @@ def find_weights(obj: Any) -> tuple[str, dict | None, Any, str | None, dict | No
     )
 
 
+def recorded_imgsz(obj: Any) -> int | None:
+    """The input size a checkpoint says its model was trained at (edgeport's trainer writes
+    ``imgsz``); None where it says none. A number from a file: read only when it is a whole number
+    in 32..4096, never trusted further."""
+    value = obj.get("imgsz") if isinstance(obj, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and 32 <= value <= 4096:
+        return value
+    return None
+
+
 def weights_digest(module) -> str:
     """SHA-256 of a module's weights and buffers (names, dtypes, shapes and bytes, in name order):
     which trained model a report is about, whatever file it was saved in."""

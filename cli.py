@@ -27,39 +27,49 @@ CONVERTERS = ("onnx2tf", "litert-torch")
 OPSETS = (11, 20)
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
-    """What convert and validate both need to know about the model's outputs and the board."""
+def _add_output_args(p) -> None:
+    """What convert and validate both need to know about the model's outputs."""
     p.add_argument("--outputs", metavar="SPEC", help="which tensors are the outputs when the model returns a dict or nested "
                    "tuple: flatten, or keys/indices such as 0 or out,aux (default: the model must return a tensor or a tuple of tensors)")
     p.add_argument("--head", default="auto", choices=HEAD_CHOICES, help="the output format, for boxes and per-group metrics: pdet, "
-                   "yolov8 ((N, 4+nc, A)), yolov8-pose, yolov8-seg, yolov10 (end-to-end (N, K, 6)), yolov5 ((N, A, 5+nc)), "
-                   "classify ((N, C) logits), raw; default auto: from the output shapes and the model's own head, asking when "
-                   "several fit")
+                   "yolov8 ((N, 4+nc, A)), yolov8-pose, yolov8-seg, yolov8-obb (boxes, classes, angle), yolov10 (end-to-end "
+                   "(N, K, 6)), yolov5 ((N, A, 5+nc)), classify ((N, C) logits), raw; default auto: from the output shapes and the "
+                   "model's own head, asking when several fit")
+
+
+def _add_runner_arg(p) -> None:
     p.add_argument("--runner", metavar="URL", help="run the board's rows on a real board over SSH: ssh://user@host[:port] (default: "
                    "the profile's [runner], else the runtime `edgeport boards install` made, else the emulator only)")
 
 
 def _add_convert_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", type=Path, help="the .pt/.pth checkpoint (state_dict, training dict or, trusted, a pickled module)")
-    p.add_argument("--arch", help="registry name (pdet-n, pdet-s, ...; an unknown name lists them all) or package.module:callable; "
-                   "not needed for edgeport trainer checkpoints")
-    p.add_argument("--imgsz", type=positive_int, help="square input size, a multiple of the model's stride (default 320)")
-    p.add_argument("--calib", type=Path, help="folder of images for int8 calibration and parity (default: synthetic scenes)")
-    p.add_argument("--out", type=Path, help="output folder (default: a new numbered folder under runs/convert/)")
-    p.add_argument("--force", action="store_true", help="replace an earlier convert result in --out (never other files)")
-    p.add_argument("--trust-checkpoint", action="store_true",
-                   help="allow full unpickling (runs code from the file): only for checkpoints you trust")
-    p.add_argument("--board", default="default", help="target board profile: a name from `edgeport boards` or a .toml path (default: default)")
-    _add_model_args(p)
-    p.add_argument("--legacy-resize", action="store_true",
-                   help="emit bilinear resizes the way older converters did (half_pixel_centers off): reproduces the board bug")
-    p.add_argument("--opset", type=int_range(*OPSETS), default=17, help=f"ONNX opset, {OPSETS[0]}-{OPSETS[1]} (default 17)")
-    p.add_argument("--no-int8", action="store_true", help="skip the full-integer int8 model")
-    p.add_argument("--converter", choices=CONVERTERS, default="onnx2tf", help="which converter writes the TFLite files: "
-                   "onnx2tf (from the ONNX graph; default) or litert-torch (from the PyTorch model; `edgeport converters "
-                   "install litert-torch` first)")
-    p.add_argument("--cross-check", action="store_true", help="also convert float32 with the other converter and compare the "
-                   "two files (report: converter.cross_check; a disagreement names the first op where they part)")
+    given = p.add_argument_group("input: the model and its images")
+    given.add_argument("checkpoint", type=Path, help="the .pt/.pth checkpoint (state_dict, training dict or, trusted, a pickled module)")
+    given.add_argument("--arch", help="registry name (pdet-n, pdet-s, ...; an unknown name lists them all) or package.module:callable; "
+                       "not needed for edgeport trainer checkpoints")
+    given.add_argument("--imgsz", type=positive_int, help="square input size, a multiple of the model's stride (default: the size "
+                       "the checkpoint was trained at, where it records one; else 320)")
+    given.add_argument("--calib", type=Path, help="folder of images for int8 calibration and parity (default: synthetic scenes)")
+    _add_output_args(given)
+    target = p.add_argument_group("target: the board and how the files are made")
+    target.add_argument("--board", default="default", help="target board profile: a name from `edgeport boards` or a .toml path "
+                        "(default: default)")
+    _add_runner_arg(target)
+    target.add_argument("--converter", choices=CONVERTERS, default="onnx2tf", help="which converter writes the TFLite files: "
+                        "onnx2tf (from the ONNX graph; default) or litert-torch (from the PyTorch model; `edgeport converters "
+                        "install litert-torch` first)")
+    target.add_argument("--no-int8", action="store_true", help="skip the full-integer int8 model")
+    target.add_argument("--opset", type=int_range(*OPSETS), default=17, help=f"ONNX opset, {OPSETS[0]}-{OPSETS[1]} (default 17)")
+    target.add_argument("--legacy-resize", action="store_true",
+                        help="emit bilinear resizes the way older converters did (half_pixel_centers off): reproduces the board bug")
+    target.add_argument("--cross-check", action="store_true", help="also convert float32 with the other converter and compare the "
+                        "two files (report: converter.cross_check; a disagreement names the first op where they part)")
+    out = p.add_argument_group("output")
+    out.add_argument("--out", type=Path, help="output folder (default: a new numbered folder under runs/convert/)")
+    out.add_argument("--force", action="store_true", help="replace an earlier convert result in --out (never other files)")
+    trust = p.add_argument_group("trust")
+    trust.add_argument("--trust-checkpoint", action="store_true",
+                       help="allow full unpickling (runs code from the file): only for checkpoints you trust")
 
 
 def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
@@ -81,14 +91,17 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
     val.add_argument("--arch", help="as for convert; not needed for edgeport trainer checkpoints")
     val.add_argument("--imgsz", type=positive_int, help="must match the TFLite input (default: read from it)")
     val.add_argument("--board", default="default", help="board profile for the emulator and the gate (default: default)")
-    _add_model_args(val)
+    _add_output_args(val)
+    _add_runner_arg(val)
     val.add_argument("--data", type=Path, help="a dataset folder (val split with labels: mAP against ground truth) or a folder of images")
-    val.add_argument("--out", type=Path, help="report folder (default: a new numbered folder under runs/validate/)")
+    val.add_argument("--out", type=Path, help="report folder (default: a new numbered folder under runs/validate/, named when "
+                     "it is written)")
     val.add_argument("--force", action="store_true", help="replace an earlier validate result in --out (never other files)")
     val.add_argument("--trust-checkpoint", action="store_true", help="allow full unpickling of the checkpoint")
     chk = sub.add_parser("check", help="compare a parity report with a baseline: the CI regression gate")
-    chk.add_argument("report", type=Path)
-    chk.add_argument("--baseline", type=Path, required=True)
+    chk.add_argument("report", type=Path, help="the report.json to judge, as `edgeport convert` or `validate` wrote it")
+    chk.add_argument("--baseline", type=Path, required=True, help="the report.json it must be no worse than (a committed "
+                     "copy of an earlier report; with --update-baseline, the file to replace)")
     chk.add_argument("--tolerance", action="append", default=[], metavar="KEY=VALUE",
                      help="cosine (1e-4), max_abs_factor (2), max_abs_floor (1e-6), recall (0.02), map (0.01)")
     chk.add_argument("--update-baseline", action="store_true", help="accept this report as the new baseline")
@@ -124,6 +137,9 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
 
 
 def run_convert(args: argparse.Namespace) -> int:
+    from edgeport.checkpoints import sniff
+
+    sniff(args.checkpoint)  # a path that is no checkpoint: said in a moment, before the heavy imports
     from edgeport.commands import output
     from edgeport.commands.boards import board
     from edgeport.commands.convert import convert
@@ -137,6 +153,9 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    from edgeport.checkpoints import sniff
+
+    sniff(args.checkpoint)
     from edgeport.commands import output
     from edgeport.commands.boards import board
     from edgeport.commands.validate import validate

@@ -34,7 +34,7 @@ IMGSZ = 160  # what the demo detectors were trained at (`make demo`)
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "edgeport.cli", *args], capture_output=True, text=True,
-                          env=dict(os.environ, EDGEPORT_HOME=os.environ.get("EDGEPORT_HOME", str(REPO / ".edgeport"))))
+                          env=dict(os.environ))
     if proc.returncode not in (0, 1):
         raise SystemExit(f"edgeport {' '.join(args[:2])} failed:\n{proc.stderr[-2000:]}")
     return proc
@@ -63,7 +63,6 @@ def main() -> None:
     ap.add_argument("--val", type=int, default=64, help="labelled synthetic validation images for mAP")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "board_bench.json")
     args = ap.parse_args()
-    os.environ.setdefault("EDGEPORT_HOME", str(REPO / ".edgeport"))
     from edgeport.ops.tflite_model import read_tflite
     from edgeport.validate.board.profiles import load_board
     from edgeport.validate.board.runtime import transport_for

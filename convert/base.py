@@ -34,6 +34,7 @@ class ConvertConfig:
     board: Any  # validate.board.profiles.BoardProfile
     arch: str | None = None
     imgsz: int | None = None
+    imgsz_from: str = "--imgsz"  # where ``imgsz`` came from, for the progress line (validate: the file's input)
     calib_dir: Path | None = None
     trust_checkpoint: bool = False
     opset: int = 17
@@ -73,6 +74,7 @@ class Checkpoint:
     module: Any  # a pickled nn.Module (with --trust-checkpoint); None for a state_dict
     arch: str | None  # the architecture the file names, if any
     arch_config: dict | None
+    imgsz: int | None = None  # the input size the file says the model was trained at
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import copy
 
 from edgeport.convert.base import Checkpoint, ConvertConfig, Model, Pass, PassResult
 from edgeport.errors import ArchitectureError, KeyMismatchError, PassCheckError
-from edgeport.models.registry import REGISTRY, arch_names, build_model, model_stride
+from edgeport.models.registry import REGISTRY, arch_names, build_model, framework_hint, model_stride
 
 SHOW = 3  # keys shown per category in the one-line diff
 
@@ -69,9 +69,10 @@ class BuildModelPass(Pass[Checkpoint, Model]):
             arch = arch or type(model).__name__
         else:
             if arch is None:
+                hint = framework_hint(value.state_dict)
                 raise ArchitectureError(
-                    f"the checkpoint does not name its architecture; pass --arch NAME "
-                    f"(valid: {', '.join(arch_names())}) or --arch package.module:callable"
+                    "the checkpoint does not name its architecture; "
+                    + (hint if hint else f"pass --arch NAME (valid: {', '.join(arch_names())}) or --arch package.module:callable")
                 )
             if named_by_file:
                 architecture_from_file(arch, trusted=config.trust_checkpoint)
@@ -81,7 +82,9 @@ class BuildModelPass(Pass[Checkpoint, Model]):
             sd = value.state_dict
             missing, unexpected, mismatched = key_diff(model.state_dict(), sd)
             if missing or unexpected or mismatched:
-                raise KeyMismatchError(format_diff(arch, missing, unexpected, mismatched, named_by_file=named_by_file))
+                hint = framework_hint(sd) if ":" not in arch else None
+                raise KeyMismatchError(format_diff(arch, missing, unexpected, mismatched, named_by_file=named_by_file)
+                                       + (f"; {hint}" if hint else ""))
             model.load_state_dict(sd, strict=True)
             summary = f"{arch}, {sum(p.numel() for p in model.parameters()):,} params"
         model = model.float().eval()

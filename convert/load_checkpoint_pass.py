@@ -6,7 +6,7 @@ A checkpoint that needs arbitrary unpickling is refused unless the user passes
 
 from __future__ import annotations
 
-from edgeport.checkpoints import check_finite, find_weights, torch_load
+from edgeport.checkpoints import check_finite, find_weights, recorded_imgsz, torch_load
 from edgeport.convert.base import Checkpoint, ConvertConfig, Pass, PassResult
 from edgeport.errors import PassCheckError
 
@@ -19,8 +19,9 @@ class LoadCheckpointPass(Pass[ConvertConfig, Checkpoint]):
         layout, sd, module, arch, arch_config = find_weights(obj)
         check_finite(sd.items() if sd is not None else module.state_dict().items(), config.checkpoint)
         n = len(sd) if sd is not None else sum(1 for _ in module.state_dict())
-        return PassResult(Checkpoint(config.checkpoint, layout, sd, module, arch, arch_config), changed=True,
-                          summary=f"{layout}, {n} tensors")
+        imgsz = recorded_imgsz(obj)
+        return PassResult(Checkpoint(config.checkpoint, layout, sd, module, arch, arch_config, imgsz), changed=True,
+                          summary=f"{layout}, {n} tensors" + (f", trained at {imgsz} px" if imgsz else ""))
 
     def check(self, before: ConvertConfig, after: Checkpoint, config: ConvertConfig) -> None:
         if (after.state_dict is None) == (after.module is None):

@@ -51,7 +51,14 @@ class PrepareInputsPass(Pass[Model, Prepared]):
         from edgeport.models.outputs import OutputSelector, require_fixed_outputs, require_tensors
 
         stride = value.stride or 32
-        imgsz = config.imgsz or DEFAULT_IMGSZ
+        trained = value.checkpoint.imgsz
+        # the size the checkpoint was trained at, unless --imgsz says otherwise: a report about a model
+        # at a size it never saw is no report on what was trained
+        imgsz = config.imgsz or trained or DEFAULT_IMGSZ
+        where = (config.imgsz_from if config.imgsz else "the size the checkpoint was trained at" if trained
+                 else "the default; --imgsz sets it")
+        if config.imgsz and trained and config.imgsz != trained:
+            where = f"{config.imgsz_from}; warning: the checkpoint was trained at {trained} px"
         if imgsz <= 0 or imgsz % stride:
             lower = max(stride, imgsz // stride * stride)
             raise BadInputError(
@@ -86,7 +93,7 @@ class PrepareInputsPass(Pass[Model, Prepared]):
             strides = tuple(imgsz // o.shape[-1] if o.dim() == 4 else 0 for o in outputs)
         head = resolve_head(config.head, [tuple(o.shape) for o in outputs], strides, head_hints(value.module))
         prepared = Prepared(value, module, reference, imgsz, calib, source, val, val_source, names, strides, head)
-        return PassResult(prepared, changed=False, summary=f"{imgsz}px, head {head.describe()}, calibration: {source}")
+        return PassResult(prepared, changed=False, summary=f"{imgsz}px ({where}), head {head.describe()}, calibration: {source}")
 
     def check(self, before: Model, after: Prepared, config: ConvertConfig) -> None:
         calib = after.calib

@@ -64,6 +64,37 @@ def arch_names() -> list[str]:
     return sorted(REGISTRY)
 
 
+# What the keys of a state_dict from another framework look like, and the one-line factory a
+# user writes for it (a module of their own, passed as --arch my_models:NAME): edgeport imports
+# none of these frameworks itself. Checked in order; the first whose every pattern matches names it.
+FRAMEWORK_HINTS = (
+    (("model.0.conv.weight", ".dfl."), "Ultralytics YOLO",
+     "def yolo(): from ultralytics import YOLO; return YOLO('yolov8n.yaml').model  # the .yaml it was trained from"),
+    (("model.0.conv.weight", "model.24.m."), "Ultralytics YOLOv5",
+     "def yolo(): from ultralytics import YOLO; return YOLO('yolov5nu.yaml').model  # the .yaml it was trained from"),
+    (("backbone.body.", "head."), "a torchvision detector",
+     "def det(): import torchvision; return torchvision.models.detection.fcos_resnet50_fpn(weights=None, num_classes=N)"),
+    (("layer1.", "fc."), "a torchvision ResNet",
+     "def net(): import torchvision; return torchvision.models.resnet18(num_classes=N)"),
+    (("features.", "classifier."), "a torchvision MobileNet/EfficientNet",
+     "def net(): import torchvision; return torchvision.models.mobilenet_v3_large(num_classes=N)"),
+    (("stem.", "stages."), "a timm model (ConvNeXt, RegNet, ...)",
+     "def net(): import timm; return timm.create_model('convnext_atto', pretrained=False, num_classes=N)"),
+    (("conv_stem.", "blocks."), "a timm model (EfficientNet, MobileNetV3, GhostNet, ...)",
+     "def net(): import timm; return timm.create_model('efficientnet_b0', pretrained=False, num_classes=N)"),
+)
+
+
+def framework_hint(keys) -> str | None:
+    """Which framework a state_dict's keys look like, and the factory to write for it; None if none."""
+    keys = [k.removeprefix("module.").removeprefix("_orig_mod.") for k in keys]
+    for patterns, framework, factory in FRAMEWORK_HINTS:
+        if all(any((k.startswith(p) if p.endswith(".") and not p.startswith(".") else p in k) for k in keys) for p in patterns):
+            return (f"its keys look like {framework}: put `{factory}` in a module of yours (my_models.py) and pass "
+                    f"--arch my_models:{factory.split('(')[0].split()[-1]} (docs/zoo.md)")
+    return None
+
+
 def build_model(arch: str, config: dict | None = None, *, origin: str = "--arch") -> tuple[nn.Module, dict | None]:
     """Build ``arch`` (registry name or ``module:callable``). Returns the model and its config dict.
     ``origin`` says in errors where the name came from."""

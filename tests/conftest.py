@@ -17,8 +17,9 @@ import torch
 from edgeport.models.registry import build_model
 
 REPO = Path(__file__).resolve().parents[1]
-# board runtimes (`make setup-boards`) live in the checkout, never in the user's home
-os.environ.setdefault("EDGEPORT_HOME", str(REPO / ".edgeport"))
+# board runtimes and converters are found where the CLI finds them (`make setup-boards` installs
+# there): $EDGEPORT_HOME, else ~/.local/share/edgeport. A test that installs or breaks one points
+# EDGEPORT_HOME at a folder of its own.
 DEMO_CKPT = REPO / "models" / "weights" / "pdet_n_person.pt"
 
 

@@ -89,3 +89,20 @@ def test_boards_listing_and_bad_input(tmp_path, cli):
     bad = cli("boards", "check", str(tmp_path / "x.tflite"), "--board", "tflite-1.13")
     assert bad.returncode == 2 and "not a TFLite model" in bad.stderr
     assert cli("boards", "check", str(tmp_path / "x.tflite"), "--board", "nope").returncode == 2
+
+
+def test_the_cli_finds_the_runtime_where_make_setup_boards_put_it():
+    """One home for `make setup-boards`, the tests and the CLI ($EDGEPORT_HOME, else
+    ~/.local/share/edgeport): where the tests find the real TFLite 1.13.1, a plain `edgeport boards`
+    -- no environment set for it -- lists it as installed."""
+    import subprocess
+    import sys
+
+    from edgeport.validate.board.profiles import load_board
+    from edgeport.validate.board.runtime import installed_python
+
+    if installed_python(load_board("tflite-1.13")) is None:
+        pytest.skip("the real TFLite 1.13.1 is not installed here (make setup-boards)")
+    proc = subprocess.run([sys.executable, "-m", "edgeport.cli", "boards"], capture_output=True, text=True, timeout=120)
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("tflite-1.13 ")]
+    assert proc.returncode == 0 and line.endswith("[real runtime installed]"), proc.stdout

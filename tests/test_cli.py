@@ -224,3 +224,17 @@ def test_stdout_gone_tells_a_closed_reader_from_an_open_one(monkeypatch):
             os.close(read)
     monkeypatch.setattr("sys.stdout", io.StringIO())
     assert not cli._stdout_gone()  # no real file behind it
+
+
+@pytest.mark.parametrize("command", [["convert", "missing.pt"], ["validate", "missing.pt", "--tflite", "m.tflite"]])
+def test_a_missing_checkpoint_is_said_before_the_heavy_imports(tmp_path, command):
+    """A mistyped path took 12 s to report, behind torch and the converters' imports: the one line now
+    comes first, and nothing heavy is imported for it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from edgeport import cli; rc = cli.main(sys.argv[1:]); "
+            "print(rc, sorted(m for m in ('torch', 'onnx', 'tensorflow', 'numpy') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code, *command], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split("\n")[0] == "2 []", (proc.stdout, proc.stderr)
+    assert proc.stderr.strip() == "edgeport: error: checkpoint 'missing.pt' does not exist; pass the path to a .pt/.pth file"

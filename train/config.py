@@ -160,32 +160,37 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="dataset folder (YOLO layout or COCO JSON); see `edgeport data synth`")
     p.add_argument("--out", type=Path, help="run folder (default: a new numbered folder under runs/train/)")
     p.add_argument("--arch", default=DEFAULT_ARCH, help="architecture: a name from edgeport's registry (default pdet-n)")
-    p.add_argument("--num-classes", type=positive_int, default=1)
+    p.add_argument("--num-classes", type=positive_int, default=1, help="classes the detector predicts (default 1: person)")
     p.add_argument("--epochs", type=positive_int, help=f"total epochs (default {DEFAULT_EPOCHS}; on --resume, the run's own unless raised)")
-    p.add_argument("--batch-size", type=positive_int, default=16, help="images per process per micro-step")
-    p.add_argument("--accumulate", type=positive_int, default=1, metavar="K", help="micro-steps per optimizer step (DDP no_sync for the first K-1)")
-    p.add_argument("--lr", type=positive_float, default=0.01, help="initial learning rate (> 0)")
-    p.add_argument("--lrf", type=non_negative_float, default=0.01, help="final learning rate as a fraction of --lr (cosine schedule)")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
-    p.add_argument("--weight-decay", type=non_negative_float, default=5e-4)
+    p.add_argument("--batch-size", type=positive_int, default=16, help="images per process per micro-step (default 16)")
+    p.add_argument("--accumulate", type=positive_int, default=1, metavar="K", help="micro-steps per optimizer step (DDP no_sync for the first K-1; default 1)")
+    p.add_argument("--lr", type=positive_float, default=0.01, help="initial learning rate (> 0; default 0.01)")
+    p.add_argument("--lrf", type=non_negative_float, default=0.01, help="final learning rate as a fraction of --lr (cosine schedule; default 0.01)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd", help="sgd (momentum 0.9, Nesterov) or adamw (default sgd)")
+    p.add_argument("--weight-decay", type=non_negative_float, default=5e-4, help="L2 weight decay on weights, not on biases or "
+                   "BatchNorm (default 5e-4)")
     p.add_argument("--syncBN", dest="sync_bn", action=argparse.BooleanOptionalAction, default=True,
-                   help="synchronise BatchNorm statistics across processes (torch's on CUDA, edgeport's on CPU)")
+                   help="synchronise BatchNorm statistics across processes (torch's on CUDA, edgeport's on CPU; default on). "
+                        "Checkpoints hold plain BatchNorm keys either way: convert reverts nothing there")
     p.add_argument("--weights", type=Path, help="initialise from a checkpoint (shape-filtered; skipped keys are listed)")
     p.add_argument("--freeze-layers", action="store_true", help="freeze the backbone (weights and BatchNorm statistics)")
-    p.add_argument("--device", choices=DEVICES, default="cpu")
+    p.add_argument("--device", choices=DEVICES, default="cpu", help="cpu (gloo) or cuda (NCCL, one process per GPU; default cpu)")
     p.add_argument("--world-size", type=positive_int, default=1,
-                   help="processes to start on this machine, one per GPU with --device cuda (ignored under torchrun and mpirun)")
+                   help="processes to start on this machine, one per GPU with --device cuda (ignored under torchrun and mpirun; "
+                        "default 1)")
     p.add_argument("--dist-url", default="env://",
                    help="process-group rendezvous for the ranks of this machine: env:// (MASTER_ADDR/PORT), tcp://127.0.0.1:PORT or "
-                        "file://path. Several machines: launch with torchrun --nnodes (README, 'Several machines')")
+                        "file://path (default env://). Several machines: launch with torchrun --nnodes (docs/training.md, "
+                        "'Several machines')")
     p.add_argument("--backend", choices=BACKENDS, help="default: nccl on cuda, gloo on cpu")
-    p.add_argument("--imgsz", type=int_range(32, MAX_IMGSZ), default=160)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--imgsz", type=int_range(32, MAX_IMGSZ), default=160, help="square training size in pixels, recorded in the "
+                   "checkpoint: convert uses it unless told otherwise (default 160)")
+    p.add_argument("--seed", type=int, default=0, help="seed for initialisation, shuffling and augmentation (default 0)")
     p.add_argument("--deterministic", action="store_true", help="no shuffling, no augmentation, fixed seeds")
     p.add_argument("--resume", type=Path, help="continue from a last.pt where it stopped; options given with it (--lr, --epochs, "
                    "--device, --world-size ...) override the saved run's and are recorded in args.json")
     p.add_argument("--sync-micro-steps", action="store_true", help="all-reduce on every micro-step instead of using no_sync (for comparison)")
-    p.add_argument("--eval-every", type=positive_int, default=1, help="evaluate mAP every N epochs (and always after the last)")
+    p.add_argument("--eval-every", type=positive_int, default=1, help="evaluate mAP every N epochs (and always after the last; default 1)")
     p.add_argument("--amp", choices=AMP_DTYPES, help="mixed precision: bf16 (cpu or cuda) or fp16 with a gradient scaler (cuda)")
     p.add_argument("--force", action="store_true", help="replace an earlier edgeport training run in --out (never other files)")
 

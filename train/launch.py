@@ -134,7 +134,7 @@ def _check_spawn_url(cfg: TrainConfig) -> None:
     url = urlparse(cfg.dist_url)
     if cfg.world_size > 1 and url.scheme == "tcp" and (url.hostname or "") not in LOCAL_HOSTS:
         raise BadInputError(f"--dist-url {cfg.dist_url}: `edgeport train --world-size N` starts ranks 0..N-1 on this machine "
-                            f"only; to train on several machines launch every node with torchrun --nnodes (README, 'Several machines')")
+                            f"only; to train on several machines launch every node with torchrun --nnodes (docs/training.md, 'Several machines')")
 
 
 def prepare_out(cfg: TrainConfig, *, force: bool) -> tuple[TrainConfig, bool, FolderLock]:

@@ -370,6 +370,11 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
         summary = {"epochs": epoch + 1, "step": step, "best_map50": best, "last": row}
     if rank == 0:
         write_output(out, "summary.json", json.dumps(summary, indent=2, default=float) + "\n")
+        best_pt = out / "best.pt"
+        if best_pt.is_file():
+            log(rank, f"best.pt (mAP@0.5 {best:.3f}) and last.pt are in {out}/: deploy with `edgeport convert {best_pt}`")
+        else:
+            log(rank, f"last.pt is in {out}/ (no epoch was scored, so no best.pt): `edgeport convert {out / 'last.pt'}`")
     return summary
 
 

@@ -32,18 +32,19 @@ def config(tmp_path, **kw):
     return ConvertConfig(checkpoint=kw.pop("checkpoint", tmp_path / "x.pt"), work_dir=tmp_path, **kw)
 
 
-def checkpoint_record(tmp_path, *, state_dict=None, module=None, arch=None, arch_config=None, layout="state_dict"):
+def checkpoint_record(tmp_path, *, state_dict=None, module=None, arch=None, arch_config=None, layout="state_dict", imgsz=None):
     from edgeport.convert.base import Checkpoint
 
-    return Checkpoint(tmp_path / "x.pt", layout, state_dict, module, arch, arch_config)
+    return Checkpoint(tmp_path / "x.pt", layout, state_dict, module, arch, arch_config, imgsz)
 
 
-def model_record(tmp_path, module, *, arch="test", stride=32, strides=(8, 16, 32)):
+def model_record(tmp_path, module, *, arch="test", stride=32, strides=(8, 16, 32), trained_at=None):
     import copy
 
     from edgeport.convert.base import Model
 
-    return Model(checkpoint_record(tmp_path, module=module), module, copy.deepcopy(module), arch, None, stride, tuple(strides))
+    return Model(checkpoint_record(tmp_path, module=module, imgsz=trained_at), module, copy.deepcopy(module), arch, None, stride,
+                 tuple(strides))
 
 
 def prepared_record(tmp_path, module, calib, *, imgsz=None, output_names=("p3", "p4", "p5"), strides=(8, 16, 32), head=None,

@@ -81,3 +81,27 @@ def test_module_callable_from_current_directory(tmp_path, monkeypatch):
         build_model("nosuchmod:make")
     with pytest.raises(ArchitectureError, match="no callable 'missing'"):
         build_model("mynet:missing")
+
+
+@pytest.mark.parametrize("keys, framework, factory", [
+    (["model.0.conv.weight", "model.22.dfl.conv.weight", "model.22.cv2.0.0.conv.weight"], "Ultralytics YOLO",
+     "--arch my_models:yolo"),
+    (["module.model.0.conv.weight", "module.model.22.dfl.conv.weight"], "Ultralytics YOLO", "YOLO('yolov8n.yaml').model"),
+    (["backbone.body.conv1.weight", "head.classification_head.conv.0.weight"], "a torchvision detector", "fcos_resnet50_fpn"),
+    (["conv1.weight", "layer1.0.conv1.weight", "fc.weight"], "a torchvision ResNet", "torchvision.models.resnet18"),
+    (["stem.0.weight", "stages.0.blocks.0.conv_dw.weight", "head.fc.weight"], "a timm model (ConvNeXt", "timm.create_model"),
+    (["conv_stem.weight", "blocks.0.0.conv_dw.weight", "classifier.weight"], "a timm model (EfficientNet", "timm.create_model"),
+])
+def test_a_state_dict_from_another_framework_gets_the_factory_to_write(tmp_path, keys, framework, factory):
+    """No architecture named, and keys that look like Ultralytics', torchvision's or timm's: the one
+    line says which, and the one-line factory a user writes (as docs/zoo.md does), not pdet's names."""
+    sd = {k: torch.zeros(1) for k in keys}
+    with pytest.raises(ArchitectureError) as err:
+        BuildModelPass().run(checkpoint_record(tmp_path, state_dict=sd), config(tmp_path))
+    assert f"its keys look like {framework}" in str(err.value) and factory in str(err.value), str(err.value)
+    assert "pdet-n" not in str(err.value)
+
+
+def test_a_pdet_like_state_dict_without_arch_lists_the_registry(tmp_path, pdet_n):
+    with pytest.raises(ArchitectureError, match="pass --arch NAME \\(valid: .*pdet-n"):
+        BuildModelPass().run(checkpoint_record(tmp_path, state_dict=pdet_n.state_dict()), config(tmp_path))

@@ -12,11 +12,11 @@ from edgeport.errors import BadInputError, CalibrationError
 from .conftest import config, model_record
 
 
-def _run(tmp_path, model, *, strides=(8, 16, 32), **cfg):
+def _run(tmp_path, model, *, strides=(8, 16, 32), trained_at=None, **cfg):
     """PrepareInputsPass on ``model`` with the options ``cfg``: (model record, config, result)."""
     cfg.setdefault("max_calib", 4)
     cfg.setdefault("max_validate", 2)
-    built, cfg = model_record(tmp_path, model, strides=strides), config(tmp_path, **cfg)
+    built, cfg = model_record(tmp_path, model, strides=strides, trained_at=trained_at), config(tmp_path, **cfg)
     return built, cfg, PrepareInputsPass().run(built, cfg)
 
 
@@ -115,3 +115,25 @@ def test_a_result_whose_shape_follows_the_image_stops_with_the_way_out(tmp_path)
         _run(tmp_path, PostProcessed(), imgsz=64, outputs="flatten", strides=())
     with pytest.raises(BadInputError, match=r"output 0's shape depends on the image .* export the raw head instead"):
         _run(tmp_path, PostProcessed(), imgsz=64, outputs="0.boxes", strides=())
+
+
+def test_the_size_the_checkpoint_was_trained_at_is_the_default(tmp_path, pdet_n):
+    """A trainer checkpoint records ``imgsz``: without --imgsz the model is converted and judged at
+    that size, and the progress line says where the size came from; --imgsz that differs wins, with
+    a warning in the same line."""
+    _, _, result = _run(tmp_path, pdet_n, trained_at=64)
+    assert result.value.imgsz == 64 and result.value.calib.shape[-1] == 64
+    assert result.summary.startswith("64px (the size the checkpoint was trained at)")
+    _, _, result = _run(tmp_path, pdet_n, trained_at=64, imgsz=96)
+    assert result.value.imgsz == 96
+    assert result.summary.startswith("96px (--imgsz; warning: the checkpoint was trained at 64 px)")
+    _, _, result = _run(tmp_path, pdet_n, trained_at=64, imgsz=64)
+    assert result.summary.startswith("64px (--imgsz)")
+
+
+@pytest.mark.parametrize("value, read", [(160, 160), (True, None), (16, None), (10**6, None), ("160", None), (160.0, None)])
+def test_a_recorded_size_is_read_only_when_it_is_a_plain_bounded_number(value, read):
+    from edgeport.checkpoints import recorded_imgsz
+
+    assert recorded_imgsz({"imgsz": value, "model": {}}) == read
+    assert recorded_imgsz({"model": {}}) is None and recorded_imgsz([160]) is None

@@ -1,8 +1,8 @@
 """The tflite-1.13 board's own runtime is the judge: the real TensorFlow Lite 1.13.1.
 
 `edgeport boards install tflite-1.13` (`make setup-boards`, run by `.ci/run` where a python3.7
-exists) builds it in its own Python 3.7 environment; tests/conftest.py points EDGEPORT_HOME
-at the checkout's `.edgeport/`. `convert --board tflite-1.13` then adds a row from the real
+exists) builds it in its own Python 3.7 environment, in edgeport's home ($EDGEPORT_HOME, else
+~/.local/share/edgeport), where the CLI and these tests find it. `convert --board tflite-1.13` then adds a row from the real
 runtime beside the emulator's, and the two agree within 1e-6 x max|output|. A SiLU detector
 (every YOLO: LOGISTIC + MUL), which TFLite's tabulated op versions would refuse, is runnable
 and runs there exactly.
