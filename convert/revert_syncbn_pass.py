@@ -93,9 +93,8 @@ class RevertSyncBNPass(Pass[Prepared, Prepared]):
     def run(self, value: Prepared, config: ConvertConfig) -> PassResult[Prepared]:
         module, n = revert_sync_batchnorm(value.module)
         summary = (f"{n} SyncBatchNorm reverted to BatchNorm2d" if n else
-                   "none to revert: the model was built from its weights, and SyncBatchNorm's weights are BatchNorm's, so a "
-                   "SyncBN-trained checkpoint (edgeport's trainer's included) loads into BatchNorm as it is" if value.model.checkpoint.module
-                   is None else "no SyncBatchNorm modules in the pickled model")
+                   "none to revert: SyncBatchNorm's weights are BatchNorm's, so the state_dict of a SyncBN-trained "
+                   "checkpoint (edgeport's trainer's included) loads into BatchNorm as it is")
         return PassResult(replace(value, module=module.eval()), changed=n > 0, summary=summary)
 
     def check(self, before: Prepared, after: Prepared, config: ConvertConfig) -> None:
