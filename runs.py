@@ -133,7 +133,7 @@ def _not_ours(path: Path, what: str = "") -> NotOurs:
 def _open_own(path: Path, flags: int) -> int:
     """Open an existing lock or marker: never through a link, and only a plain file with one name."""
     try:
-        fd = os.open(path, flags | _NOFOLLOW)
+        fd = os.open(path, flags | _NOFOLLOW | os.O_NONBLOCK)  # a FIFO in its place opens at once, and is refused below
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
             raise _not_ours(path) from exc

@@ -61,10 +61,9 @@ class PrepareInputsPass(Pass[Model, Prepared]):
             where = f"{config.imgsz_from}; warning: the checkpoint was trained at {trained} px"
         if imgsz <= 0 or imgsz % stride:
             lower = max(stride, imgsz // stride * stride)
-            raise BadInputError(
-                f"--imgsz {imgsz} is not a positive multiple of the model's stride {stride}; "
-                f"use {lower} or {lower + stride}"
-            )
+            given = f"--imgsz {imgsz}" if config.imgsz else f"the size the checkpoint was trained at ({imgsz})"
+            raise BadInputError(f"{given} is not a positive multiple of the model's stride {stride}; use {lower} or {lower + stride}"
+                                + ("" if config.imgsz else " (--imgsz)"))
         check_memory(imgsz, config.max_calib + config.max_validate)
         calib, source = load_calibration(config.calib_dir, imgsz, limit=config.max_calib, seed=config.seed)
         if config.calib_dir is None:

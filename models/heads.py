@@ -56,6 +56,7 @@ class Group:
     axis: int
     channels: tuple[int, ...]
     kind: str = FREE
+    index: bool = False  # values are indices (a class id), not measures: a change within a tolerance means nothing there
 
     def take(self, x: np.ndarray) -> np.ndarray:
         return np.take(x, list(self.channels), axis=self.axis)
@@ -140,7 +141,7 @@ class Head:
         if self.name == "yolov8-seg" and k == 1:
             return [Group("prototypes", 1, _span(0, shape[1]), FREE)]
         if self.name == "yolov10":
-            return [Group("boxes", 2, _span(0, 4), PIXELS), Group("scores", 2, (4,), UNIT), Group("classes", 2, (5,), FREE)]
+            return [Group("boxes", 2, _span(0, 4), PIXELS), Group("scores", 2, (4,), UNIT), Group("classes", 2, (5,), FREE, index=True)]
         if self.name == "yolov5":
             return [Group("boxes", 2, _span(0, 4), PIXELS), Group("objectness", 2, (4,), UNIT),
                     Group("scores", 2, _span(5, shape[2]), UNIT)]

@@ -178,3 +178,19 @@ def test_gpu_check_writes_again_only_into_its_own_folder_and_summary(workspace):
     third = _gpu_check(out, "--smoke", "--no-convert")
     assert third.returncode == 2 and "its summary.json is not the one gpu_check wrote" in third.stderr, third.stderr
     assert_kept(before, inventory(workspace))
+
+
+def test_a_fifo_in_a_markers_place_is_refused_at_once(tmp_path):
+    """A FIFO named like edgeport's marker once blocked `convert --force` for good on open(): it is
+    opened without waiting, and refused as not edgeport's."""
+    import os
+    import time
+
+    from edgeport.runs import MARKER, NotOurs, _read_own
+
+    fifo = tmp_path / MARKER
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    with pytest.raises(NotOurs):
+        _read_own(fifo)
+    assert time.monotonic() - t0 < 5

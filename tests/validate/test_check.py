@@ -287,6 +287,7 @@ def test_what_edgeport_writes_is_read_as_written():
                            {"against": "a run that was refused", "max_steps": None, "allowed": None, "passed": True}))
     report = make_report()
     report["results"].append(json.loads(render_json(row.to_dict())))
+    report["tolerances"] = {"uint8": {"max_abs_rel": None, "min_cosine": 0.99, "boxes": {"fraction": 0.4, "slack": 2}}}
     gate = parse_report(report)
     assert gate.rows["uint8/tflite-ref"].passed and gate.rows["uint8/tflite-ref"].failures() == []
     assert compare_reports(report, report, CheckTolerance()) == []
@@ -340,3 +341,34 @@ def test_a_row_over_its_own_box_tolerance_never_passes_whatever_it_says():
     assert parse_report(_judged(missed_stable=1)).rows["float32/tflite"].passed
     regressions = compare_reports(bad, bad, CheckTolerance())
     assert any("missed_stable 2 > allowed 1" in str(r) for r in regressions), regressions
+
+
+def test_counts_above_the_floor_without_the_reports_box_tolerance_are_malformed():
+    """A row that counts boxes above the noise floor is judged by the report's own box tolerance: a
+    report without one could not say whether the row earned its pass (fail closed, exit 2)."""
+    r = _judged()
+    del r["tolerances"]
+    with pytest.raises(BadInputError, match="tolerances.float32.boxes is missing"):
+        parse_report(r)
+
+
+@pytest.mark.parametrize("value", ['"nan"', '"inf"', "1e400"])
+def test_a_count_of_boxes_that_is_no_number_is_malformed_not_an_internal_error(value, run_inproc, tmp_path):
+    """A NaN or infinite count once reached int() in the gate (exit 3)."""
+    r = _judged()
+    r["results"][1]["detections"]["stable_boxes"] = "COUNT"
+    (tmp_path / "r.json").write_text(json.dumps(r).replace('"COUNT"', value))
+    (tmp_path / "b.json").write_text(json.dumps(_judged()))
+    res = run_inproc("check", str(tmp_path / "r.json"), "--baseline", str(tmp_path / "b.json"))
+    assert res.code == 2 and "detections.stable_boxes" in res.err and "a count of boxes is a finite number" in res.err, res.err
+
+
+def test_a_failing_row_with_nan_is_no_regression_of_itself():
+    """A float32 file that outputs NaN: its row fails (exit 1 for convert), and its report -- NaN in a
+    row that says it failed -- is still a report check reads and passes against itself."""
+    r = make_report(passed=False)
+    r["results"][1]["outputs"][0].update(cosine="nan", max_abs="inf", max_abs_rel="inf")
+    assert compare_reports(r, r, CheckTolerance()) == []
+    passed = make_report()
+    regressions = compare_reports(r, passed, CheckTolerance())
+    assert regressions and any(x.metric == "passed" for x in regressions), regressions

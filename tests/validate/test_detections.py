@@ -90,3 +90,29 @@ def test_a_row_that_loses_boxes_still_fails_above_the_floor():
     shifted[0, :2, :60] += 12.0  # the confident boxes moved by more than half their size
     agg = compare_detections(ref, head.decode([shifted]), floor)
     assert agg.extra_beyond > DETECTION_TOLERANCES["int8"].allowed(agg.stable_boxes), agg
+
+
+def test_class_indices_are_never_perturbed():
+    """An end-to-end head's class column is an index: moved by a bound of 1/255 of a 0..199 range it
+    rounds to another class, every box then looks unstable, and a file whose scores came out a quarter
+    of PyTorch's passed. Held still, the 30 confident rows are stable and that file fails."""
+    from edgeport.models.decode import DETECT
+    from edgeport.models.heads import Head
+    from edgeport.validate.parity.compare import QUANTISED_NOISE
+    from edgeport.validate.parity.detections import PERTURBATIONS, perturb, possible_protocol, stability
+
+    rows = np.zeros((1, 300, 6), np.float32)
+    rows[0, :30, 0], rows[0, :30, 1] = np.arange(30) * 40, 10
+    rows[0, :30, 2], rows[0, :30, 3] = rows[0, :30, 0] + 30, 40
+    rows[0, :30, 4] = np.linspace(0.6, 0.9, 30)
+    rows[0, :, 5] = np.arange(300) % 200
+    head = Head("yolov10", nc=200)
+    ref = head.decode([rows])
+    perturbed = [head.decode(perturb([rows], head.groups, QUANTISED_NOISE, how)) for how in PERTURBATIONS]
+    floor = stability(ref, perturbed, head.decode(perturb([rows], head.groups, QUANTISED_NOISE, "+"), possible_protocol(DETECT)),
+                      QUANTISED_NOISE)
+    assert len(floor.stable[0]) == 30
+    quartered = rows.copy()
+    quartered[0, :, 4] *= 0.25
+    assert compare_detections(ref, head.decode([quartered]), floor).missed_stable == 30
+    assert compare_detections(ref, head.decode([rows]), floor).judged == (30, 0, 0)

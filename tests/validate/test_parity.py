@@ -353,3 +353,17 @@ def test_boxes_only_nms_moved_never_fail_a_row_and_lost_boxes_still_do(tmp_path)
     assert not broken["passed"] and broken["reasons"][0].startswith("missed 120 of PyTorch's 120 stable boxes (allowed 48;"), \
         broken["reasons"]
     assert by["rounded-int8"]["passed"], by["rounded-int8"]
+
+
+def test_a_step_count_over_non_finite_outputs_is_said_not_raised():
+    """A board that answers NaN (or infinity) on a quantised file: the step check says it has no count,
+    and is not an internal error; gated, it fails."""
+    from edgeport.validate.parity.run import _Steps
+
+    ref = [np.zeros((1, 4), np.float32)]
+    for bad in (np.nan, np.inf):
+        got = [np.full((1, 4), bad, np.float32)]
+        ungated = _Steps("the reference kernels on this file", ref, [0.1], gated=False).compare(got)
+        assert ungated["passed"] and ungated["max_steps"] is None and "non-finite" in ungated["reason"]
+        gated = _Steps("its int8 twin on the reference kernels", ref, [0.1]).compare(got)
+        assert not gated["passed"] and gated["max_steps"] is None

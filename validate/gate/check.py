@@ -125,6 +125,8 @@ SECTIONS = {"detections": {"recall": (0.0, 1.0), "precision": (0.0, 1.0), "refer
                            "noise_floor": (0.0, math.inf)},
             "map": {"map50": (0.0, 1.0), "map50_95": (0.0, 1.0)}}
 REQUIRED_SECTION_FIELDS = {"detections": ("recall",), "map": ("map50", "map50_95")}
+# counts of boxes: finite whole numbers, never NaN (a NaN count is no count)
+DETECTION_COUNTS = ("reference_boxes", "matched", "missed", "extra", "stable_boxes", "missed_stable", "extra_beyond", "noise_floor")
 # what says which model a report is about: reports of two models are never compared
 IDENTITY = (("model", "arch"), ("model", "weights_sha256"), ("model", "outputs"), ("inputs", "shape"))
 # steps a diagnostic may move by without having got worse: one is a rounding apart
@@ -379,6 +381,13 @@ def _row(r, where: str, boxes: dict | None = None) -> Row:
             if f not in value:
                 raise _Malformed(f"{where}.{section}.{f} is missing")
         sections[section] = {f: _number(value[f], f"{where}.{section}.{f}", lo, hi) for f, (lo, hi) in fields.items() if f in value}
+    for f in DETECTION_COUNTS:
+        count = sections.get("detections", {}).get(f)
+        if count is not None and not math.isfinite(count):
+            raise _Malformed(f"{where}.detections.{f} is {count!r}: a count of boxes is a finite number")
+    if "stable_boxes" in sections.get("detections", {}) and boxes is not None and r.get("variant") not in boxes:
+        raise _Malformed(f"{where} counts boxes above the noise floor, and tolerances.{r.get('variant')}.boxes is missing: "
+                         f"nothing says how many it may miss")
     # all optional: reports written before these checks existed carry none of them
     return Row(key, _expect(r.get("passed"), bool, f"{where}.passed"), outputs, sections,
                reasons=_strings(r["reasons"], f"{where}.reasons") if "reasons" in r else (),
@@ -510,9 +519,13 @@ def write_baseline(report: Path, baseline: Path) -> Path:
 
 
 def _non_finite(report: GateReport, label: str) -> list[Regression]:
-    """Every NaN or Inf metric in a report, as a regression naming the row."""
+    """Every NaN or Inf metric of a row that says it passed, as a regression naming the row. A row
+    that says it failed has failed already (its NaN is why, and compared with the baseline it is a
+    failing row like any other); a mAP of NaN is a dataset with no labelled boxes, not a broken run."""
     out = []
     for key, row in report.rows.items():
+        if not row.says_passed:
+            continue
         for o in row.outputs.values():
             for metric, value in o.metrics.items():
                 if metric in FINITE_METRICS and not math.isfinite(value):
@@ -521,7 +534,7 @@ def _non_finite(report: GateReport, label: str) -> list[Regression]:
                     out.append(Regression(key, f"{o.name} snr_db in the {label}", "a number", value))
         for section, values in row.sections.items():
             for field, value in values.items():
-                if not math.isfinite(value):
+                if not math.isfinite(value) and not (section == "map" and math.isnan(value)):
                     out.append(Regression(key, f"{section} {field} in the {label}", "finite", value))
     return out
 

@@ -56,18 +56,21 @@ class Stability:
     moved: int  # the most boxes one perturbation moved (missed + added) against the reference: the noise floor
 
 
-def perturb(outputs: list[np.ndarray], groups_of, bound: NoiseBound, how) -> list[np.ndarray]:
+def perturb(outputs: list[np.ndarray], groups_of, bound: NoiseBound, how, scale_from: list[np.ndarray] | None = None) -> list[np.ndarray]:
     """``outputs`` moved within ``bound``: ``how`` is "+" or "-" (every value by the whole bound) or
-    a seed (uniform draws). ``groups_of(k, shape)``: output k's channel groups (``models.heads.Group``)."""
+    a seed (uniform draws). ``groups_of(k, shape)``: output k's channel groups (``models.heads.Group``);
+    an index group (a class id) is never moved. ``scale_from``: the tensors the bound is measured on
+    (default ``outputs``): parity's tolerances are measured over every input, the random ones too."""
     rng = np.random.default_rng(how) if isinstance(how, int) else None
     out = []
     for k, o in enumerate(outputs):
         o64 = o.astype(np.float64)
-        amp = np.full(o.shape, _amplitude(o64, bound))
+        s64 = (scale_from[k] if scale_from is not None else o).astype(np.float64)
+        amp = np.full(o.shape, _amplitude(s64, bound))
         for g in groups_of(k, o.shape):
             idx = [slice(None)] * o.ndim
             idx[g.axis] = list(g.channels)
-            amp[tuple(idx)] = _amplitude(o64[tuple(idx)], bound)
+            amp[tuple(idx)] = 0.0 if g.index else _amplitude(s64[tuple(idx)], bound)
         step = amp if how == "+" else -amp if how == "-" else amp * rng.uniform(-1.0, 1.0, o.shape)
         out.append((o64 + step).astype(o.dtype))
     return out

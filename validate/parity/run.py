@@ -255,8 +255,9 @@ class _Reference:
             return None
         if bound not in self.floors:
             real = [o[: self.n_real] for o in self.outputs]
-            perturbed = [self.head.decode(perturb(real, self.head.groups, bound, how)) for how in PERTURBATIONS]
-            possible = self.head.decode(perturb(real, self.head.groups, bound, "+"), possible_protocol(DETECT))
+            # the bound measured where the tensor tolerance is (every input), applied to the real images
+            perturbed = [self.head.decode(perturb(real, self.head.groups, bound, how, self.outputs)) for how in PERTURBATIONS]
+            possible = self.head.decode(perturb(real, self.head.groups, bound, "+", self.outputs), possible_protocol(DETECT))
             self.floors[bound] = stability(self.detections, perturbed, possible, bound)
         return self.floors[bound]
 
@@ -336,8 +337,11 @@ class _Steps:
         check = {"against": self.against, "max_steps": None, "allowed": STEPS_ALLOWED if self.gated else None}
         if self.outputs is None:
             return {**check, "passed": not self.gated, "reason": f"{self.against} did not run ({self.refused}): nothing to check it against"}
-        worst = max((int(np.rint(np.abs(o.astype(np.float64) - t).max() / s)) if o.size and s > 0 else 0
-                     for o, t, s in zip(outputs, self.outputs, self.steps, strict=True)), default=0)
+        diffs = [np.abs(o.astype(np.float64) - t).max() / s if o.size and s > 0 else 0.0
+                 for o, t, s in zip(outputs, self.outputs, self.steps, strict=True)]
+        if not all(np.isfinite(d) for d in diffs):  # NaN or infinity on either side: no step count means anything
+            return {**check, "passed": not self.gated, "reason": f"non-finite outputs: no step count against {self.against}"}
+        worst = max((int(np.rint(d)) for d in diffs), default=0)
         return {**check, "max_steps": worst, "passed": not self.gated or worst <= STEPS_ALLOWED,
                 "reason": f"computes {worst} quantisation steps apart from {self.against} (allowed {STEPS_ALLOWED})"}
 
