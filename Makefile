@@ -63,7 +63,9 @@ demo-legacy: setup
 # under 20 minutes on two cores
 test: setup
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -m "not converters"
+	$(PY) -m pytest -q -m "not converters and not zoo"
+	@# the zoo: one conversion process per test, mostly on one core, so two at a time on two cores
+	$(PY) -m pytest -q -m "zoo and not converters" -n 2
 
 # litert-torch's own tests, and the zoo through it against onnx2tf (about 10 minutes)
 test-converters: setup-converters

@@ -18,13 +18,18 @@ installed), and bounds the work by the file's size:
   tables is refused;
 - a vector's length fits in the file before its entries are read.
 
-It costs one pass over the tables (a detector's file: milliseconds) and refuses a hostile one
-in about as long: ``DamagedModel``, exit 2, one line naming the entry.
+It costs one pass over the tables (YOLOv8n's float32 file, 1,667 tables: a quarter of a second)
+and refuses a hostile one in about as long: ``DamagedModel``, exit 2, one line naming the entry.
+A convert reads its files about ten times (gate, lowering, uint8, parity): a file whose exact
+bytes were walked already is not walked again (``_WALKED``: their digests, this process only).
 """
 
 from __future__ import annotations
 
+import hashlib
 import struct
+import threading
+from collections import OrderedDict
 from functools import lru_cache
 
 from edgeport._lazy import require
@@ -39,6 +44,12 @@ EXTRA_BYTES = 1 << 20  # what the vectors and strings reached may add to twice t
 # whatever the file's size: the largest published models (LLMs) have well under 100,000 tensors and
 # operators; half a million tables take the walk and the object API about a minute
 MAX_TABLES = 500_000
+
+
+# digests of the files ``check`` has walked and passed in this process (parity's threads share it)
+_WALKED: OrderedDict = OrderedDict()
+_WALKED_LOCK = threading.Lock()
+_WALKED_MAX = 64
 
 
 class DamagedModel(BadInputError):
@@ -69,6 +80,19 @@ def check(data: bytes, what: str = "the model") -> None:
     set by its size (module docstring)."""
     if len(data) < 8 or bytes(data[4:8]) != b"TFL3":
         raise DamagedModel(f"{what} is not a TFLite model (no TFL3 identifier); pass a .tflite file")
+    digest = hashlib.blake2b(data, digest_size=32).digest()  # 12 MB: about 15 ms, against 250 for the walk
+    with _WALKED_LOCK:
+        if digest in _WALKED:
+            _WALKED.move_to_end(digest)
+            return
+    _walk(data, what)
+    with _WALKED_LOCK:
+        _WALKED[digest] = None
+        while len(_WALKED) > _WALKED_MAX:
+            _WALKED.popitem(last=False)
+
+
+def _walk(data: bytes, what: str) -> None:
     walk = _Walk(bytes(data), what)
     try:
         walk.table(schema().Model.GetRootAs(walk.data, 0), "model")

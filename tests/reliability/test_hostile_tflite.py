@@ -363,3 +363,25 @@ def test_the_fuzzed_reader_never_hangs_and_never_fails_as_a_bug(tmp_path_factory
             return
         for board in BOARDS:
             check_model(summary, board)
+
+
+def test_a_file_walked_once_is_not_walked_again_and_a_refused_one_always_is(monkeypatch):
+    """A convert reads its files about ten times: the exact bytes that passed are not walked again (in
+    this process); a file that was refused is walked, and refused, every time."""
+    import edgeport.ops.tflite_file as tflite_file
+
+    walks = []
+    real = tflite_file._walk
+    monkeypatch.setattr(tflite_file, "_walk", lambda data, what: (walks.append(len(data)), real(data, what))[1])
+    good = _seeds()[-1]
+    tflite_file.check(good)
+    tflite_file.check(bytes(good))
+    assert len(walks) <= 1  # 0 where an earlier test walked these bytes already
+    n = len(walks)
+    bad = bytearray(good)
+    bad[4:8] = b"TFL3"
+    bad[0:4] = (len(bad) + 64).to_bytes(4, "little")  # the root table past the end of the file
+    for _ in range(2):
+        with pytest.raises(BadInputError):
+            tflite_file.check(bytes(bad))
+    assert len(walks) == n + 2
