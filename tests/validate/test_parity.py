@@ -367,3 +367,13 @@ def test_a_step_count_over_non_finite_outputs_is_said_not_raised():
         assert ungated["passed"] and ungated["max_steps"] is None and "non-finite" in ungated["reason"]
         gated = _Steps("its int8 twin on the reference kernels", ref, [0.1]).compare(got)
         assert not gated["passed"] and gated["max_steps"] is None
+
+
+def test_a_row_that_shows_another_rows_run_says_which(tmp_path):
+    """A board emulator that changes nothing in the file runs it on the reference kernels, as
+    tflite-ref does: one run, two rows, and the second says whose run it shows."""
+    shared = FakeRunner("tflite-ref")
+    report = _run(_subject(tmp_path), lambda s, shapes: [("float32", shared, None, None), ("float32", shared, None, None),
+                                                        ("float32", FakeRunner("other"), None, None)])
+    rows = report["results"][1:]
+    assert [r["same_run_as"] for r in rows] == [None, "tflite-ref", None]

@@ -67,25 +67,10 @@ def rows(report: dict) -> list[dict]:
 
 
 def same_runs(report: dict) -> dict[tuple[str, str], str]:
-    """(variant, runtime) -> the runtime of the row whose run it reuses: a board emulator that
-    changes nothing in the file runs it on the reference kernels, as ``tflite-ref`` does, so parity
-    runs it once (``Runner.cache_key``) and both rows hold that one run's numbers. Said by the row
-    (``same_run_as``) where the report carries it; otherwise read from the rows themselves: one run
-    gives both rows the same outputs and the very same median time, which two runs never do."""
-    found = {}
-    results = report["results"]
-    for r in results:
-        if r.get("same_run_as"):
-            found[(r["variant"], r["runtime"])] = r["same_run_as"]
-            continue
-        if not str(r["runtime"]).startswith("board:") or (r.get("verdict") or {}).get("judge") != "emulator":
-            continue
-        twin = next((o for o in results if o is not r and o["variant"] == r["variant"] and o["runtime"] == "tflite-ref"
-                     and o.get("ms_per_image") is not None and o.get("ms_per_image") == r.get("ms_per_image")
-                     and o["outputs"] and o["outputs"] == r["outputs"]), None)
-        if twin is not None:
-            found[(r["variant"], r["runtime"])] = twin["runtime"]
-    return found
+    """(variant, runtime) -> the runtime of the row whose run it reuses, as the row says
+    (``same_run_as``: parity runs a board emulator that changes nothing in the file once, with
+    ``tflite-ref``, and both rows hold that one run's numbers)."""
+    return {(r["variant"], r["runtime"]): r["same_run_as"] for r in report["results"] if r.get("same_run_as")}
 
 
 def _artifact_bytes(report: dict, variant: str):
