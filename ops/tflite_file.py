@@ -11,8 +11,11 @@ it follows are exactly those the object API unpacks, whatever version of the sch
 installed), and bounds the work by the file's size:
 
 - every table lies inside the file, with its vtable and fields;
-- no table is reached twice (an aliased table is how a small file becomes a large graph), so
-  there are at most ``len(data) / 4`` tables to unpack;
+- the tables the object API will make, counted each time they are reached, are at most
+  ``len(data) / 4``. A table reached twice (aliased) is unpacked twice, with everything below it:
+  aliasing is how a small file becomes a large graph. Converters alias small tables themselves
+  (litert-torch points its empty ``Buffers`` entries at one table), so an aliased table is walked
+  once and its count (tables and bytes below it) added again each time it is reached;
 - the bytes of every vector and string reached are counted each time they are reached, and
   may not add up to more than ``2 x`` the file (plus 1 MB): a vector shared by thousands of
   tables is refused;
@@ -53,7 +56,7 @@ _WALKED_MAX = 64
 
 
 class DamagedModel(BadInputError):
-    """A .tflite whose flatbuffer is out of bounds, aliased or larger unpacked than its size allows (exit 2)."""
+    """A .tflite whose flatbuffer is out of bounds or larger unpacked than its size allows (exit 2)."""
 
 
 def schema():
@@ -105,14 +108,16 @@ def _walk(data: bytes, what: str) -> None:
 class _Walk:
     def __init__(self, data: bytes, what: str):
         self.data, self.n, self.what = data, len(data), what
-        self.tables: dict[int, str] = {}  # position -> the first entry that reached it
+        self.tables: dict[int, tuple[str, int, int]] = {}  # position -> (first entry, tables, bytes below it)
         self.vtables: set[int] = set()
+        self.count = 0  # the tables the object API makes, an aliased one each time it is reached
+        self.limit = min(self.n // 4, MAX_TABLES)
         self.bytes = 0
         self.budget = 2 * self.n + EXTRA_BYTES
 
     def refuse(self, why: str):
         raise DamagedModel(f"{self.what} is a damaged TFLite flatbuffer: {why}; edgeport reads only files whose "
-                           f"tables lie inside the file and are each used once (re-export it from its converter)")
+                           f"tables lie inside the file and unpack within bounds set by its size (re-export it from its converter)")
 
     def charge(self, nbytes: int, where: str) -> None:
         self.bytes += nbytes
@@ -141,11 +146,21 @@ class _Walk:
 
     def table(self, obj, where: str) -> None:
         pos = obj._tab.Pos
+        if pos in self.tables:  # aliased: unpacked again with all below it, walked once
+            first, tables, nbytes = self.tables[pos]
+            if tables < 0:
+                self.refuse(f"{where} contains itself")  # offsets only point forward: a damaged file
+            self.count += tables
+            if self.count > self.limit:
+                self.refuse(f"{where} is the same table as {first} (an aliased table), and unpacks into more "
+                            f"tables than a file of {self.n:,} bytes can hold (or than {MAX_TABLES:,})")
+            self.charge(nbytes, where)
+            return
         self.header(pos, where)
-        if pos in self.tables:
-            self.refuse(f"{where} is the same table as {self.tables[pos]} (an aliased table)")
-        self.tables[pos] = where
-        if len(self.tables) > min(self.n // 4, MAX_TABLES):
+        self.tables[pos] = (where, -1, 0)
+        count0, bytes0 = self.count, self.bytes
+        self.count += 1
+        if self.count > self.limit:
             self.refuse(f"{where}: more tables than a file of {self.n:,} bytes can hold (or than {MAX_TABLES:,})")
         cls = type(obj)
         for name, is_vector in _fields(cls):
@@ -159,6 +174,7 @@ class _Walk:
                 self.union(obj, cls.__name__, name, value, f"{where}.{name}")
             elif isinstance(value, bytes):
                 self.charge(len(value), f"{where}.{name}")
+        self.tables[pos] = (where, self.count - count0, self.bytes - bytes0)
 
     def vector(self, obj, name: str, where: str) -> None:
         length = getattr(obj, f"{name}Length")()
