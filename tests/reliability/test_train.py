@@ -22,6 +22,7 @@ from edgeport.train.data import write_dataset
 
 from .conftest import assert_one_line, inventory, run_cli
 
+pytestmark = pytest.mark.train
 
 @pytest.fixture
 def data(workspace) -> Path:

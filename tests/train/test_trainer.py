@@ -18,7 +18,7 @@ import torch
 from edgeport.models.synth import make_scene
 from edgeport.train.data import write_dataset
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.train]
 
 
 def _dataset(root: Path, n_train: int, n_val: int, size: int, seed: int = 0) -> Path:
@@ -78,8 +78,8 @@ def test_without_no_sync_every_micro_step_all_reduces(tiny, tmp_path):
 
 
 def test_resume_continues_exactly(tmp_path):
-    data = _dataset(tmp_path / "data", 96, 4, 96)
-    args = ("--data", str(data), "--epochs", "2", "--batch-size", "4", "--accumulate", "2", "--imgsz", "96", "--lr", "0.02",
+    data = _dataset(tmp_path / "data", 48, 4, 64)
+    args = ("--data", str(data), "--epochs", "2", "--batch-size", "4", "--accumulate", "2", "--imgsz", "64", "--lr", "0.02",
             "--optimizer", "sgd", "--eval-every", "1000", "--seed", "5")  # shuffled and augmented: resume must restore it all
     straight = tmp_path / "straight"
     p = train(*args, "--out", str(straight))

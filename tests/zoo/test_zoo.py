@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -99,7 +100,6 @@ EXPECTED = {
 # The line through onnx2tf 2.x (Python 3.12+) ends differently where it converts differently,
 # measured (with edgeport's workarounds for that line: docs/converters.md).
 EXPECTED_2X: dict = {
-    "yolov8n_seg": (INT8, [U8]),
     # 2.x converts the top-k tail (its boxes within float tolerance once rows are matched as a set);
     # its int8 quantiser refuses the class index's FLOOR_MOD, and TFLite 1.13 has no GATHER_ND
     "yolov10n_end2end": (["int8/converter"], [F32_BOARD, "uint8/converter", *lacks("GATHER_ND v1")]),
@@ -113,6 +113,18 @@ EXPECTED_2X: dict = {
                       [*F32, F32_BOARD, "uint8/converter", *lacks("SLICE v5", "TRANSPOSE v4")]),
 }
 REAL = "board:tflite-1.13 (TFLite 1.13.1)"
+# The zoo runs in full on the onnx2tf 2.x line (Python 3.12: no TensorFlow, its conversions take
+# a fraction of 1.28's) and, on the 1.28 line (Python 3.11), on YOLOv8n (a trained head's int8 and
+# uint8 included) and the models whose ends differ between the lines (EXPECTED_2X): docs/zoo.md
+# says which claim is asserted on which line. EDGEPORT_ZOO=full runs every case on either line.
+ON_128 = {"yolov8n", *(name for name, ends in EXPECTED_2X.items() if ends != EXPECTED[name])}
+
+
+def on_this_line(name: str) -> None:
+    if TWO_X or name in ON_128 or os.environ.get("EDGEPORT_ZOO") == "full":
+        return
+    pytest.skip(f"{name} is asserted on the onnx2tf 2.x line (Python 3.12); the 1.28 line runs {', '.join(sorted(ON_128))} "
+                f"(docs/zoo.md); EDGEPORT_ZOO=full runs it here")
 
 
 def _expand(rows: list[str]) -> list[str]:
@@ -191,6 +203,7 @@ def _reasons(folder: Path) -> str:
 
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_zoo_model_ends_as_documented(name, tmp_path, cli):
+    on_this_line(name)
     default, old_board = EXPECTED_2X.get(name, EXPECTED[name]) if TWO_X else EXPECTED[name]
     ckpt = _checkpoint(name, tmp_path)
     out = tmp_path / "default"
@@ -268,6 +281,7 @@ def test_int8_of_a_trained_head_keeps_every_channel(name, groups, tmp_path, cli)
     """Box pixels, scores, keypoints and mask coefficients share one output; int8 gives each group
     its range (convert/int8_groups.py), so every channel keeps its shape: the score and the
     keypoint visibility do not collapse to 0 next to pixels, and the gate passes honestly."""
+    on_this_line(name if name == "yolov8n" else f"{name} (trained head)")
     ckpt = _checkpoint(name, tmp_path, trained_head="boxes")
     proc = _convert(cli, ckpt, name, tmp_path / "out")
     report = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -292,6 +306,7 @@ def test_uint8_of_a_trained_head_on_tflite_113(name, tmp_path, cli):
     """The write-up's board gets a quantised file it runs: uint8 from the int8 file quantised per
     tensor (convert/uint8.py), lowered where it lacks a kernel; on the real TFLite 1.13.1 it keeps
     every channel group (cosine >= 0.99) and computes what today's reference kernels compute on it."""
+    on_this_line(name if name == "yolov8n" else f"{name} (trained head)")
     ckpt = _checkpoint(name, tmp_path, trained_head="boxes")
     proc = _convert(cli, ckpt, name, tmp_path / "out", "--board", "tflite-1.13")
     report = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -311,6 +326,7 @@ def test_uint8_of_a_trained_head_on_tflite_113(name, tmp_path, cli):
 def test_an_ultralytics_training_checkpoint(tmp_path, cli):
     """Ultralytics' own checkpoint: the pickled EMA module in fp16 (needs --trust-checkpoint); outside
     export mode it returns (decoded, {boxes, scores, feats}) and --outputs 0 picks the decoded tensor."""
+    on_this_line("an Ultralytics training checkpoint")
     import copy
 
     model = zoo_models.yolov8n()
@@ -332,6 +348,7 @@ def test_an_ultralytics_training_checkpoint(tmp_path, cli):
 def test_a_pickled_ddp_module(tmp_path, cli):
     """``torch.save(ddp_model)``: unpickling DDP wants a process group; with --trust-checkpoint the
     file loads without one, and converts."""
+    on_this_line("a pickled DDP module")
     import subprocess
 
     script = f"""
