@@ -25,9 +25,9 @@ import numpy as np
 
 from edgeport.ops.lowering.registry import lower_for_board
 from edgeport.ops.tflite_graph import ACTIVATIONS, Graph, Quant
+from edgeport.ops.tflite_run import load_interpreter
 from edgeport.ops.tflite_versions import needed_version
 from edgeport.validate.board.profiles import load_board
-from edgeport.validate.parity.tflite_runner import load_interpreter
 
 REPO = Path(__file__).resolve().parents[1]
 Q = Quant(0.05, 120)

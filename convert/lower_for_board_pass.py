@@ -97,8 +97,8 @@ def unlowered(path):
 
 def _outputs(path, x: np.ndarray) -> list[np.ndarray]:
     """Every output, in the file's order, on the reference kernels (dequantised)."""
+    from edgeport.ops.tflite_run import load_interpreter
     from edgeport.validate.parity.tensors import from_model_output, to_model_input
-    from edgeport.validate.parity.tflite_runner import load_interpreter
 
     interp = load_interpreter(path, kernels="reference")
     (inp,) = interp.get_input_details()

@@ -2,12 +2,11 @@
 
 Upsampling sites are found on the traced graph -- ``nn.Upsample`` modules, edgeport's
 ``BoardUpsample`` and ``F.interpolate`` calls, wherever they are -- with their input and
-output shapes from a sample forward. Each site goes to the first rule in
-``ops.registry.RULES`` that matches it and whose operators the board runs: a native rule
-keeps the model's upsample (the board computes it as converted, or the board lowering makes
-it so after conversion: ``ops/lowering``, nothing of the model's modules replaced); only
-``--legacy-resize`` swaps in another module, on purpose. A site no rule covers stops the
-conversion with the module, its mode and factor, and what is supported. When the model
+output shapes from a sample forward. ``ops/upsample.decide`` says what each becomes: kept as it
+is (the board computes it as converted, or the board lowering makes it so after conversion:
+``ops/lowering``, nothing of the model's modules replaced); only ``--legacy-resize`` swaps in
+another module, on purpose. A site nothing computes exactly stops the conversion with the
+module, its mode and factor, and what is exact. When the model
 cannot be traced, ``nn.Upsample`` modules are still found.
 """
 
@@ -25,9 +24,8 @@ from edgeport.convert.base import ConvertConfig, Pass, PassResult, Prepared
 from edgeport.convert.modelcheck import assert_same_outputs
 from edgeport.convert.tracing import trace
 from edgeport.errors import PassCheckError
-from edgeport.ops.base import UpsampleSpec
 from edgeport.ops.board_upsample import BoardUpsample
-from edgeport.ops.registry import Decision, decide
+from edgeport.ops.upsample import Decision, UpsampleSpec, decide
 
 INTERPOLATE_FUNCS = (F.interpolate, F.upsample, torch.nn.functional.upsample_nearest, torch.nn.functional.upsample_bilinear)
 REWRITE_REL_TOL = 1e-5
@@ -153,12 +151,12 @@ class RewriteUpsamplePass(Pass[Prepared, Prepared]):
         rewritten = [d for d in decisions if d.rewritten]
         record = tuple(
             {"where": d.spec.where, "mode": d.spec.mode, "scale": list(d.spec.scale), "align_corners": d.spec.align_corners,
-             "rule": d.rule.name, "rewritten": d.rewritten, "exact": d.rule.exact}
+             "rule": d.rule, "rewritten": d.rewritten, "exact": d.exact}
             for d in decisions
         )
         summary = f"{len(decisions)} upsample sites on {config.board.name}: {len(rewritten)} rewritten"
         if rewritten:
-            summary += f" ({', '.join(sorted({d.rule.name for d in rewritten}))})"
+            summary += f" ({', '.join(sorted({d.rule for d in rewritten}))})"
         summary += f"; found via {how}"
         return PassResult(replace(value, module=module.eval(), upsample=record), changed=bool(rewritten), summary=summary)
 
@@ -170,6 +168,6 @@ class RewriteUpsamplePass(Pass[Prepared, Prepared]):
             for _, spec in find_sites(gm):
                 decision = decide(spec, config.board, legacy_resize=config.legacy_resize)
                 if decision.rewritten:
-                    raise PassCheckError(f"upsample {spec.describe()} still needs rule {decision.rule.name} after the rewrite")
+                    raise PassCheckError(f"upsample {spec.describe()} still needs {decision.rule} after the rewrite")
         if all(d["exact"] for d in after.upsample):
             assert_same_outputs(self.name, before.module, after.module, after.calib[:2], rel_tol=REWRITE_REL_TOL)

@@ -115,7 +115,7 @@ class ToTFLitePass(Pass[Exported, Converted]):
         return PassResult(converted, changed=True, summary=f"{sizes} ({how}: {seconds:.1f} s{note})")
 
     def check(self, before: Exported, after: Converted, config: ConvertConfig) -> None:
-        from edgeport.validate.parity.tflite_runner import load_interpreter
+        from edgeport.ops.tflite_run import load_interpreter
 
         imgsz, names = after.prepared.imgsz, after.prepared.output_names
         for variant, path in after.files.items():

@@ -1,5 +1,5 @@
-"""Board-exact operators: the upsample rules that decide each site in PyTorch (one per file,
-``registry.py``), ``board_upsample.BoardUpsample`` (the board's semantics, for training), and,
-after conversion, the .tflite graph (``tflite_graph``, ``tflite_versions``) and the board
-lowering (``lowering/``).
+"""Board-exact operators: what each upsample becomes (``upsample.py``: kept as converted, or the
+one PyTorch-side rewrite, ``--legacy-resize``), ``board_upsample.BoardUpsample`` (the board's
+semantics, for training), and, after conversion, the .tflite graph (``tflite_graph``,
+``tflite_versions``) and the board lowering (``lowering/``).
 """

@@ -129,7 +129,7 @@ def test_demo_converts_end_to_end_within_targets(demo):
 
 @pytest.mark.slow
 def test_int8_model_is_full_integer_nhwc(demo):
-    from edgeport.validate.parity.tflite_runner import load_interpreter
+    from edgeport.ops.tflite_run import load_interpreter
 
     _, out = demo
     interp = load_interpreter(out / "model_int8.tflite")

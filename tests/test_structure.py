@@ -130,3 +130,18 @@ def test_edgeport_never_imports_ultralytics_or_timm():
     # tests build models with them and benchmarks measure against them: both may; the package may not
     offenders = [str(p.relative_to(ROOT)) for p in _modules().values() if pattern.search(p.read_text())]
     assert offenders == []
+
+
+def test_the_layers_inside_validate_go_down():
+    """metrics <- board <- parity <- report and gate: the board's code (profiles, probe, runtime)
+    never imports parity's, and parity never imports the report's or the gate's."""
+    above = {"metrics": {"board", "parity", "report", "gate"}, "board": {"parity", "report", "gate"},
+             "parity": {"report", "gate"}}
+    found = []
+    for module, deps in module_graph().items():
+        bits = module.split(".")
+        if bits[1:2] != ["validate"] or len(bits) < 3 or bits[2] not in above:
+            continue
+        found += [f"{module} imports {d}" for d in deps if d.split(".")[1:2] == ["validate"] and len(d.split(".")) > 2
+                  and d.split(".")[2] in above[bits[2]]]
+    assert not found, found

@@ -45,7 +45,7 @@ def test_an_uninstalled_converter_is_one_line_and_exit_2(tmp_path, demo_ckpt):
 @pytest.mark.slow  # the converter's process
 def test_float32_and_full_integer_int8_from_the_pytorch_model(tmp_path):
     from edgeport.ops.tflite_graph import schema
-    from edgeport.validate.parity.tflite_runner import load_interpreter
+    from edgeport.ops.tflite_run import load_interpreter
 
     model, calib = _small(), np.random.default_rng(0).random((8, 3, 32, 32), dtype=np.float32)
     got = litert.convert_variants(model, calib, tmp_path, int8=True, timeout_s=600)

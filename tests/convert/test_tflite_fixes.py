@@ -41,7 +41,7 @@ def int8_bilinear(tmp_path_factory, random_checkpoint) -> Path:
 
 
 def test_skewed_resize_quantisation_is_shared_again_and_xnnpack_prepares_it(int8_bilinear, tmp_path):
-    from edgeport.validate.parity.tflite_runner import load_interpreter
+    from edgeport.ops.tflite_run import load_interpreter
 
     model = int8_bilinear.read_bytes()
     assert _resize_quant(model) and all(a == b for a, b in _resize_quant(model)), "edgeport ships resize quantisation shared"
@@ -58,8 +58,8 @@ def test_skewed_resize_quantisation_is_shared_again_and_xnnpack_prepares_it(int8
 
 
 def _outputs(path: Path, x) -> list:
+    from edgeport.ops.tflite_run import load_interpreter
     from edgeport.validate.parity.tensors import to_model_input
-    from edgeport.validate.parity.tflite_runner import load_interpreter
 
     interp = load_interpreter(path, kernels="reference")
     (inp,) = interp.get_input_details()
@@ -105,7 +105,7 @@ def _set_scale_then_fix(model: bytes, q, scale: float, tmp_path: Path, refusal: 
     check the reference kernels refuse it with ``refusal``, fix it with one QUANTIZE op, and
     return the fixed file."""
     from edgeport.convert.tflite_fixes import requantize_int8_constraints
-    from edgeport.validate.parity.tflite_runner import load_interpreter
+    from edgeport.ops.tflite_run import load_interpreter
 
     buf = bytearray(model)
     struct.pack_into("<f", buf, q._tab.Vector(q._tab.Offset(_SCALE)), scale)

@@ -7,8 +7,8 @@ import pytest
 
 from edgeport.convert.uint8 import PerChannelError, int8_to_uint8
 from edgeport.ops.tflite_graph import ACTIVATIONS, Graph, Quant
+from edgeport.ops.tflite_run import load_interpreter
 from edgeport.ops.tflite_versions import needed_version
-from edgeport.validate.parity.tflite_runner import load_interpreter
 
 QX, QW, QY = Quant(0.02, -5), Quant(0.01, 0), Quant(0.05, 3)
 

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from edgeport.ops.lowering.registry import RULES, lower_for_board
 from edgeport.ops.tflite_graph import ACTIVATIONS, Graph, Quant
 from edgeport.ops.tflite_model import read_tflite
+from edgeport.ops.tflite_run import load_interpreter
 from edgeport.ops.tflite_versions import needed_version
 from edgeport.validate.board.profiles import check_model, load_board
-from edgeport.validate.parity.tflite_runner import load_interpreter
 
 OLD = load_board("tflite-1.13")
 QIN, QOUT = Quant(0.05, 120), Quant(0.04, 110)

@@ -295,7 +295,7 @@ def test_boards_check_calls_a_structurally_invalid_file_not_runnable(workspace, 
 @pytest.mark.slow  # the runtime runs in a process
 def test_litert_itself_refuses_a_buffer_index_past_the_end(tmp_path):
     """The gate agrees with the runtime: today's LiteRT refuses the file the gate calls not runnable."""
-    from edgeport.validate.parity.tflite_runner import load_interpreter
+    from edgeport.ops.tflite_run import load_interpreter
 
     (tmp_path / "m.tflite").write_bytes(_damaged("buffer-99999"))
     with pytest.raises(Exception):  # noqa: B017 -- LiteRT's own error type varies by release

@@ -80,17 +80,14 @@ def _uint8_kernels(folder: Path, models: dict[str, bytes], said: dict) -> tuple[
     """The ops whose uint8 model the runtime ran within ``uint8_probe.STEPS`` of today's reference
     kernels on the same file (read strictly: a plain array of the output's shape and type), and
     for each other op, why not."""
-    from edgeport.validate.parity.tflite_runner import load_interpreter
+    from edgeport.ops.tflite_run import run_tflite
 
     agree, why = [], {}
     for name in models:
         if said.get(name) != "ran":
             why[name] = said.get(name, "no answer")
             continue
-        interp = load_interpreter(folder / "uint8" / f"{name}.tflite", kernels="reference")
-        interp.set_tensor(interp.get_input_details()[0]["index"], uint8_probe.probe_input(name))
-        interp.invoke()
-        want = interp.get_tensor(interp.get_output_details()[0]["index"])
+        want = run_tflite(folder / "uint8" / f"{name}.tflite", uint8_probe.probe_input(name))[0]
         try:
             got = np.load(folder / "outputs" / f"uint8.{name}.npy", allow_pickle=False)
         except (OSError, ValueError) as exc:

@@ -13,7 +13,7 @@ from:
 
 A ``tflm`` board lists the kernels it has. ``[install]`` says how ``edgeport boards
 install`` makes the board's real runtime on this machine, ``[runner]`` how to reach a real
-board over SSH (``validate/board_runtime.py``). ``check_model`` lists every reason a board
+board over SSH (``validate/board/runtime.py``). ``check_model`` lists every reason a board
 cannot run a model; an empty list means it can.
 """
 

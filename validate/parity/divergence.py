@@ -103,7 +103,7 @@ def tflite_intermediates(path: Path, x: np.ndarray, layout: str) -> list[Tensor]
     layout between its TRANSPOSEs -- and the closest wins)."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}; valid: {', '.join(LAYOUTS)}")
-    from edgeport.validate.parity.tflite_runner import load_interpreter
+    from edgeport.ops.tflite_run import load_interpreter
 
     interp = load_interpreter(path, kernels="reference", preserve_all_tensors=True)
     (inp,) = interp.get_input_details()
@@ -188,12 +188,9 @@ def every_tensor_as_output(model: bytes) -> tuple[bytes, list[tuple[int, str, st
 
 
 def _raw_outputs_reference(path: Path, x_raw: np.ndarray) -> list[np.ndarray]:
-    from edgeport.validate.parity.tflite_runner import load_interpreter
+    from edgeport.ops.tflite_run import run_tflite
 
-    interp = load_interpreter(path, kernels="reference")
-    interp.set_tensor(interp.get_input_details()[0]["index"], x_raw)
-    interp.invoke()
-    return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
+    return run_tflite(path, x_raw)
 
 
 def _raw_outputs_board(transport, path: Path, x_raw: np.ndarray, work: Path) -> list[np.ndarray]:

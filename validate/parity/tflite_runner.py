@@ -4,28 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgeport._lazy import require
+from edgeport.ops.tflite_run import load_interpreter
 from edgeport.validate.parity.runners import Runner, RuntimeRefused
 from edgeport.validate.parity.tensors import from_model_output, match_outputs, to_model_input
-
-KERNELS = ("optimized", "reference")
-
-
-def load_interpreter(path: Path, *, kernels: str = "optimized", preserve_all_tensors: bool = False):
-    litert = require("ai_edge_litert.interpreter", package="ai-edge-litert", purpose="running TFLite models")
-    if kernels not in KERNELS:
-        raise ValueError(f"kernels={kernels!r}; valid: {', '.join(KERNELS)}")
-    resolver = (
-        litert.OpResolverType.BUILTIN_REF if kernels == "reference" else litert.OpResolverType.AUTO
-    )
-    interp = litert.Interpreter(
-        model_path=str(path),
-        num_threads=1,
-        experimental_op_resolver_type=resolver,
-        experimental_preserve_all_tensors=preserve_all_tensors,
-    )
-    interp.allocate_tensors()
-    return interp
 
 
 class TFLiteRunner(Runner):

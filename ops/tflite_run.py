@@ -1,0 +1,38 @@
+"""Running a .tflite file on today's TFLite (ai-edge-litert): the one place edgeport makes an
+interpreter, below everything that runs one (convert's checks, the board probe, parity's runners
+and its divergence search). The board's own runtime (``validate/board/worker.py``, in the board's
+Python) and TFLite Micro (``validate/parity/tflm_runner.py``) are other runtimes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edgeport._lazy import require
+
+KERNELS = ("optimized", "reference")
+
+
+def load_interpreter(path: Path, *, kernels: str = "optimized", preserve_all_tensors: bool = False):
+    """An allocated interpreter of ``path``, one thread: XNNPACK where it takes the file
+    (``optimized``) or the builtin reference kernels (``reference``). The runtime's refusal of
+    the file is its ``RuntimeError`` or ``ValueError``."""
+    litert = require("ai_edge_litert.interpreter", package="ai-edge-litert", purpose="running TFLite models")
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels={kernels!r}; valid: {', '.join(KERNELS)}")
+    resolver = litert.OpResolverType.BUILTIN_REF if kernels == "reference" else litert.OpResolverType.AUTO
+    interp = litert.Interpreter(model_path=str(path), num_threads=1, experimental_op_resolver_type=resolver,
+                                experimental_preserve_all_tensors=preserve_all_tensors)
+    interp.allocate_tensors()
+    return interp
+
+
+def run_tflite(path: Path, x: np.ndarray, *, kernels: str = "reference") -> list[np.ndarray]:
+    """Every output of ``path``, in the file's order, for its one input ``x`` given as the file
+    takes it (its layout and type: no conversion here)."""
+    interp = load_interpreter(path, kernels=kernels)
+    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    interp.invoke()
+    return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
