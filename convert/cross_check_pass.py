@@ -1,7 +1,7 @@
 """Pass: with ``--cross-check``, the other converter's float32 file against the shipped one.
 
-The shipped float32 file as its converter wrote it (before any board lowering, which its own
-check holds to the converted values) is compared with a float32 file the other converter writes
+The float32 file as its converter wrote it (the cross-check runs before the board lowering, whose
+own check holds the lowered file to these values) is compared with a float32 file the other converter writes
 of the same prepared model (``validate/parity/cross_check.py``). The result goes in the report
 (``converter.cross_check``); it is not a gate: parity judges the shipped file against PyTorch,
 and the cross-check says whether the other route agrees. The other file is not shipped.
@@ -13,7 +13,6 @@ from dataclasses import replace
 
 from edgeport.convert import litert
 from edgeport.convert.base import ConvertConfig, Converted, Pass, PassResult
-from edgeport.convert.lower_for_board_pass import unlowered
 from edgeport.errors import ConversionError
 
 CROSS_CHECK_IMAGES = 2  # the reference kernels are slow; float32 rounding shows on any image
@@ -26,8 +25,6 @@ class CrossCheckPass(Pass[Converted, Converted]):
         if not config.cross_check:
             return PassResult(value, changed=False, summary="not asked (--cross-check)")
         shipped = value.files["float32"]
-        if unlowered(shipped).is_file():
-            shipped = unlowered(shipped)
         prepared, work = value.prepared, config.work_dir / "cross_check"
         if config.converter == litert.NAME:
             from edgeport.convert.export_onnx_pass import INPUT_NAME

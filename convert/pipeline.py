@@ -35,7 +35,7 @@ PREPARE = (PrepareInputsPass(),)
 REWRITE = (RevertSyncBNPass(), FoldBNPass(), RewriteUpsamplePass())
 # Prepared -> Exported -> Converted -> Gated -> Validated
 EXPORT = (ExportOnnxPass(),)
-CONVERT = (ToTFLitePass(), LowerForBoardPass(), CrossCheckPass())
+CONVERT = (ToTFLitePass(), CrossCheckPass(), LowerForBoardPass())
 GATE = (BoardGatePass(),)
 PARITY = (ParityPass(),)
 
