@@ -53,10 +53,10 @@ def convert(checkpoint: Path, *, board, out: Path | None = None, force: bool = F
         converted = gated.converted
         prepared = converted.prepared
         artifacts = {}
-        for name in ARTIFACTS:
-            if (stage.work / name).is_file():
-                os.replace(stage.work / name, stage.result / name)
-                artifacts[name] = {"bytes": (stage.result / name).stat().st_size}
+        shipped = {"model.onnx": converted.exported.onnx, **{p.name: p for p in converted.files.values()}}
+        for name in (n for n in ARTIFACTS if n in shipped):
+            os.replace(shipped[name], stage.result / name)
+            artifacts[name] = {"bytes": (stage.result / name).stat().st_size}
         report = build_report(
             validated.parity, model=dict(prepared.describe(), calibration=prepared.calib_source), board=gated.board,
             artifacts=artifacts, stages=[r.to_dict() for r in records],

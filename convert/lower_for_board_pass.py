@@ -5,7 +5,8 @@ is stays byte for byte; otherwise its operators get the versions they need and e
 the board still lacks goes to its lowering rule. What no rule covers stays, and the board gate
 names it. Boards without a probed table (TFLite Micro) are not lowered.
 
-A quantised file the board still cannot run after lowering is not shipped: its variant gets a
+A lowered file is a new file (``lowered/`` in the work folder); the converter's is left as it was
+written. A quantised file the board still cannot run after lowering is not shipped: its variant gets a
 converter row naming the operators (a float32 file ships either way, and the gate names what its
 board lacks).
 
@@ -37,15 +38,14 @@ class LowerForBoardPass(Pass[Converted, Converted]):
         board = config.board
         if board.op_table is None:
             return PassResult(value, changed=False, summary=f"{board.name}: no probed op table, nothing lowered")
-        lowered, kept, rules = {}, {}, {}
+        lowered, rules = {}, {}
         files, not_written = dict(value.files), dict(value.not_written)
         for variant, path in value.files.items():
-            original = path.read_bytes()
-            result = lower_for_board(original, board.lacks)
-            if result.changed:
-                unlowered(path).write_bytes(original)
-                kept[variant] = unlowered(path)
-                path.write_bytes(_restamped(result.model))
+            result = lower_for_board(path.read_bytes(), board.lacks)
+            if result.changed:  # a new file: the converter's stays as it was written
+                files[variant] = config.work_dir / "lowered" / path.name
+                files[variant].parent.mkdir(exist_ok=True)
+                files[variant].write_bytes(_restamped(result.model))
                 lowered[variant] = result.describe()
                 if result.rules:
                     rules[variant] = dict(result.rules)
@@ -53,21 +53,20 @@ class LowerForBoardPass(Pass[Converted, Converted]):
                 lowered[variant] = result.describe()
             if result.left and variant != "float32":
                 del files[variant]
-                path.rename(path.with_name(f"not_shipped_{path.name}"))  # in the work folder: never moved into place
                 not_written[variant] = (f"{board.name} cannot run {', '.join(result.left)} on {variant}, and no lowering "
                                         f"rule writes it in operators it has (ops/lowering)")
         summary = "; ".join(f"{v}: {how}" for v, how in lowered.items()) or f"{board.name} runs every op as converted"
         converted = replace(value, files=files, not_written=not_written, lowered=lowered, lowered_rules=rules,
                             twins={v: p for v, p in value.twins.items() if v in files})
-        return PassResult(converted, changed=bool(kept) or files != value.files, summary=summary)
+        return PassResult(converted, changed=files != value.files, summary=summary)
 
     def check(self, before: Converted, after: Converted, config: ConvertConfig) -> None:
-        path = after.files.get("float32")
-        if path is None or not unlowered(path).is_file():
+        converted, path = before.files.get("float32"), after.files.get("float32")
+        if path is None or path == converted:
             return
         x = after.prepared.calib[:1]
         try:
-            want = _outputs(unlowered(path), x)
+            want = _outputs(converted, x)
         except (RuntimeError, ValueError):  # the converted file itself does not run: nothing to compare with
             return
         got = _outputs(path, x)
@@ -88,11 +87,6 @@ def _restamped(model: bytes) -> bytes:
         return model
     g.set_metadata_text("min_runtime_version", min_runtime_of({(g.name(op), g.version(op)) for op in g.ops}))
     return g.to_bytes()
-
-
-def unlowered(path):
-    """Where the file as converted is kept beside its lowered form (in the work folder: never shipped)."""
-    return path.with_name(f"unlowered_{path.name}")
 
 
 def _outputs(path, x: np.ndarray) -> list[np.ndarray]:
