@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 from edgeport.convert.base import ConvertConfig
-from edgeport.convert.onnx2tf import offline_env, onnx2tf_command, write_calibration
+from edgeport.convert.converter import offline_env
+from edgeport.convert.onnx2tf import onnx2tf_command, write_calibration
 from edgeport.convert.pipeline import PIPELINE, run_pipeline
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,6 +7,7 @@ gate fails still delivers its artifacts and report (exit 1, from ``report.schema
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -20,24 +21,25 @@ DEFAULT_RUNS = Path("runs/convert")
 def convert(checkpoint: Path, *, board, out: Path | None = None, force: bool = False, console=None, **options):
     """Convert ``checkpoint`` for ``board``; returns (output folder, ``report.schema.Report``).
 
-    The onnx2tf child starts first (``onnx2tf.warm_converter``): it imports onnx2tf, and on 1.28
-    TensorFlow, on another core while this process imports torch and runs the passes before the
-    conversion."""
-    from edgeport.convert import litert
-    from edgeport.convert.onnx2tf import warm_converter
+    The converter's process starts first (``Converter.warm``): it imports the converter (onnx2tf,
+    and on 1.28 TensorFlow) on another core while this process imports torch and runs the passes
+    before the conversion."""
+    from edgeport.convert.converters import converter, other
 
     inputs = (Path(checkpoint), options.get("calib_dir"))
-    onnx2tf_used = options.get("converter", "onnx2tf") == "onnx2tf" or options.get("cross_check")
-    litert_used = options.get("converter") == litert.NAME or options.get("cross_check")
+    chosen = converter(options.get("converter", "onnx2tf"))
+    used = [chosen, other(chosen.name)] if options.get("cross_check") else [chosen]
     if options.get("cross_check") and not board.runs_dtype("float32"):
         from edgeport.errors import BadInputError
 
         raise BadInputError(f"--cross-check compares the two converters' float32 files, and board {board.name} runs only "
                             f"{', '.join(board.dtypes)}; drop --cross-check, or cross-check for a board that runs float32")
-    if litert_used:
-        litert.require()  # before anything is written: the one line says how to install it
+    for each in used:
+        each.require()  # before anything is written: the one line says how to install it
     with staged_output(out, command="convert", force=force, default_root=DEFAULT_RUNS, inputs=inputs) as stage, \
-            warm_converter(start=None if onnx2tf_used else False), litert.warm_worker(start=None if litert_used else False):
+            contextlib.ExitStack() as warm:
+        for each in used:
+            warm.enter_context(each.warm())
         with importing():  # torch, and the modules of every pass
             from edgeport.convert.base import ConvertConfig
             from edgeport.convert.pipeline import run_pipeline

@@ -43,15 +43,15 @@ class ConvertConfig:
     max_validate: int = 8
     seed: int = 0
     int8: bool = True
-    onnx2tf_timeout_s: float = 1800.0
+    converter_timeout_s: float = 1800.0  # a conversion that takes longer is stopped: ConversionError
     # reproduce older converters' resize (inexact, for showing the bug)
     legacy_resize: bool = False
     # the detector head whose boxes are compared (models.heads); auto: from the output shapes
     head: str = "auto"
     # which tensors of a non-tensor forward result are the outputs (models/outputs.py)
     outputs: str | None = None
-    # which converter writes the TFLite files: onnx2tf (from the ONNX graph) or litert-torch
-    # (from the PyTorch model, convert/litert.py)
+    # which converter writes the TFLite files (convert/converter.py): onnx2tf (from the ONNX graph)
+    # or litert-torch (from the PyTorch model)
     converter: str = "onnx2tf"
     # also convert float32 with the other converter and compare the two files (convert/cross_check_pass.py)
     cross_check: bool = False
@@ -125,6 +125,7 @@ class Exported:
 
     prepared: Prepared
     onnx: Path
+    input_name: str = "images"  # the graph's one input
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from edgeport.convert import litert
 from edgeport.convert.base import ConvertConfig, Converted, Pass, PassResult
+from edgeport.convert.converter import Conversion
+from edgeport.convert.converters import other
 from edgeport.errors import ConversionError
 
 CROSS_CHECK_IMAGES = 2  # the reference kernels are slow; float32 rounding shows on any image
@@ -26,29 +27,21 @@ class CrossCheckPass(Pass[Converted, Converted]):
             return PassResult(value, changed=False, summary="not asked (--cross-check)")
         shipped = value.files["float32"]
         prepared, work = value.prepared, config.work_dir / "cross_check"
-        if config.converter == litert.NAME:
-            from edgeport.convert.export_onnx_pass import INPUT_NAME
-            from edgeport.convert.onnx2tf import Conversion, convert_variants, installed_backend
-
-            backend = installed_backend()
-            other = {"name": "onnx2tf", "version": backend.version}
-            try:
-                conversion = convert_variants(value.exported.onnx, None, prepared.calib, work, input_name=INPUT_NAME,
-                                              timeout_s=config.onnx2tf_timeout_s, backend=backend)
-            except ConversionError as exc:  # onnx2tf cannot convert this model: the check has nothing to compare
-                conversion = Conversion({}, {"float32": str(exc)}, {}, 0.0)
-        else:
-            other = {"name": litert.NAME, "version": litert.version()}
-            conversion = litert.convert_variants(prepared.module, prepared.calib, work, int8=False, timeout_s=config.onnx2tf_timeout_s)
+        second = other(config.converter)
+        info = {"name": second.name, "version": second.version()}
+        try:
+            conversion = second.convert(value.exported, work, quantised=None, timeout_s=config.converter_timeout_s)
+        except ConversionError as exc:  # it cannot convert this model: the check has nothing to compare
+            conversion = Conversion({}, {"float32": str(exc)}, {}, 0.0)
         if "float32" in conversion.files:
             from edgeport.validate.parity.cross_check import compare_files
             from edgeport.validate.parity.runners import OnnxRuntimeRunner
 
             images = prepared.val[:CROSS_CHECK_IMAGES]
             expected = [o.shape for o in OnnxRuntimeRunner(value.exported.onnx).run(images[:1]).outputs]
-            result = {**other, **compare_files(shipped, conversion.files["float32"], images, expected)}
+            result = {**info, **compare_files(shipped, conversion.files["float32"], images, expected)}
         else:
-            result = {**other, "ran": False, "reason": f"it wrote no float32 file: {conversion.not_written.get('float32', '?')}"}
+            result = {**info, "ran": False, "reason": f"it wrote no float32 file: {conversion.not_written.get('float32', '?')}"}
         from edgeport.validate.report.render import cross_check_line
 
         return PassResult(replace(value, cross_check=result), changed=True, summary=cross_check_line(result))

@@ -74,18 +74,18 @@ class ExportOnnxPass(Pass[Prepared, Exported]):
     def run(self, value: Prepared, config: ConvertConfig) -> PassResult[Exported]:
         import copy
 
-        from edgeport.convert import litert
+        from edgeport.convert.converters import converter
 
         path = config.work_dir / "model.onnx"
         # the tracer leaves what it saw in a module's caches (Ultralytics' Detect keeps the traced
         # input shape), which torch.export cannot guard on: where litert-torch converts the module
         # after this export, a copy is exported
-        module = copy.deepcopy(value.module) if config.converter == litert.NAME or config.cross_check else value.module
+        module = copy.deepcopy(value.module) if converter(config.converter).reads_module or config.cross_check else value.module
         export_onnx(module, value.imgsz, path, output_names=list(value.output_names), opset=config.opset)
         onnx = require("onnx")
         onnx.checker.check_model(onnx.load(str(path)), full_check=True)
         nodes = simplify(path)
-        return PassResult(Exported(value, path), changed=True, summary=f"opset {config.opset}, {nodes} nodes")
+        return PassResult(Exported(value, path, INPUT_NAME), changed=True, summary=f"opset {config.opset}, {nodes} nodes")
 
     def check(self, before: Prepared, after: Exported, config: ConvertConfig) -> None:
         from torch.nn.modules.batchnorm import _BatchNorm

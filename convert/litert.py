@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeport.convert.onnx2tf import Conversion, condense, offline_env
+from edgeport.convert.converter import Conversion, Converter, condense, offline_env
 from edgeport.errors import BadInputError, MissingDependencyError
 
 NAME = "litert-torch"
@@ -38,7 +38,6 @@ NAME = "litert-torch"
 PACKAGES = ("litert-torch==0.10.0",)
 MARKER = ".edgeport-converter.json"
 WORKER = Path(__file__).with_name("litert_worker.py")
-CONVERTERS = ("onnx2tf", NAME)
 
 
 def _host_site() -> list[str]:
@@ -245,3 +244,35 @@ def warm_worker(*, start: bool | None = None):
 def version() -> str:
     marker = installed()
     return marker["version"] if marker else "not installed"
+
+
+class LiteRTTorch(Converter):
+    """``--converter litert-torch``: from the PyTorch model, in its own environment."""
+
+    name, source, reads_module = NAME, "from the PyTorch model", True
+
+    def version(self) -> str:
+        return version()
+
+    def info(self) -> dict:
+        return {"name": NAME, "version": version(), "writer": "litert_converter"}
+
+    def describe(self) -> str:
+        return f"{NAME} {version()}"
+
+    def require(self) -> None:
+        require()
+
+    def where(self) -> str:
+        return f"in {env_dir()}" if installed() else f"not installed: {install_hint()}"
+
+    def install(self, *, log=print) -> None:
+        install(log=log)
+
+    def warm(self, *, start: bool | None = None):
+        return warm_worker(start=start)
+
+    def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float) -> Conversion:
+        prepared = exported.prepared
+        return convert_variants(prepared.module, prepared.calib, work / "litert", int8=quantised is not None,
+                                timeout_s=timeout_s, per_tensor=quantised == "uint8")

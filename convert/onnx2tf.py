@@ -27,7 +27,6 @@ import contextlib
 import errno
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -37,34 +36,16 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeport.convert.converter import Conversion, Converter, condense, offline_env
 from edgeport.errors import ConversionError, MissingDependencyError
 
 ONNX2TF_SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 CALIB_FILE = "calib_nhwc.npy"
 # variant name -> file onnx2tf writes for model.onnx
 ONNX2TF_OUTPUTS = {"float32": "model_float32.tflite", "int8": "model_full_integer_quant.tflite"}
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_CLOSED_PORT_PROXY = "http://127.0.0.1:9"
 LEAN_MODULE = "edgeport.convert.onnx2tf_lean"
 # the lean driver's flag: import first, then take one job from standard input (``warm_converter``)
 AWAIT_JOB = "--await-job"
-
-
-def offline_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        HTTP_PROXY=_CLOSED_PORT_PROXY,
-        HTTPS_PROXY=_CLOSED_PORT_PROXY,
-        http_proxy=_CLOSED_PORT_PROXY,
-        https_proxy=_CLOSED_PORT_PROXY,
-        NO_PROXY="",
-        no_proxy="",
-        CUDA_VISIBLE_DEVICES="",
-        ORT_DISABLE_TELEMETRY="1",  # see edgeport/__init__.py
-        TF_CPP_MIN_LOG_LEVEL="2",
-        PYTHONUNBUFFERED="1",
-    )
-    return env
 
 
 def write_calibration(work: Path, calib_nchw: np.ndarray) -> Path:
@@ -182,36 +163,6 @@ def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: s
         cmd += ["-oiqt", "-qt", granularity, "-iqd", "int8", "-oqd", "int8",
                 "-cind", input_name, CALIB_FILE, "[[[[0.0,0.0,0.0]]]]", "[[[[1.0,1.0,1.0]]]]"]
     return cmd
-
-
-_CAUSED = "The above exception was the direct cause of the following exception"
-
-
-# what TensorFlow and XLA log from C++ (glog/absl: "E0000 00:00:1765.. cuda_driver.cc:152] failed
-# call to cuInit ..."), and its CUDA plugin's registrations: noise on a machine without a GPU, never
-# the converter's reason
-_NATIVE_LOG = re.compile(r"^([EWIF]\d{4} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [EWIF] )"
-                         r"|cuInit|cuda_driver|Unable to register cu(DNN|FFT|BLAS)|TF-TRT Warning")
-
-
-# TensorFlow's listing of a saved model's signature (one line per captured tensor): what it
-# prints as it saves, never a reason
-_SIGNATURE_DUMP = re.compile(r"TensorSpec\(|^\* Endpoint|^(Output Type|Captures|Args|Returns|Inputs):$|^WARNING: All log messages")
-
-
-def condense(output: str, limit: int = 240) -> str:
-    """The most telling line of onnx2tf's output, for a one-line error: in a chain of Python
-    exceptions, the first one (the cause), not the wrapper that re-raised it; never a line
-    TensorFlow logs from C++ (``failed call to cuInit`` on every machine without a GPU) or its
-    listing of a saved model's signature. Without an error line, it says so (and quotes the last)."""
-    output = output.split(_CAUSED, 1)[0]
-    lines = [_ANSI.sub("", line).strip() for line in output.splitlines()]
-    lines = [line for line in lines if line and not _NATIVE_LOG.search(line) and not _SIGNATURE_DUMP.search(line)]
-    for pattern in (r"^\w*(Error|Exception)\b.*:", r"ERROR:", r"Error", r"error"):
-        hits = [line for line in lines if re.search(pattern, line)]
-        if hits:
-            return hits[-1][:limit]
-    return (f"it printed no error (its last line: {lines[-1]})" if lines else "no output")[:limit]
 
 
 class Onnx2tfFailed(ConversionError):
@@ -358,17 +309,6 @@ def run_onnx2tf(onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, i
         run.kill()
 
 
-@dataclass
-class Conversion:
-    """What ``convert_variants`` got: the files, why a variant has none, how a variant was made
-    when not as asked first, and onnx2tf's wall time."""
-
-    files: dict[str, Path]
-    not_written: dict[str, str]
-    notes: dict[str, str]
-    seconds: float
-
-
 def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray, work: Path, *, input_name: str,
                      timeout_s: float, backend: Onnx2tfBackend, granularities: tuple[str, ...] | None = None) -> Conversion:
     """float32 from ``onnx_path``, and int8 from ``int8_onnx`` when given (the same file, or one
@@ -417,3 +357,53 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
         for run in runs:
             run.kill()
     return Conversion(files, {"int8": why} if why else {}, notes, seconds)
+
+
+class Onnx2tf(Converter):
+    """``--converter onnx2tf`` (the default): from the exported ONNX graph; int8 from the graph with
+    each output's channel groups scaled apart where one output mixes scales (``int8_groups.py``)."""
+
+    name, source, reads_module = "onnx2tf", "from the ONNX graph (default)", False
+
+    def version(self) -> str:
+        try:
+            return installed_backend().version
+        except MissingDependencyError:
+            return "not installed"
+
+    def info(self) -> dict:
+        backend = installed_backend()
+        return {"name": self.name, "version": backend.version, "writer": backend.writer}
+
+    def describe(self) -> str:
+        return installed_backend().describe()
+
+    def require(self) -> None:
+        installed_backend()
+
+    def where(self) -> str:
+        return "in this environment"
+
+    def warm(self, *, start: bool | None = None):
+        return warm_converter(start=start)
+
+    def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float) -> Conversion:
+        prepared, backend = exported.prepared, installed_backend()
+        plans, int8_onnx = None, exported.onnx if quantised else None
+        if int8_onnx is not None:
+            from edgeport.convert.int8_groups import normalise_onnx, plan_for
+
+            plans = plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)
+            if plans is not None:
+                normalised = work / "int8" / "model.onnx"  # onnx2tf names what it writes after the file
+                normalised.parent.mkdir(parents=True, exist_ok=True)
+                if normalise_onnx(exported.onnx, normalised, plans):
+                    int8_onnx = normalised  # int8 from the graph with its groups normalised; float32 keeps the model's values
+                else:
+                    plans = None  # the groups cannot be scaled apart: int8 as it is; parity says what it costs
+        # uint8 kernels have one scale per tensor: its int8 file is quantised so
+        granularities = ("per-tensor",) if quantised == "uint8" else None
+        conversion = convert_variants(exported.onnx, int8_onnx, prepared.calib, work, input_name=exported.input_name,
+                                      timeout_s=timeout_s, backend=backend, granularities=granularities)
+        return Conversion(conversion.files, conversion.not_written, conversion.notes, conversion.seconds,
+                          plans if "int8" in conversion.files else None)

@@ -1,5 +1,5 @@
-"""Pass: the TFLite files the board runs, through onnx2tf from the ONNX graph (``convert/onnx2tf.py``)
-or, with ``--converter litert-torch``, through litert-torch from the PyTorch model (``convert/litert.py``).
+"""Pass: the TFLite files the board runs, written by the converter ``--converter`` names
+(``convert/converter.py``: onnx2tf from the ONNX graph, or litert-torch from the PyTorch model).
 
 int8 is converted from the graph with its output groups normalised where one output mixes
 scales (``int8_groups.py``), and fixed where the converter breaks a kernel's quantisation
@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgeport.convert import litert
 from edgeport.convert.base import ConvertConfig, Converted, Exported, Pass, PassResult
-from edgeport.convert.onnx2tf import convert_variants, installed_backend
+from edgeport.convert.converters import converter
 from edgeport.convert.tflite_fixes import requantize_int8_constraints, share_resize_quantization
 from edgeport.convert.uint8 import int8_to_uint8
 from edgeport.errors import BadInputError, ConversionError, PassCheckError
@@ -36,43 +35,17 @@ class ToTFLitePass(Pass[Exported, Converted]):
     name = "to_tflite"
 
     def run(self, value: Exported, config: ConvertConfig) -> PassResult[Converted]:
-        from edgeport.convert.export_onnx_pass import INPUT_NAME
-
-        prepared = value.prepared
         variants = config.variants
         if not variants:
             raise BadInputError(
                 f"board {config.board.name} runs only {', '.join(config.board.dtypes)}; drop --no-int8 or choose another --board"
             )
         quantised = next((v for v in variants if v != "float32"), None)  # int8, uint8 or none
-        if config.converter == litert.NAME:
-            conversion = litert.convert_variants(prepared.module, prepared.calib, config.work_dir / "litert",
-                                                 int8=quantised is not None, timeout_s=config.onnx2tf_timeout_s,
-                                                 per_tensor=quantised == "uint8")
-            if "float32" in conversion.not_written:
-                raise ConversionError(f"litert-torch wrote no float32 file: {conversion.not_written['float32']}")
-            plans, converter = None, {"name": litert.NAME, "version": litert.version(), "writer": "litert_converter"}
-            how = f"litert-torch {converter['version']}"
-        else:
-            backend = installed_backend()
-            plans, int8_onnx = None, value.onnx if quantised else None
-            if int8_onnx is not None:
-                from edgeport.convert.int8_groups import normalise_onnx, plan_for
-
-                plans = plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)
-                if plans is not None:
-                    normalised = config.work_dir / "int8" / "model.onnx"  # onnx2tf names what it writes after the file
-                    normalised.parent.mkdir(exist_ok=True)
-                    if normalise_onnx(value.onnx, normalised, plans):
-                        int8_onnx = normalised  # int8 from the graph with its groups normalised; float32 keeps the model's values
-                    else:
-                        plans = None  # the groups cannot be scaled apart: int8 as it is; parity says what it costs
-            # uint8 kernels have one scale per tensor: its int8 file is quantised so
-            granularities = ("per-tensor",) if quantised == "uint8" else None
-            conversion = convert_variants(value.onnx, int8_onnx, prepared.calib, config.work_dir, input_name=INPUT_NAME,
-                                          timeout_s=config.onnx2tf_timeout_s, backend=backend, granularities=granularities)
-            converter = {"name": "onnx2tf", "version": backend.version, "writer": backend.writer}
-            how = backend.describe()
+        chosen = converter(config.converter)
+        conversion = chosen.convert(value, config.work_dir, quantised=quantised, timeout_s=config.converter_timeout_s)
+        if "float32" in conversion.not_written:
+            raise ConversionError(f"{chosen.name} wrote no float32 file: {conversion.not_written['float32']}")
+        plans, info, how = conversion.plans, chosen.info(), chosen.describe()
         files, not_written, seconds = conversion.files, conversion.not_written, conversion.seconds
         not_written = {(quantised if v == "int8" else v): why for v, why in not_written.items()}
         if quantised in not_written:
@@ -111,7 +84,7 @@ class ToTFLitePass(Pass[Exported, Converted]):
             note += f"; {variant} {how}"
         for variant, why in not_written.items():
             note += f"; {variant} NOT written: {why}"
-        converted = Converted(value, tflite, not_written, conversion.notes, converter, plans, twins)
+        converted = Converted(value, tflite, not_written, conversion.notes, info, plans, twins)
         return PassResult(converted, changed=True, summary=f"{sizes} ({how}: {seconds:.1f} s{note})")
 
     def check(self, before: Exported, after: Converted, config: ConvertConfig) -> None:

@@ -5,15 +5,8 @@ import sys
 import numpy as np
 import pytest
 
-from edgeport.convert.onnx2tf import (
-    CALIB_FILE,
-    ONNX2TF_SAMPLE_FILE,
-    condense,
-    offline_env,
-    onnx2tf_command,
-    run_onnx2tf,
-    write_calibration,
-)
+from edgeport.convert.converter import condense, offline_env
+from edgeport.convert.onnx2tf import CALIB_FILE, ONNX2TF_SAMPLE_FILE, onnx2tf_command, run_onnx2tf, write_calibration
 from edgeport.errors import ConversionError
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeport.convert.onnx2tf import ONNX2TF_OUTPUTS, installed_backend, offline_env, onnx2tf_command, write_calibration
+from edgeport.convert.converter import offline_env
+from edgeport.convert.onnx2tf import ONNX2TF_OUTPUTS, installed_backend, onnx2tf_command, write_calibration
 
 GENERATION = installed_backend().generation
 # what plain onnx2tf writes with -oiqt and the driver declines: on 1.28 only (2.x's cost little)

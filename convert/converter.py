@@ -1,0 +1,123 @@
+"""The converter interface: what writes the TFLite files (``--converter``).
+
+Two converters implement it: onnx2tf (``convert/onnx2tf.py``: from the exported ONNX graph, in
+a child process; the default) and litert-torch (``convert/litert.py``: from the PyTorch model,
+in its own environment). Whatever asks "which converter?" asks ``converter(name)``: the
+conversion pass, the cross-check (``other``), the convert command (what to require and start
+before the run) and ``edgeport converters``; both are in ``convert/converters.py``. Adding a
+converter is a class implementing ``Converter``, and its name in ``NAMES`` and ``converters.py``.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+NAMES = ("onnx2tf", "litert-torch")  # (cli.py's choices: this module imports nothing heavy)
+_CLOSED_PORT_PROXY = "http://127.0.0.1:9"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """What a converter wrote: the files (variant -> path), why a variant has none, how a variant
+    was made when not as asked first, the converter's wall time, and (onnx2tf) the int8 output
+    groups' normalisation (``convert/int8_groups.py``), which parity multiplies back."""
+
+    files: dict[str, Path]
+    not_written: dict[str, str]
+    notes: dict[str, str]
+    seconds: float
+    plans: tuple | None = None
+
+
+def offline_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        HTTP_PROXY=_CLOSED_PORT_PROXY,
+        HTTPS_PROXY=_CLOSED_PORT_PROXY,
+        http_proxy=_CLOSED_PORT_PROXY,
+        https_proxy=_CLOSED_PORT_PROXY,
+        NO_PROXY="",
+        no_proxy="",
+        CUDA_VISIBLE_DEVICES="",
+        ORT_DISABLE_TELEMETRY="1",  # see edgeport/__init__.py
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+_CAUSED = "The above exception was the direct cause of the following exception"
+
+
+# what TensorFlow and XLA log from C++ (glog/absl: "E0000 00:00:1765.. cuda_driver.cc:152] failed
+# call to cuInit ..."), and its CUDA plugin's registrations: noise on a machine without a GPU, never
+# the converter's reason
+_NATIVE_LOG = re.compile(r"^([EWIF]\d{4} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [EWIF] )"
+                         r"|cuInit|cuda_driver|Unable to register cu(DNN|FFT|BLAS)|TF-TRT Warning")
+
+
+# TensorFlow's listing of a saved model's signature (one line per captured tensor): what it
+# prints as it saves, never a reason
+_SIGNATURE_DUMP = re.compile(r"TensorSpec\(|^\* Endpoint|^(Output Type|Captures|Args|Returns|Inputs):$|^WARNING: All log messages")
+
+
+def condense(output: str, limit: int = 240) -> str:
+    """The most telling line of onnx2tf's output, for a one-line error: in a chain of Python
+    exceptions, the first one (the cause), not the wrapper that re-raised it; never a line
+    TensorFlow logs from C++ (``failed call to cuInit`` on every machine without a GPU) or its
+    listing of a saved model's signature. Without an error line, it says so (and quotes the last)."""
+    output = output.split(_CAUSED, 1)[0]
+    lines = [_ANSI.sub("", line).strip() for line in output.splitlines()]
+    lines = [line for line in lines if line and not _NATIVE_LOG.search(line) and not _SIGNATURE_DUMP.search(line)]
+    for pattern in (r"^\w*(Error|Exception)\b.*:", r"ERROR:", r"Error", r"error"):
+        hits = [line for line in lines if re.search(pattern, line)]
+        if hits:
+            return hits[-1][:limit]
+    return (f"it printed no error (its last line: {lines[-1]})" if lines else "no output")[:limit]
+
+
+class Converter(abc.ABC):
+    name: ClassVar[str]
+    source: ClassVar[str]  # what it converts from, in words
+    reads_module: ClassVar[bool]  # converts the PyTorch module itself (which must then stay untouched by the export)
+
+    @abc.abstractmethod
+    def version(self) -> str:
+        """Its version, or "not installed"."""
+
+    @abc.abstractmethod
+    def info(self) -> dict:
+        """The report's ``converter`` entry: name, version, writer."""
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """Its name, version and writer, for the pass's summary line."""
+
+    @abc.abstractmethod
+    def require(self) -> None:
+        """A ``MissingDependencyError`` saying how to install it, unless it is installed and usable."""
+
+    @abc.abstractmethod
+    def where(self) -> str:
+        """Where it is installed, or how to install it (``edgeport converters``)."""
+
+    def install(self, *, log=print) -> None:
+        log(f"{self.name} {self.version()} comes with edgeport's own environment (make setup)")
+
+    def warm(self, *, start: bool | None = None) -> contextlib.AbstractContextManager:
+        """Start its process now, so that its imports overlap the passes before the conversion
+        (only in a one-shot process unless ``start`` says; ended with the block if not taken)."""
+        return contextlib.nullcontext()
+
+    @abc.abstractmethod
+    def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float) -> Conversion:
+        """float32, and the quantised variant when asked (``int8``, or ``uint8``: its int8 twin
+        per tensor), from ``exported`` (``convert/base.Exported``), in ``work``. A float32 the
+        converter cannot write raises ``ConversionError``; a quantised one is a reason."""

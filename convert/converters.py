@@ -1,0 +1,19 @@
+"""The converters by name (``convert/converter.py`` says what one is)."""
+
+from __future__ import annotations
+
+from edgeport.convert.converter import NAMES, Converter
+from edgeport.convert.litert import LiteRTTorch
+from edgeport.convert.onnx2tf import Onnx2tf
+
+CONVERTERS: dict[str, Converter] = {c.name: c for c in (Onnx2tf(), LiteRTTorch())}
+assert tuple(CONVERTERS) == NAMES, "convert/converter.py NAMES lists the converters, in this order"
+
+
+def converter(name: str) -> Converter:
+    return CONVERTERS[name]
+
+
+def other(name: str) -> Converter:
+    """The converter a ``--cross-check`` compares ``name``'s float32 file with."""
+    return CONVERTERS["litert-torch" if name == "onnx2tf" else "onnx2tf"]

@@ -1,0 +1,19 @@
+"""The converter interface (convert/converter.py): every converter the CLI offers is one, and each
+has another to cross-check with."""
+
+from __future__ import annotations
+
+from edgeport.cli import CONVERTERS as CHOICES
+from edgeport.convert.converter import NAMES, Converter
+from edgeport.convert.converters import CONVERTERS, converter, other
+
+
+def test_the_cli_offers_exactly_the_registered_converters():
+    assert tuple(CONVERTERS) == NAMES == CHOICES
+
+
+def test_each_converter_has_another_to_cross_check_with():
+    for name, each in CONVERTERS.items():
+        assert isinstance(each, Converter) and converter(name) is each and each.name == name
+        assert other(name) is not each and other(other(name).name) is each
+        assert each.version() and each.source and each.where()
