@@ -60,18 +60,21 @@ demo-legacy: setup
 	$(VENV)/bin/edgeport convert models/weights/pdet_n_bilinear_person.pt --imgsz 160 --board tflite-1.13 --out runs/demo-board --force
 
 # everything but the second converter's tests (`make test-converters`), two at a time on two cores
-# (most tests are one process on one core): about 12 minutes on Python 3.11, where the zoo runs on
+# (most tests are one process on one core), the zoo last: about 12 minutes on Python 3.11, where the zoo runs on
 # the models whose ends differ between the two onnx2tf lines; the whole zoo runs on Python 3.12
 # (tests/zoo/test_zoo.py: ON_128; EDGEPORT_ZOO=full runs it all on either line). TESTS narrows it:
 # .ci/run runs the trainer's slow tests once, on 3.11 (TESTS="not converters and not (slow and train)")
 TESTS ?= not converters
 test: setup
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -m "$(TESTS)" -n 2 --dist worksteal
+	$(PY) -m pytest -q -m "($(TESTS)) and not zoo" -n 2 --dist worksteal
+	@# the zoo in processes of its own: importing Ultralytics patches PIL and cv2 process-wide
+	$(PY) -m pytest -q -m "($(TESTS)) and zoo" -n 2 --dist worksteal
 
 # litert-torch's own tests, and the zoo through it against onnx2tf (a model of each kind: about 4 minutes)
 test-converters: setup-converters
-	$(PY) -m pytest -q -m converters -n 2 --dist worksteal
+	$(PY) -m pytest -q -m "converters and not zoo" -n 2
+	$(PY) -m pytest -q -m "converters and zoo" -n 2 --dist worksteal
 
 test-fast: setup
 	$(VENV)/bin/ruff check .

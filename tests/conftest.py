@@ -179,9 +179,3 @@ def sshd(tmp_path_factory):
     yield {"port": port, "key": client_key, "stranger": stranger, "root": root}
     proc.terminate()
     proc.wait(timeout=10)
-
-
-def pytest_collection_modifyitems(config, items):
-    """The longest first: the zoo's conversions (a minute or more each) start at once, two at a
-    time, and the short tests fill in around them, rather than two of them ending the run alone."""
-    items.sort(key=lambda item: item.get_closest_marker("zoo") is None)  # stable: the rest keep their order
