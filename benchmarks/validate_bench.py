@@ -43,7 +43,7 @@ def main() -> None:
         from edgeport.models.registry import build_model
         from edgeport.models.synth import sample_images
         from edgeport.validate.board.profiles import load_board
-        from edgeport.validate.parity.emulator import build_emulator
+        from edgeport.validate.parity.emulator import emulate
         from edgeport.validate.parity.runners import OnnxRuntimeRunner, TorchRunner
         from edgeport.validate.parity.tflite_runner import TFLiteRunner
 
@@ -59,7 +59,7 @@ def main() -> None:
             "tflite float32 (reference kernels)": TFLiteRunner(out / "model_float32.tflite", shapes, kernels="reference"),
             "tflite int8 (XNNPACK)": TFLiteRunner(out / "model_int8.tflite", shapes),
             "tflite int8 (reference kernels)": TFLiteRunner(out / "model_int8.tflite", shapes, kernels="reference"),
-            "board emulator tflm-m4-256k (int8)": build_emulator(out / "model_int8.tflite", load_board("tflm-m4-256k"), shapes, Path(tmp))[0],
+            "board emulator tflm-m4-256k (int8)": emulate(out / "model_int8.tflite", load_board("tflm-m4-256k"), shapes, Path(tmp)).runner,
         }
         rows = []
         for name, runner in runners.items():

@@ -15,7 +15,8 @@ installed), and bounds the work by the file's size:
   ``len(data) / 4``. A table reached twice (aliased) is unpacked twice, with everything below it:
   aliasing is how a small file becomes a large graph. Converters alias small tables themselves
   (litert-torch points its empty ``Buffers`` entries at one table), so an aliased table is walked
-  once and its count (tables and bytes below it) added again each time it is reached;
+  once as each type it is reached as, and its count (tables and bytes below it) added again each
+  time it is reached;
 - the bytes of every vector and string reached are counted each time they are reached, and
   may not add up to more than ``2 x`` the file (plus 1 MB): a vector shared by thousands of
   tables is refused;
@@ -108,7 +109,10 @@ def _walk(data: bytes, what: str) -> None:
 class _Walk:
     def __init__(self, data: bytes, what: str):
         self.data, self.n, self.what = data, len(data), what
-        self.tables: dict[int, tuple[str, int, int]] = {}  # position -> (first entry, tables, bytes below it)
+        # (position, table type) -> (first entry, tables, bytes below it): a position read as another
+        # type is other fields, walked as that type (else a table walked as a small type could be
+        # unpacked as a large one, unwalked)
+        self.tables: dict[tuple[int, type], tuple[str, int, int]] = {}
         self.vtables: set[int] = set()
         self.count = 0  # the tables the object API makes, an aliased one each time it is reached
         self.limit = min(self.n // 4, MAX_TABLES)
@@ -146,8 +150,9 @@ class _Walk:
 
     def table(self, obj, where: str) -> None:
         pos = obj._tab.Pos
-        if pos in self.tables:  # aliased: unpacked again with all below it, walked once
-            first, tables, nbytes = self.tables[pos]
+        key = (pos, type(obj))
+        if key in self.tables:  # aliased: unpacked again with all below it, walked once
+            first, tables, nbytes = self.tables[key]
             if tables < 0:
                 self.refuse(f"{where} contains itself")  # offsets only point forward: a damaged file
             self.count += tables
@@ -157,7 +162,7 @@ class _Walk:
             self.charge(nbytes, where)
             return
         self.header(pos, where)
-        self.tables[pos] = (where, -1, 0)
+        self.tables[key] = (where, -1, 0)
         count0, bytes0 = self.count, self.bytes
         self.count += 1
         if self.count > self.limit:
@@ -174,7 +179,7 @@ class _Walk:
                 self.union(obj, cls.__name__, name, value, f"{where}.{name}")
             elif isinstance(value, bytes):
                 self.charge(len(value), f"{where}.{name}")
-        self.tables[pos] = (where, self.count - count0, self.bytes - bytes0)
+        self.tables[key] = (where, self.count - count0, self.bytes - bytes0)
 
     def vector(self, obj, name: str, where: str) -> None:
         length = getattr(obj, f"{name}Length")()

@@ -82,7 +82,12 @@ def decide(spec: UpsampleSpec, board, *, legacy_resize: bool = False) -> Decisio
             return Decision(spec, "bilinear_align_corners_native")
         if legacy_resize:
             return Decision(spec, "legacy_resize", BoardUpsample(factor, align_corners=False))
-        native = board.max_op_version("RESIZE_BILINEAR") >= 3
-        return Decision(spec, "bilinear_half_pixel_native" if native else "bilinear_half_pixel_lowered")
+        if board.max_op_version("RESIZE_BILINEAR") >= 3:
+            return Decision(spec, "bilinear_half_pixel_native")
+        if factor >= 2:  # what ops/lowering/resize_bilinear_half_pixel.py applies to
+            return Decision(spec, "bilinear_half_pixel_lowered")
+        raise UnsupportedUpsampleError(f"upsample {spec.describe()} has no exact form on board {board.name}, whose "
+                                       f"RESIZE_BILINEAR has no half-pixel centres (lowered for a factor of 2 or more); "
+                                       f"remove the x1 resize, or choose a board with RESIZE_BILINEAR v3")
     raise UnsupportedUpsampleError(f"upsample {spec.describe()} has no exact form in TFLite, which computes exactly "
                                    f"{EXACT}; export the model with one of those")

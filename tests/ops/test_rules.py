@@ -64,6 +64,13 @@ def test_unsupported_upsample_names_site_mode_factor_and_choices(s, needle):
     assert needle in msg and "m.up" in msg and "by an integer factor" in msg and "BoardUpsample" in msg
 
 
+def test_a_half_pixel_x1_on_a_board_without_half_pixel_centres_is_refused():
+    """The lowering rewrites a factor of 2 or more; a modern runtime keeps any integer factor."""
+    with pytest.raises(UnsupportedUpsampleError, match="no half-pixel centres"):
+        decide(spec("bilinear", 1), OLD)
+    assert decide(spec("bilinear", 1), MODERN).rule == "bilinear_half_pixel_native"
+
+
 class Functional(nn.Module):
     """Upsampling written as F.interpolate calls, one with size=, none as modules."""
 

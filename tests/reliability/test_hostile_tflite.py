@@ -190,6 +190,29 @@ def test_shared_leaves_and_huge_claims_are_refused(workspace, run_inproc, make, 
     assert_kept(before, inventory(workspace))
 
 
+def test_a_table_aliased_as_two_types_is_walked_as_each():
+    """One position that ``OperatorCodes`` reaches first (read as an operator code: one small table)
+    and 20,000 ``Subgraphs`` entries reach next (read as a subgraph, whose tensors vector is a bomb
+    of its own): walked as a subgraph too, and refused."""
+    import flatbuffers
+
+    from edgeport.ops.tflite_file import DamagedModel, check
+
+    s = _schema()
+    b = flatbuffers.Builder(1024)
+    name = b.CreateString("t")
+    s.TensorStart(b)
+    s.TensorAddName(b, name)
+    tensor = s.TensorEnd(b)
+    tensors = _vector(b, [tensor] * 20_000)
+    s.SubGraphStart(b)
+    s.SubGraphAddTensors(b, tensors)
+    sg = s.SubGraphEnd(b)
+    data = _model(b, subgraphs=_vector(b, [sg] * 20_000), codes=[sg])
+    with within(20), pytest.raises(DamagedModel, match="more tables than a file of"):
+        check(data, "the model")
+
+
 def test_a_converters_own_aliasing_is_read():
     """litert-torch points its empty ``Buffers`` entries at one table: each is unpacked once
     more, a few tables in all, and the file is read as any other."""
