@@ -113,8 +113,8 @@ EXPECTED_2X: dict = {
                       [*F32, F32_BOARD, "uint8/converter", *lacks("SLICE v5", "TRANSPOSE v4")]),
 }
 REAL = "board:tflite-1.13 (TFLite 1.13.1)"
-# The zoo runs in full on the onnx2tf 2.x line (Python 3.12: no TensorFlow, its conversions take
-# a fraction of 1.28's) and, on the 1.28 line (Python 3.11), on YOLOv8n (a trained head's int8 and
+# The zoo runs in full on the onnx2tf 2.x line (Python 3.12: no TensorFlow, its conversions are
+# several times faster than 1.28's) and, on the 1.28 line (Python 3.11), on YOLOv8n (a trained head's int8 and
 # uint8 included) and the models whose ends differ between the lines (EXPECTED_2X): docs/zoo.md
 # says which claim is asserted on which line. EDGEPORT_ZOO=full runs every case on either line.
 ON_128 = {"yolov8n", *(name for name, ends in EXPECTED_2X.items() if ends != EXPECTED[name])}
