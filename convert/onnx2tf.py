@@ -24,6 +24,7 @@ closed local port, so any download attempt fails at once instead of reaching the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import os
@@ -405,5 +406,4 @@ class Onnx2tf(Converter):
         granularities = ("per-tensor",) if quantised == "uint8" else None
         conversion = convert_variants(exported.onnx, int8_onnx, prepared.calib, work, input_name=exported.input_name,
                                       timeout_s=timeout_s, backend=backend, granularities=granularities)
-        return Conversion(conversion.files, conversion.not_written, conversion.notes, conversion.seconds,
-                          plans if "int8" in conversion.files else None)
+        return dataclasses.replace(conversion, plans=plans if "int8" in conversion.files else None)

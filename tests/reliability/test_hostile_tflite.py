@@ -63,9 +63,10 @@ def _model(b, *, subgraphs: int, buffers: list[int] | None = None, codes: list[i
     return bytes(b.Output())
 
 
-def aliased_bomb(n: int = 20_000) -> bytes:
+def aliased_bomb(n: int = 20_000, *, as_operator_code: bool = False) -> bytes:
     """The issue's file: ``n`` subgraph entries pointing at one subgraph, whose ``n`` tensor
-    entries point at one tensor (160 KB; unpacked, n * n tensors)."""
+    entries point at one tensor (160 KB; unpacked, n * n tensors). ``as_operator_code``: the one
+    operator code points at that subgraph too (reached first, read as a small table)."""
     import flatbuffers
 
     s = _schema()
@@ -78,7 +79,7 @@ def aliased_bomb(n: int = 20_000) -> bytes:
     s.SubGraphStart(b)
     s.SubGraphAddTensors(b, tensors)
     sg = s.SubGraphEnd(b)
-    return _model(b, subgraphs=_vector(b, [sg] * n))
+    return _model(b, subgraphs=_vector(b, [sg] * n), codes=[sg] if as_operator_code else None)
 
 
 def shared_leaf_bomb(kind: str, n: int = 5_000) -> bytes:
@@ -194,21 +195,9 @@ def test_a_table_aliased_as_two_types_is_walked_as_each():
     """One position that ``OperatorCodes`` reaches first (read as an operator code: one small table)
     and 20,000 ``Subgraphs`` entries reach next (read as a subgraph, whose tensors vector is a bomb
     of its own): walked as a subgraph too, and refused."""
-    import flatbuffers
-
     from edgeport.ops.tflite_file import DamagedModel, check
 
-    s = _schema()
-    b = flatbuffers.Builder(1024)
-    name = b.CreateString("t")
-    s.TensorStart(b)
-    s.TensorAddName(b, name)
-    tensor = s.TensorEnd(b)
-    tensors = _vector(b, [tensor] * 20_000)
-    s.SubGraphStart(b)
-    s.SubGraphAddTensors(b, tensors)
-    sg = s.SubGraphEnd(b)
-    data = _model(b, subgraphs=_vector(b, [sg] * 20_000), codes=[sg])
+    data = aliased_bomb(as_operator_code=True)
     with within(20), pytest.raises(DamagedModel, match="more tables than a file of"):
         check(data, "the model")
 
