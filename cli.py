@@ -121,8 +121,8 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
     convs = sub.add_parser("converters", help="list the converters; install litert-torch, the second one")
     convs_sub = convs.add_subparsers(dest="converters_command", metavar="CONVERTERS_COMMAND", parser_class=Parser)
     cinstall = convs_sub.add_parser("install", help="install a converter in its own environment under EDGEPORT_HOME "
-                                    "(litert-torch: about 1 GB, on this environment's torch)")
-    cinstall.add_argument("converter", choices=CONVERTERS[1:])
+                                    "(litert-torch: about 1 GB, on this environment's torch; onnx2tf comes with `make setup`)")
+    cinstall.add_argument("converter", choices=CONVERTERS)
     data = sub.add_parser("data", help="datasets: `edgeport data synth` writes a synthetic person dataset")
     data_sub = data.add_subparsers(dest="data_command", metavar="DATA_COMMAND", parser_class=Parser, required=True)
     synth = data_sub.add_parser("synth", help="write a synthetic person dataset (YOLO layout + COCO JSON)")

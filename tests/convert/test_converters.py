@@ -17,3 +17,12 @@ def test_each_converter_has_another_to_cross_check_with():
         assert isinstance(each, Converter) and converter(name) is each and each.name == name
         assert other(name) is not each and other(other(name).name) is each
         assert each.version() and each.source and each.where()
+
+
+def test_installing_the_converter_make_setup_installed_says_so():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "edgeport.cli", "converters", "install", "onnx2tf"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "onnx2tf" in proc.stdout and "comes with edgeport's own environment" in proc.stdout, proc
