@@ -14,6 +14,7 @@ import abc
 import contextlib
 import os
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -51,6 +52,61 @@ def offline_env() -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     return env
+
+
+# -- a converter's child, started before its job: its imports overlap the passes before the conversion --
+
+_waiting: list[tuple[tuple[str, ...], subprocess.Popen]] = []  # (its command, the child awaiting one job line)
+
+
+@contextlib.contextmanager
+def started_early(argv: list[str], env: dict[str, str], *, start: bool | None = None):
+    """Start ``argv`` at once: a child that imports, then reads one job line from standard input
+    (``take_started`` hands it one). An untaken child is killed when the block ends, so none
+    outlives the run. Only a one-shot process (the ``edgeport`` command, ``_lazy.one_shot_process``)
+    starts one: edgeport used as a library starts no process it was not asked for (``start=True`` asks)."""
+    from edgeport._lazy import is_one_shot
+
+    if not (is_one_shot() if start is None else start):
+        yield
+        return
+    entry = (tuple(argv), subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL, text=True))
+    _waiting.append(entry)
+    try:
+        yield
+    finally:
+        if entry in _waiting:  # not taken
+            _waiting.remove(entry)
+            end_child(entry[1])
+
+
+def take_started(argv: list[str], job: str) -> subprocess.Popen | None:
+    """The child ``started_early`` started as ``argv``, given its ``job`` line; None when none
+    awaits one, or it ended while importing (a fresh child then shows why, in its log)."""
+    for entry in [e for e in _waiting if e[0] == tuple(argv)][:1]:
+        _waiting.remove(entry)
+        proc = entry[1]
+        if proc.poll() is None:
+            try:
+                proc.stdin.write(job + "\n")
+                proc.stdin.close()
+                return proc
+            except OSError:
+                pass
+        end_child(proc)
+    return None
+
+
+def end_child(proc: subprocess.Popen) -> None:
+    """Kill ``proc`` if it still runs, reap it, and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
 
 
 _CAUSED = "The above exception was the direct cause of the following exception"

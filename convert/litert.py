@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeport.convert.converter import Conversion, Converter, condense, offline_env
+from edgeport.convert.converter import Conversion, Converter, condense, end_child, offline_env, started_early, take_started
 from edgeport.errors import BadInputError, MissingDependencyError
 
 NAME = "litert-torch"
@@ -157,10 +157,15 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
         np.save(work / "calib.npy", np.ascontiguousarray(calib, np.float32))
     (work / "job.json").write_text(json.dumps({"variants": variants, "per_tensor": per_tensor}))
     log = work / "litert-torch.log"
-    proc = _take_warm() or _start(python)
+    argv = _worker_argv(python)
+    proc = take_started(argv, str(work))
+    if proc is None:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env=_worker_env(), text=True)
     try:
-        proc.stdin.write(f"{work}\n")
-        proc.stdin.close()
+        if not proc.stdin.closed:  # (the warm one has its job already)
+            proc.stdin.write(f"{work}\n")
+            proc.stdin.close()
         proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         tail = condense(log.read_text(errors="replace")[-4000:]) if log.is_file() else "no output"
@@ -169,7 +174,7 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
     except OSError:  # it ended before it took the job: no result.json, and its reason is below
         pass
     finally:
-        _end(proc)
+        end_child(proc)
     seconds = time.perf_counter() - t0
     try:
         result = json.loads((work / "result.json").read_text())
@@ -188,14 +193,10 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
     return Conversion(files, not_written, {}, seconds)
 
 
-_warm: list[subprocess.Popen] = []
-
-
-def _start(python: Path) -> subprocess.Popen:
-    """A worker that imports at once and then awaits its folder on standard input. Isolated
-    (``-I``), so nothing beside the worker file (or in PYTHONPATH) shadows the converter's imports."""
-    return subprocess.Popen([str(python), "-I", str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=_worker_env(), text=True)
+def _worker_argv(python: Path) -> list[str]:
+    """The worker imports at once and then awaits its folder on standard input. Isolated (``-I``),
+    so nothing beside the worker file (or in PYTHONPATH) shadows the converter's imports."""
+    return [str(python), "-I", str(WORKER)]
 
 
 def _worker_env() -> dict[str, str]:
@@ -203,42 +204,13 @@ def _worker_env() -> dict[str, str]:
     return {k: v for k, v in offline_env().items() if not k.startswith("PYTHON") or k == "PYTHONUNBUFFERED"}
 
 
-def _take_warm() -> subprocess.Popen | None:
-    while _warm:
-        proc = _warm.pop()
-        if proc.poll() is None:
-            return proc
-    return None
-
-
-def _end(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
-    with contextlib.suppress(OSError):
-        proc.stdin.close()
-
-
-@contextlib.contextmanager
 def warm_worker(*, start: bool | None = None):
     """Start the converter's worker at once, so that it imports torch and litert-torch (about
-    3 s) while the passes before the conversion run; the conversion takes it. One not taken is
-    ended when the block ends. As ``onnx2tf.warm_converter``: only a one-shot process starts one
-    unless ``start`` says, and nothing starts where the converter is not installed
-    (``benchmarks/litert_bench.py``: 13.5 s -> 9.4 s a demo run)."""
-    from edgeport._lazy import is_one_shot
-
-    if not (is_one_shot() if start is None else start) or installed() is None:
-        yield
-        return
-    proc = _start(env_dir() / "bin" / "python")
-    _warm.append(proc)
-    try:
-        yield
-    finally:
-        if proc in _warm:
-            _warm.remove(proc)
-        _end(proc)
+    3 s) while the passes before the conversion run; the conversion takes it (``converter.started_early``).
+    Nothing starts where the converter is not installed (``benchmarks/litert_bench.py``: 13.5 s -> 9.4 s a demo run)."""
+    if installed() is None:
+        return contextlib.nullcontext()
+    return started_early(_worker_argv(env_dir() / "bin" / "python"), _worker_env(), start=start)
 
 
 def version() -> str:

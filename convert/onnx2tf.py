@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeport.convert.converter import Conversion, Converter, condense, offline_env
+from edgeport.convert.converter import Conversion, Converter, condense, offline_env, started_early, take_started
 from edgeport.errors import ConversionError, MissingDependencyError
 
 ONNX2TF_SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
@@ -183,66 +183,17 @@ class Onnx2tfFailed(ConversionError):
         return ConversionError(f"{self}; full log: {log}")
 
 
-_warm: list[tuple[list[str], subprocess.Popen]] = []  # (command prefix, child awaiting its job)
-
-
-@contextlib.contextmanager
 def warm_converter(python: str = sys.executable, *, start: bool | None = None):
     """Start an onnx2tf child at once, importing onnx2tf (and TensorFlow, on 1.28) while the
     caller is still importing torch and exporting; the block's first conversion takes it as
-    its own (``Onnx2tfRun``). An untaken child is killed when the block ends, so none outlives
-    the run. Without onnx2tf installed nothing starts: the conversion says what is missing. Only
-    a one-shot process (the ``edgeport`` command, ``_lazy.one_shot_process``) starts one: edgeport
-    used as a library starts no process it was not asked for (``start=True`` asks).
+    its own (``Onnx2tfRun``), as ``converter.started_early`` says. Without onnx2tf installed
+    nothing starts: the conversion says what is missing.
     (Measured on the demo, 3.11: 7.0 s -> 5.9 s; ``benchmarks/convert_bench.py``.)"""
-    from edgeport._lazy import is_one_shot
-
     try:
         installed_backend()
     except MissingDependencyError:
-        yield
-        return
-    if not (is_one_shot() if start is None else start):
-        yield
-        return
-    prefix = [python, "-m", LEAN_MODULE]
-    proc = subprocess.Popen([*prefix, AWAIT_JOB], env=offline_env(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, text=True)
-    _warm.append((prefix, proc))
-    try:
-        yield
-    finally:
-        if (prefix, proc) in _warm:  # not taken
-            _warm.remove((prefix, proc))
-            _end(proc)
-
-
-def _end(proc: subprocess.Popen) -> None:
-    proc.kill()
-    proc.wait()
-    for stream in (proc.stdin, proc.stdout):
-        if stream is not None:
-            with contextlib.suppress(OSError):
-                stream.close()
-
-
-def _take_warm(cmd: list[str], cwd: Path, log: Path) -> subprocess.Popen | None:
-    """The warm child, given ``cmd``'s job, when one awaits a command like it; else None."""
-    for prefix, proc in list(_warm):
-        if cmd[: len(prefix)] != prefix:
-            continue
-        _warm.remove((prefix, proc))
-        job = {"argv": cmd[len(prefix):], "cwd": str(cwd), "log": str(log)}
-        if proc.poll() is None:
-            try:
-                proc.stdin.write(json.dumps(job) + "\n")
-                proc.stdin.close()
-                return proc
-            except OSError:
-                pass
-        _end(proc)  # it ended while importing: a fresh child shows why, in its log
-        return None
-    return None
+        return contextlib.nullcontext()
+    return started_early([python, "-m", LEAN_MODULE, AWAIT_JOB], offline_env(), start=start)
 
 
 class Onnx2tfRun:
@@ -267,7 +218,8 @@ class Onnx2tfRun:
         cmd = onnx2tf_command(onnx_path, self.work / "tf", int8=int8, input_name=input_name, backend=self.backend,
                               granularity=granularity)
         self.t0 = time.perf_counter()
-        self.proc = _take_warm(cmd, self.work, self.log)
+        job = {"argv": cmd[3:], "cwd": str(self.work), "log": str(self.log)}  # (cmd: python -m LEAN_MODULE ...)
+        self.proc = take_started([*cmd[:3], AWAIT_JOB], json.dumps(job)) if cmd[1:3] == ["-m", LEAN_MODULE] else None
         if self.proc is not None:
             return
         with open(self.log, "w") as log:
