@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeport import venvs
 from edgeport.convert.converter import Conversion, Converter, condense, end_child, offline_env, started_early, take_started
 from edgeport.errors import BadInputError, MissingDependencyError
 
@@ -47,20 +48,13 @@ def _host_site() -> list[str]:
 
 def env_dir() -> Path:
     """This environment's litert-torch: one per Python and host environment, under EDGEPORT_HOME."""
-    from edgeport.validate.board.runtime import runtime_home
-
     host = hashlib.sha256(sys.prefix.encode()).hexdigest()[:8]
-    return runtime_home() / "converters" / f"{NAME}-py{sys.version_info[0]}{sys.version_info[1]}-{host}"
+    return venvs.home() / "converters" / f"{NAME}-py{sys.version_info[0]}{sys.version_info[1]}-{host}"
 
 
 def installed() -> dict | None:
     """The installed converter's marker (its version, what it was built on), or None."""
-    folder = env_dir()
-    try:
-        marker = json.loads((folder / MARKER).read_text())
-    except (OSError, ValueError):
-        return None
-    return marker if (folder / "bin" / "python").exists() and isinstance(marker, dict) else None
+    return venvs.read_marker(env_dir(), MARKER)
 
 
 def install_hint() -> str:
@@ -74,24 +68,22 @@ def install(*, log=print) -> dict:
     if done is not None:
         log(f"{NAME} {done['version']} already installed in {folder}")
         return done
-    if folder.exists() and any(folder.iterdir()) and not (folder / "bin" / "python").exists():
-        raise BadInputError(f"{folder} exists and is not an edgeport converter environment; move it away, or set EDGEPORT_HOME")
     torch = _host_torch()
     if torch == "not installed":
         raise MissingDependencyError("litert-torch converts with this environment's torch, and torch is not installed here")
-    base = getattr(sys, "_base_executable", sys.executable)
     log(f"installing {' '.join(PACKAGES)} for Python {sys.version_info[0]}.{sys.version_info[1]} in {folder} "
         f"(on this environment's torch {torch})")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    python = folder / "bin" / "python"
-    _run_step([base, "-m", "venv", str(folder)], folder)
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True,
-                          text=True, check=True).stdout.strip()
-    # after its own site-packages: what litert-torch installs comes first, the rest (torch) from here
-    Path(site, "edgeport-host.pth").write_text("".join(f"{p}\n" for p in _host_site()))
-    constraints = folder / "host-torch.txt"
-    constraints.write_text(f"torch=={torch.split('+')[0]}\n")
-    _run_step([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", str(constraints), *PACKAGES], folder)
+
+    def layer(python: Path) -> list[str]:
+        """After its own site-packages, this environment's: what litert-torch installs comes first,
+        the rest (torch) from here, pinned to this torch."""
+        site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        Path(site, "edgeport-host.pth").write_text("".join(f"{p}\n" for p in _host_site()))
+        (folder / "host-torch.txt").write_text(f"torch=={torch.split('+')[0]}\n")
+        return ["-c", str(folder / "host-torch.txt")]
+
+    python = venvs.build_venv(folder, getattr(sys, "_base_executable", sys.executable), PACKAGES, what=NAME, layer=layer)
     # what the worker imports, imported once: a broken environment is found here, not at conversion
     version = subprocess.run([str(python), "-I", "-c", "import ai_edge_quantizer, litert_torch, numpy, torch; "
                               "print(litert_torch.__version__)"], capture_output=True, text=True, env=_worker_env())
@@ -101,16 +93,9 @@ def install(*, log=print) -> dict:
     marker = {"converter": NAME, "version": version.stdout.strip().splitlines()[-1], "packages": list(PACKAGES),
               "host": sys.prefix, "torch": torch,
               "installed": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-    (folder / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    venvs.write_marker(folder, MARKER, marker)
     log(f"{NAME} {marker['version']} installed in {folder}")
     return marker
-
-
-def _run_step(step: list[str], folder: Path) -> None:
-    proc = subprocess.run(step, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise BadInputError(f"installing {NAME} failed at `{' '.join(step[:4])} ...`: {condense(proc.stderr)}; "
-                            f"nothing was marked installed in {folder}")
 
 
 def _host_torch() -> str:

@@ -34,6 +34,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from edgeport import venvs
 from edgeport.errors import BadInputError
 from edgeport.text import for_terminal
 from edgeport.validate.board.profiles import BoardProfile, RunnerSpec, is_plain_name, remote_python
@@ -48,18 +49,11 @@ class BoardRuntimeError(BadInputError):
     """The board's runtime cannot be reached or used (exit 2): nothing was judged."""
 
 
-def runtime_home() -> Path:
-    """Where installed board runtimes live: ``$EDGEPORT_HOME``, else the XDG data folder."""
-    if os.environ.get("EDGEPORT_HOME"):
-        return Path(os.environ["EDGEPORT_HOME"]).expanduser()
-    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share").expanduser() / "edgeport"
-
-
 def runtime_dir(board: BoardProfile) -> Path:
     """``$EDGEPORT_HOME/runtimes/NAME``: the board's name is a plain name (never a path), and the
     folder, links resolved, stays inside the runtimes folder; else bad input (exit 2). A profile
     is a file people share: a name that reached outside would run a ``bin/python`` beside it."""
-    root = runtime_home() / "runtimes"
+    root = venvs.home() / "runtimes"
     if not is_plain_name(board.name):
         raise BoardRuntimeError(f"board name {board.name!r} is not a plain name (letters, digits, '.', '_', '-'): it names "
                                 f"the folder of its runtime under {root}")
@@ -419,42 +413,20 @@ def install(board: BoardProfile, *, python: str | None = None, log=print) -> dic
         info = _version_of(LocalPython(folder / "bin" / "python", what=f"{board.name}'s runtime"))
         log(f"{board.name}: {info['runtime']} {info['version']} already installed in {folder}")
         return info
-    if folder.exists() and any(folder.iterdir()) and not (folder / "bin" / "python").exists():
-        raise BadInputError(f"{folder} exists and is not an edgeport runtime; move it away, or set EDGEPORT_HOME")
     log(f"{board.name}: installing {' '.join(spec.packages)} for Python {got} in {folder}")
-    folder.parent.mkdir(parents=True, exist_ok=True)
     made = not folder.exists()  # only a folder this install made is removed when it fails
+    python = venvs.build_venv(folder, interpreter, spec.packages, what=f"{board.name}'s runtime", named=f"--python {interpreter}")
     try:
-        info = _build_venv(board, interpreter, folder)
+        info = _version_of(LocalPython(python, what=f"{board.name}'s runtime"))
     except BaseException:
         if made:
             shutil.rmtree(folder, ignore_errors=True)
         raise
-    marker = {"board": board.name, "python": got, "packages": list(spec.packages), "runtime": info["runtime"],
-              "version": info["version"], "installed": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-    (folder / RUNTIME_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    venvs.write_marker(folder, RUNTIME_MARKER, {"board": board.name, "python": got, "packages": list(spec.packages),
+                                                "runtime": info["runtime"], "version": info["version"],
+                                                "installed": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
     log(f"{board.name}: {info['runtime']} {info['version']} installed in {folder}")
     return info
-
-
-def _build_venv(board: BoardProfile, interpreter: str, folder: Path) -> dict:
-    """The venv and its packages; what its runtime says of itself. An interpreter that makes no
-    venv (or a venv without a ``bin/python``) is bad input, named, not a missing file later."""
-    python = folder / "bin" / "python"
-    for step in ([interpreter, "-m", "venv", str(folder)],
-                 [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *board.install.packages]):
-        try:
-            proc = subprocess.run(step, capture_output=True, text=True)
-        except OSError as exc:
-            raise BadInputError(f"installing {board.name}'s runtime failed at `{' '.join(step[:4])} ...`: cannot start it "
-                                f"({exc.strerror or exc}); nothing was installed in {folder}") from exc
-        if proc.returncode != 0:
-            raise BadInputError(f"installing {board.name}'s runtime failed at `{' '.join(step[:4])} ...`: "
-                                f"{_last_line(proc.stderr)}; nothing was marked installed in {folder}")
-        if step[0] == interpreter and not python.exists():
-            raise BadInputError(f"--python {interpreter} made no venv in {folder} (no bin/python after `-m venv`); pass a "
-                                f"Python {board.install.python} that has the venv module (apt install python{board.install.python}-venv)")
-    return _version_of(LocalPython(python, what=f"{board.name}'s runtime"))
 
 
 def _installable() -> list[str]:
