@@ -16,37 +16,37 @@ TensorFlow's own converter writes it: the same bytes then mean what the kernel c
 
 from __future__ import annotations
 
-import struct
-
-from edgeport._lazy import require
+from edgeport.ops.tflite_graph import Graph, Quant
 
 RESIZE_OPS = ("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR")
-# vtable offsets of QuantizationParameters.scale and .zero_point in TFLite's schema
-_SCALE, _ZERO_POINT = 8, 10
 
 
-def _quant(tensor):
-    q = tensor.Quantization()
-    if q is None or q.ScaleLength() != 1 or q.ZeroPointLength() != 1:
-        return None  # float, or per-channel: not what a resize activation carries
-    return q
+def _subgraphs(model: bytes) -> tuple[Graph, list[Graph]]:
+    g = Graph(model, what="the converter's file")  # bounded by its size, as every read is
+    return g, [g.at(i) for i in range(g.subgraphs)]
+
+
+def _int8_quant(g: Graph, i: int) -> Quant | None:
+    """Per-tensor int8 quantisation, or None (float, per-channel, or another type)."""
+    return g.quant(i) if g.dtype(i) == "int8" else None
 
 
 def share_resize_quantization(model: bytes) -> tuple[bytes, int]:
-    """Return the model with every int8 resize output quantised like its input, and how many changed."""
-    from edgeport.ops.tflite_model import operators
-
-    buf = bytearray(model)
+    """Return the model with every int8 resize output quantised like its input, and how many
+    changed (a model that needs none is returned byte for byte)."""
+    g, views = _subgraphs(model)
     changed = 0
-    for _, sg, op in operators(model, RESIZE_OPS):
-        qin, qout = _quant(sg.Tensors(op.Inputs(0))), _quant(sg.Tensors(op.Outputs(0)))
-        if qin is None or qout is None or (qin.Scale(0), qin.ZeroPoint(0)) == (qout.Scale(0), qout.ZeroPoint(0)):
-            continue
-        tab = qout._tab  # the flatbuffer table the generated reader wraps
-        struct.pack_into("<f", buf, tab.Vector(tab.Offset(_SCALE)), qin.Scale(0))
-        struct.pack_into("<q", buf, tab.Vector(tab.Offset(_ZERO_POINT)), qin.ZeroPoint(0))
-        changed += 1
-    return bytes(buf), changed
+    for view in views:
+        for op in view.ops:
+            if view.name(op) not in RESIZE_OPS:
+                continue
+            qin, qout = _int8_quant(view, op.inputs[0]), _int8_quant(view, op.outputs[0])
+            if qin is None or qout is None or qin == qout:
+                continue
+            q = view.tensor(op.outputs[0]).quantization
+            q.scale, q.zeroPoint = [qin.scale], [qin.zero_point]
+            changed += 1
+    return (g.to_bytes(), changed) if changed else (model, 0)
 
 
 # Ops whose int8 kernels move values without requantising, so TFLite's reference kernels
@@ -102,97 +102,55 @@ def requantize_int8_constraints(model: bytes) -> tuple[bytes, int]:
     split writes each mismatched output at the input's quantisation and requantises it to the
     output's. A model that needs none is returned byte for byte.
     """
-    schema = require("ai_edge_litert.schema_py_generated", package="ai-edge-litert", purpose="editing .tflite files")
-    import copy
-
-    import flatbuffers
-
-    from edgeport.ops.tflite_file import root as checked_root
-    from edgeport.ops.tflite_file import unpack
-    from edgeport.ops.tflite_model import operator_codes
-
-    root = checked_root(bytes(model), "the converter's file")  # bounded by its size, as every read is
-    names = [name for name, _ in operator_codes(schema, root)]
-    if not any(n in SAME_SCALE_OPS or n in FIXED_OUTPUT_OPS for n in names):
-        return model, 0
-    m = unpack(bytes(model), "the converter's file")
-    quantize = None  # operator code index of QUANTIZE v1 (int8 to int8, per tensor), added on first use
+    g, views = _subgraphs(model)
     inserted = 0
 
-    def params(tensor):
-        q = tensor.quantization
-        if tensor.type != schema.TensorType.INT8 or q is None or q.scale is None or len(q.scale) != 1:
-            return None
-        return float(q.scale[0]), int(q.zeroPoint[0])
-
-    def fixed(scale: float, zero: int):
-        q = schema.QuantizationParametersT()
-        q.scale, q.zeroPoint, q.quantizedDimension = [scale], [zero], 0
-        return q
-
-    def requantized(sg, source: int, quantization) -> tuple[int, object]:
-        """A new tensor shaped like ``source`` and quantised as given, and the op that fills it."""
-        nonlocal quantize, inserted
-        if quantize is None:
-            code = schema.OperatorCodeT()
-            code.builtinCode = code.deprecatedBuiltinCode = schema.BuiltinOperator.QUANTIZE
-            code.version = 1
-            m.operatorCodes.append(code)
-            quantize = len(m.operatorCodes) - 1
-        tensor = copy.deepcopy(sg.tensors[source])
-        tensor.name = (tensor.name.decode() if isinstance(tensor.name, bytes) else tensor.name or "") + "/requantized"
-        tensor.buffer = 0  # an activation: no data of its own
-        tensor.quantization = copy.deepcopy(quantization)
-        sg.tensors.append(tensor)
-        op = schema.OperatorT()
-        op.opcodeIndex = quantize
-        op.builtinOptionsType = schema.BuiltinOptions.QuantizeOptions
-        op.builtinOptions = schema.QuantizeOptionsT()
+    def requantized(view: Graph, source: int, quant: Quant):
+        """A new tensor shaped like ``source`` and quantised as given, and the QUANTIZE op that fills it."""
+        nonlocal inserted
         inserted += 1
-        return len(sg.tensors) - 1, op
+        tensor = view.like(source, "requantized", quant=quant)
+        return tensor, view.new_op("QUANTIZE", [], [], "QuantizeOptions")
 
-    for sg in m.subgraphs:
+    for view in views:
         ops = []
-        for op in sg.operators:
-            kind = names[op.opcodeIndex]
+        for op in view.ops:
+            kind = view.name(op)
             if kind in FIXED_OUTPUT_OPS and len(op.outputs) == 1:
-                out = int(op.outputs[0])
-                if params(sg.tensors[out]) not in (None, FIXED_OUTPUT_OPS[kind]):
-                    written, requant = requantized(sg, out, fixed(*FIXED_OUTPUT_OPS[kind]))
+                out, fixed = op.outputs[0], Quant(*FIXED_OUTPUT_OPS[kind])
+                if _int8_quant(view, out) not in (None, fixed):
+                    written, requant = requantized(view, out, fixed)
                     op.outputs = [written]  # the op writes at its fixed quantisation...
                     requant.inputs, requant.outputs = [written], [out]  # ...then at its consumers'
                     ops += [op, requant]
                     continue
-            if kind not in SAME_SCALE_OPS or not len(op.outputs):
+            if kind not in SAME_SCALE_OPS or not op.outputs:
                 ops.append(op)
                 continue
             data, split = SAME_SCALE_OPS[kind]
-            op.inputs, op.outputs = [int(i) for i in op.inputs], [int(o) for o in op.outputs]  # read-only views otherwise
             data = [i for i in (range(len(op.inputs)) if data is None else data) if i < len(op.inputs) and op.inputs[i] >= 0]
             if split:
                 source = op.inputs[data[0]]
+                qsource = _int8_quant(view, source)
                 ops.append(op)
                 for k, out in enumerate(list(op.outputs)):
-                    if params(sg.tensors[source]) is None or params(sg.tensors[out]) in (None, params(sg.tensors[source])):
+                    if qsource is None or _int8_quant(view, out) in (None, qsource):
                         continue
-                    written, requant = requantized(sg, out, sg.tensors[source].quantization)  # the split writes at its input's grid...
+                    written, requant = requantized(view, out, qsource)  # the split writes at its input's grid...
                     op.outputs[k] = written
                     requant.inputs, requant.outputs = [written], [out]  # ...then to the output's
                     ops.append(requant)
                 continue
             out = op.outputs[0]
+            qout = _int8_quant(view, out)
             for i in data:
                 source = op.inputs[i]
-                if params(sg.tensors[out]) is None or params(sg.tensors[source]) in (None, params(sg.tensors[out])):
+                if qout is None or _int8_quant(view, source) in (None, qout):
                     continue
-                fed, requant = requantized(sg, source, sg.tensors[out].quantization)
+                fed, requant = requantized(view, source, qout)
                 requant.inputs, requant.outputs = [source], [fed]
                 op.inputs[i] = fed
                 ops.append(requant)
             ops.append(op)
-        sg.operators = ops
-    if not inserted:
-        return model, 0
-    builder = flatbuffers.Builder(len(model) + 1024)
-    builder.Finish(m.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output()), inserted
+        view.sg.operators = ops
+    return (g.to_bytes(), inserted) if inserted else (model, 0)

@@ -209,7 +209,7 @@ class _Walk:
         s = schema()
         kind = getattr(obj, f"{name}Type")()
         enum = UNIONS.get((cls_name, name))
-        member = _members(enum).get(kind) if enum else None
+        member = enum_names(enum).get(kind) if enum else None
         table_cls = getattr(s, member, None) if member else None
         if table_cls is None:  # a type the object API does not unpack: only where it lies
             self.header(value.Pos, where)
@@ -225,7 +225,8 @@ def _table_class():
 
 
 @lru_cache(maxsize=None)
-def _members(enum: str) -> dict[int, str]:
+def enum_names(enum: str) -> dict[int, str]:
+    """value -> name of one of the schema's enums (``BuiltinOperator``, ``TensorType``, ...)."""
     return {v: k for k, v in vars(getattr(schema(), enum)).items() if not k.startswith("_") and isinstance(v, int)}
 
 

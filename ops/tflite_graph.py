@@ -11,11 +11,11 @@ control flow (several subgraphs) is left as it is by the callers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
 from edgeport._lazy import require
+from edgeport.ops.tflite_file import enum_names
 
 DTYPES = {"FLOAT32": np.float32, "INT8": np.int8, "UINT8": np.uint8, "INT32": np.int32, "INT64": np.int64,
           "INT16": np.int16, "BOOL": np.bool_, "FLOAT16": np.float16}
@@ -23,11 +23,6 @@ DTYPES = {"FLOAT32": np.float32, "INT8": np.int8, "UINT8": np.uint8, "INT32": np
 
 def schema():
     return require("ai_edge_litert.schema_py_generated", package="ai-edge-litert", purpose="editing .tflite files")
-
-
-@lru_cache(maxsize=None)
-def _names(enum_cls) -> dict[int, str]:
-    return {v: k for k, v in vars(enum_cls).items() if not k.startswith("_") and isinstance(v, int)}
 
 
 def _inline_buffers(model, raw: bytes) -> None:
@@ -101,8 +96,8 @@ class Graph:
 
     def _view(self, subgraph: int) -> None:
         self.sg = self.model.subgraphs[subgraph]
-        self._op_names = _names(self.schema.BuiltinOperator)
-        self._type_names = _names(self.schema.TensorType)
+        self._op_names = enum_names("BuiltinOperator")
+        self._type_names = enum_names("TensorType")
         if self.model.buffers is None:
             self.model.buffers = [self.schema.BufferT()]
         if self.sg.operators is None:
@@ -300,9 +295,12 @@ class Graph:
     def is_output(self, t: int) -> bool:
         return t in self.sg.outputs
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self, *, drop_unused_opcodes: bool = True) -> bytes:
+        """The model as a .tflite file; op codes no operator uses are dropped unless asked to stay
+        (the board probe's models: a runtime resolves a kernel per op code as it loads a file)."""
         flatbuffers = require("flatbuffers", purpose="writing .tflite files")
-        self.drop_unused_opcodes()
+        if drop_unused_opcodes:
+            self.drop_unused_opcodes()
         size = sum(len(b.data) for b in self.model.buffers if b.data is not None)
         builder = flatbuffers.Builder(size + 65536)
         builder.Finish(self.model.Pack(builder), file_identifier=b"TFL3")

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgeport._lazy import require
 from edgeport.errors import BadInputError
 
 
@@ -44,10 +43,6 @@ class TFLiteSummary:
         return [o for o in self.ops if o.name == name]
 
 
-def _names(enum_cls) -> dict[int, str]:
-    return {v: k for k, v in vars(enum_cls).items() if not k.startswith("_") and isinstance(v, int)}
-
-
 def read_tflite(path: Path) -> TFLiteSummary:
     """What a board needs to know of the file at ``path``, read through the one bounded reader
     (``ops/tflite_file.py``): a damaged or hostile flatbuffer is bad input (exit 2), a file that
@@ -65,35 +60,6 @@ def read_tflite(path: Path) -> TFLiteSummary:
         raise
     except Exception as exc:  # a damaged flatbuffer raises anything from struct errors to IndexError
         raise BadInputError(f"{str(path)!r} is a damaged TFLite flatbuffer ({type(exc).__name__}: {exc})") from exc
-
-
-def operator_codes(schema, model) -> list[tuple[str, int]]:
-    """(op name, version) per operator code of a ``Model`` accessor: a builtin name, or ``CUSTOM:name``."""
-    op_names = _names(schema.BuiltinOperator)
-    codes = []
-    for i in range(model.OperatorCodesLength()):
-        oc = model.OperatorCodes(i)
-        # builtin codes past 127 live in the newer field; the deprecated one saturates
-        code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
-        custom = oc.CustomCode().decode() if oc.CustomCode() else None
-        codes.append((f"CUSTOM:{custom}" if custom else op_names.get(code, f"OP_{code}"), oc.Version()))
-    return codes
-
-
-def operators(model: bytes, names: tuple[str, ...]):
-    """(schema, subgraph, operator) for every operator named in ``names``, across all subgraphs:
-    the walk every in-place flatbuffer edit starts from (the file checked first: ops/tflite_file.py)."""
-    from edgeport.ops.tflite_file import root as checked_root
-
-    schema = require("ai_edge_litert.schema_py_generated", package="ai-edge-litert", purpose="reading .tflite files")
-    root = checked_root(bytes(model))
-    codes = [name for name, _ in operator_codes(schema, root)]
-    for g in range(root.SubgraphsLength()):
-        sg = root.Subgraphs(g)
-        for o in range(sg.OperatorsLength()):
-            op = sg.Operators(o)
-            if 0 <= op.OpcodeIndex() < len(codes) and codes[op.OpcodeIndex()] in names:
-                yield schema, sg, op
 
 
 # bytes per element, for the constant buffers a shape needs

@@ -65,12 +65,11 @@ elif case == "control-characters":
 @pytest.fixture
 def board(tmp_path):
     """``board(case)``: a BoardRunner whose runtime answers as ``case`` says, on a one-float model."""
-    import ai_edge_litert.schema_py_generated as schema
 
     worker = tmp_path / "fake_worker.py"
     worker.write_text(FAKE_WORKER)
     model = tmp_path / "model.tflite"
-    model.write_bytes(one_op_model(schema, schema.BuiltinOperator.ADD, 1))
+    model.write_bytes(one_op_model("ADD", 1))
 
     def make(case: str) -> BoardRunner:
         python = tmp_path / f"python-{case}"
@@ -157,7 +156,7 @@ def _custom_op_model(path: Path, name: str) -> Path:
     """A model whose one operator code is a custom op called ``name``."""
     import ai_edge_litert.schema_py_generated as schema
 
-    data = bytearray(one_op_model(schema, schema.BuiltinOperator.CUSTOM, 1))
+    data = bytearray(one_op_model("CUSTOM", 1))
     model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(bytes(data), 0))
     model.operatorCodes[0].customCode = name.encode()
     import flatbuffers

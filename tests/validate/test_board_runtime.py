@@ -31,9 +31,8 @@ def _script(path: Path, body: str) -> Path:
 
 def _identity_model(path: Path, code_name: str = "ADD", version: int = 1) -> Path:
     """An empty graph (input = output, one float) that still names one operator code."""
-    import ai_edge_litert.schema_py_generated as schema
 
-    path.write_bytes(one_op_model(schema, getattr(schema.BuiltinOperator, code_name), version))
+    path.write_bytes(one_op_model(code_name, version))
     return path
 
 

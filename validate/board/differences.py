@@ -26,29 +26,23 @@ class IgnoreHalfPixelCenters(Difference):
     """A runtime that loads RESIZE_BILINEAR v3 but ignores ``half_pixel_centers``.
 
     What the write-up's board effectively did to PyTorch's bilinear upsample: the kernel
-    samples ``x * in / out`` instead of ``(x + 0.5) * in / out - 0.5``. The flag is a bool
-    stored in place in the flatbuffer, so clearing it is a one-byte edit per op.
+    samples ``x * in / out`` instead of ``(x + 0.5) * in / out - 0.5``: the flag cleared, the
+    reference kernels compute what it does.
     """
 
     name = "ignore_half_pixel_centers"
     description = "RESIZE_BILINEAR runs without half-pixel centres whatever the model says (a pre-2.2 kernel)"
-    _FIELD = 10  # vtable offset of ResizeBilinearOptions.half_pixel_centers in TFLite's schema
-
     def apply(self, model: bytes) -> tuple[bytes, int]:
-        from edgeport.ops.tflite_model import operators
+        from edgeport.ops.tflite_graph import Graph
 
-        buf = bytearray(model)
+        g = Graph(model)
         changed = 0
-        for schema, _, op in operators(model, ("RESIZE_BILINEAR",)):
-            if op.BuiltinOptions() is None:
-                continue
-            opts = schema.ResizeBilinearOptions()
-            table = op.BuiltinOptions()
-            opts.Init(table.Bytes, table.Pos)
-            if opts.HalfPixelCenters():
-                buf[opts._tab.Pos + opts._tab.Offset(self._FIELD)] = 0
-                changed += 1
-        return bytes(buf), changed
+        for view in (g.at(i) for i in range(g.subgraphs)):
+            for op in view.ops:
+                if view.name(op) == "RESIZE_BILINEAR" and op.builtinOptions is not None and op.builtinOptions.halfPixelCenters:
+                    op.builtinOptions.halfPixelCenters = False
+                    changed += 1
+        return (g.to_bytes(), changed) if changed else (model, 0)
 
 
 DIFFERENCES: dict[str, Difference] = {d.name: d for d in (IgnoreHalfPixelCenters(),)}

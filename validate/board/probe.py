@@ -16,36 +16,26 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeport._lazy import require
 from edgeport.validate.board import uint8_probe
 
 MAX_VERSION = 16  # past the highest version of any builtin op to date (FULLY_CONNECTED: 13)
 
 
-def one_op_model(schema, code: int, version: int) -> bytes:
-    """A flatbuffer holding one operator code and an empty graph (one tensor, in = out)."""
-    flatbuffers = require("flatbuffers", purpose="writing probe models")
-    model = schema.ModelT()
-    model.version = 3
-    opcode = schema.OperatorCodeT()
-    opcode.builtinCode = code
-    opcode.deprecatedBuiltinCode = min(code, 127)  # the field runtimes before 2.4 read
-    opcode.version = version
-    model.operatorCodes = [opcode]
-    model.buffers = [schema.BufferT()]
-    tensor = schema.TensorT()
-    tensor.shape, tensor.type, tensor.buffer, tensor.name = [1], schema.TensorType.FLOAT32, 0, b"x"
-    graph = schema.SubGraphT()
-    graph.tensors, graph.inputs, graph.outputs, graph.operators = [tensor], [0], [0], []
-    model.subgraphs = [graph]
-    builder = flatbuffers.Builder(256)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
+def one_op_model(name: str, version: int) -> bytes:
+    """A model holding the one operator code ``name`` at ``version`` and an empty graph (one tensor, in = out)."""
+    from edgeport.ops.tflite_graph import Graph
+
+    g = Graph.empty()
+    x = g.add_tensor("x", (1,), "float32")
+    g.opcode(name, version)
+    g.set_io([x], [x])
+    return g.to_bytes(drop_unused_opcodes=False)
 
 
-def builtin_ops() -> dict[str, int]:
-    schema = require("ai_edge_litert.schema_py_generated", package="ai-edge-litert", purpose="writing probe models")
-    return {k: v for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_") and isinstance(v, int)}
+def builtin_ops() -> list[str]:
+    from edgeport.ops.tflite_file import enum_names
+
+    return list(enum_names("BuiltinOperator").values())
 
 
 def probe(transport, *, max_version: int = MAX_VERSION, workdir: Path | None = None,
@@ -53,13 +43,12 @@ def probe(transport, *, max_version: int = MAX_VERSION, workdir: Path | None = N
     """Run the probe on ``transport``; returns (what the runtime says of itself, op -> versions).
     With ``uint8``, each op of ``uint8_probe.PROBES`` also runs as a uint8 model and the reply's
     ``uint8_ops`` lists those the runtime computes (``uint8_probe``)."""
-    schema = require("ai_edge_litert.schema_py_generated", package="ai-edge-litert", purpose="writing probe models")
     with tempfile.TemporaryDirectory(prefix="edgeport-probe-", dir=workdir) as tmp:
         folder = Path(tmp)
         (folder / "probes").mkdir()
-        for name, code in builtin_ops().items():
+        for name in builtin_ops():
             for version in range(1, max_version + 1):
-                (folder / "probes" / f"{name}.{version}.tflite").write_bytes(one_op_model(schema, code, version))
+                (folder / "probes" / f"{name}.{version}.tflite").write_bytes(one_op_model(name, version))
         models = uint8_probe.probe_models() if uint8 else {}
         if models:
             (folder / "uint8").mkdir()
