@@ -64,7 +64,8 @@ demo-legacy: setup
 # (most tests are one process on one core), the zoo last: about 12 minutes on Python 3.11, where the zoo runs on
 # the models whose ends differ between the two onnx2tf lines; the whole zoo runs on Python 3.12
 # (tests/zoo/test_zoo.py: ON_128; EDGEPORT_ZOO=full runs it all on either line). TESTS narrows it:
-# .ci/run runs the trainer's slow tests once, on 3.11 (TESTS="not converters and not (slow and train)")
+# on 3.12, .ci/run runs the slow tests a converter line can change (TESTS="slow and not converters and not one_line":
+# the fast ones run on 3.13, the same stack; one_line's, such as the trainer's processes, on 3.11)
 TESTS ?= not converters
 test: setup
 	$(VENV)/bin/ruff check .

@@ -15,6 +15,8 @@ from torch import nn
 from edgeport.convert.revert_syncbn_pass import revert_sync_batchnorm
 from edgeport.models.syncbn import SyncBatchNorm, convert_sync_batchnorm
 
+pytestmark = pytest.mark.one_line  # no converter line changes what these test (pyproject.toml)
+
 WORKER = textwrap.dedent(
     """
     import os, sys

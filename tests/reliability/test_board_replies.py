@@ -27,6 +27,8 @@ from edgeport.validate.parity.board_runner import BoardRunner
 from ..validate.test_ssh_runner import _one_line_exit_2, _profile, _script
 from .conftest import assert_one_line, inventory
 
+pytestmark = pytest.mark.one_line  # no converter line changes what these test (pyproject.toml)
+
 # a fake board-side worker: writes the reply its first argument names into the run folder
 FAKE_WORKER = r'''
 import json, os, sys

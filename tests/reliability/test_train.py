@@ -22,7 +22,7 @@ from edgeport.train.data import write_dataset
 
 from .conftest import assert_one_line, inventory, run_cli
 
-pytestmark = pytest.mark.train
+pytestmark = pytest.mark.one_line
 
 @pytest.fixture
 def data(workspace) -> Path:

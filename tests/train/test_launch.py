@@ -14,6 +14,8 @@ from edgeport.train.config import TrainConfig
 from edgeport.train.launch import _check_spawn_url, launched_rank, validate_inputs
 from edgeport.train.trainer import cosine_lambda, position_schedule
 
+pytestmark = pytest.mark.one_line  # no converter line changes what these test (pyproject.toml)
+
 
 @pytest.mark.parametrize("env, expected", [
     ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}, (3, 8, 1, "torchrun")),

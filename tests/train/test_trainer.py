@@ -18,7 +18,7 @@ import torch
 from edgeport.models.synth import make_scene
 from edgeport.train.data import write_dataset
 
-pytestmark = [pytest.mark.slow, pytest.mark.train]
+pytestmark = [pytest.mark.slow, pytest.mark.one_line]
 
 
 def _dataset(root: Path, n_train: int, n_val: int, size: int, seed: int = 0) -> Path:

@@ -32,6 +32,8 @@ from edgeport import cli
 from edgeport.validate.gate.check import CheckTolerance
 from edgeport.validate.report.render import render_json
 
+pytestmark = pytest.mark.one_line  # no converter line changes what these test (pyproject.toml)
+
 REPO = Path(__file__).resolve().parents[2]
 REAL_REPORTS = sorted((REPO / "ci").glob("parity-baseline*.json"))
 TOL = CheckTolerance()

@@ -21,7 +21,7 @@ from edgeport.validate.board.runtime import installed_python
 
 from ..conftest import free_port as _free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.one_line]  # no converter line changes the transport
 
 
 def _profile(tmp_path: Path, sshd: dict, *, python: str, key: Path | None = None, port: int | None = None,
