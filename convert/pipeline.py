@@ -17,6 +17,7 @@ from edgeport.convert.build_model_pass import BuildModelPass
 from edgeport.convert.cross_check_pass import CrossCheckPass
 from edgeport.convert.export_onnx_pass import ExportOnnxPass
 from edgeport.convert.fold_bn_pass import FoldBNPass
+from edgeport.convert.int8_fixes_pass import Int8FixesPass
 from edgeport.convert.load_checkpoint_pass import LoadCheckpointPass
 from edgeport.convert.lower_for_board_pass import LowerForBoardPass
 from edgeport.convert.parity_pass import ParityPass
@@ -24,6 +25,7 @@ from edgeport.convert.prepare_inputs_pass import PrepareInputsPass
 from edgeport.convert.revert_syncbn_pass import RevertSyncBNPass
 from edgeport.convert.rewrite_upsample_pass import RewriteUpsamplePass
 from edgeport.convert.to_tflite_pass import ToTFLitePass
+from edgeport.convert.uint8_pass import Uint8Pass
 from edgeport.convert.unwrap_prefixes_pass import UnwrapPrefixesPass
 from edgeport.errors import BadInputError, EdgeportError, PassCheckError, is_environment_error
 
@@ -35,7 +37,7 @@ PREPARE = (PrepareInputsPass(),)
 REWRITE = (RevertSyncBNPass(), FoldBNPass(), RewriteUpsamplePass())
 # Prepared -> Exported -> Converted -> Gated -> Validated
 EXPORT = (ExportOnnxPass(),)
-CONVERT = (ToTFLitePass(), CrossCheckPass(), LowerForBoardPass())
+CONVERT = (ToTFLitePass(), Int8FixesPass(), Uint8Pass(), CrossCheckPass(), LowerForBoardPass())
 GATE = (BoardGatePass(),)
 PARITY = (ParityPass(),)
 

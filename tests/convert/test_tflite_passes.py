@@ -1,0 +1,147 @@
+"""The passes after the export, one at a time, on files built with ``Graph``: to_tflite (with a
+converter that hands back given files), int8_fixes, uint8, lower_for_board and board_gate. Each
+writes new files and never rewrites the one it was given."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeport.convert.base import Converted, Exported, Prepared
+from edgeport.convert.board_gate_pass import BoardGatePass
+from edgeport.convert.converter import Conversion, Converter
+from edgeport.convert.int8_fixes_pass import Int8FixesPass
+from edgeport.convert.lower_for_board_pass import LowerForBoardPass
+from edgeport.convert.to_tflite_pass import ToTFLitePass
+from edgeport.convert.uint8_pass import Uint8Pass
+from edgeport.errors import ConversionError
+from edgeport.ops.tflite_graph import Graph, Quant
+from edgeport.validate.board.profiles import load_board
+
+from ..ops.test_lowering import unary
+from .conftest import config
+from .test_tflite_fixes import QX, _resize
+from .test_uint8 import int8_model
+
+OLD = "tflite-1.13"
+
+
+def _file(folder: Path, name: str, model: bytes) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(model)
+    return folder / name
+
+
+def _prepared(imgsz: int = 4) -> Prepared:
+    calib = np.random.default_rng(0).random((2, 3, imgsz, imgsz), dtype=np.float32)
+    return Prepared(model=None, module=None, reference=None, imgsz=imgsz, calib=calib, calib_source="random", val=calib,
+                    val_source="random", output_names=("y",), strides=(), head=None)
+
+
+def _converted(files: dict, **kw) -> Converted:
+    return Converted(Exported(_prepared(), Path("model.onnx")), files, **kw)
+
+
+class Given(Converter):
+    """A converter that hands back the files (and reasons) it was given."""
+
+    name, source, reads_module = "given", "files given", False
+
+    def __init__(self, files: dict, not_written: dict | None = None):
+        self.files, self.not_written, self.asked = files, not_written or {}, []
+
+    def version(self): return "1"  # noqa: E704
+    def info(self): return {"name": "given", "version": "1", "writer": "test"}  # noqa: E704
+    def describe(self): return "given 1"  # noqa: E704
+    def require(self): pass  # noqa: E704
+    def where(self): return "here"  # noqa: E704
+
+    def convert(self, exported, work, *, quantised, timeout_s):
+        self.asked.append(quantised)
+        return Conversion(dict(self.files), dict(self.not_written), {}, 0.1, plans=("a plan",))
+
+
+def _to_tflite(monkeypatch, tmp_path, given: Given, board: str) -> Converted:
+    monkeypatch.setattr("edgeport.convert.to_tflite_pass.converter", lambda name: given)
+    return ToTFLitePass().run(Exported(_prepared(), tmp_path / "model.onnx"), config(tmp_path, board=load_board(board))).value
+
+
+def test_to_tflite_copies_the_variants_the_board_needs_and_leaves_the_converters_files(monkeypatch, tmp_path):
+    src = {"float32": _file(tmp_path / "conv", "a.tflite", unary("RELU", (1, 4, 4, 3))), "int8": _file(tmp_path / "conv", "b.tflite", int8_model())}
+    before = {v: p.read_bytes() for v, p in src.items()}
+    given = Given(src)
+    out = _to_tflite(monkeypatch, tmp_path / "default", given, "default")
+    assert given.asked == ["int8"] and set(out.files) == {"float32", "int8"} and out.int8_plans == ("a plan",)
+    assert all(p.read_bytes() == before[v] and out.files[v] != p for v, p in src.items())
+    # a uint8 board: the int8 file to be rewritten (uint8_pass.py); a microcontroller: no float32
+    assert set(_to_tflite(monkeypatch, tmp_path / "old", given, OLD).files) == {"float32", "int8"} and given.asked[-1] == "uint8"
+    assert set(_to_tflite(monkeypatch, tmp_path / "mcu", given, "tflm-m4-256k").files) == {"int8"}
+
+
+def test_to_tflite_without_a_float32_file_is_an_error_and_without_int8_a_reason(monkeypatch, tmp_path):
+    f32 = _file(tmp_path / "conv", "a.tflite", unary("RELU", (1, 4, 4, 3)))
+    out = _to_tflite(monkeypatch, tmp_path / "a", Given({"float32": f32}, {"int8": "no kernel for X"}), "default")
+    assert set(out.files) == {"float32"} and out.not_written == {"int8": "no kernel for X"} and out.int8_plans is None
+    with pytest.raises(ConversionError, match="wrote no float32 file: boom"):
+        _to_tflite(monkeypatch, tmp_path / "b", Given({}, {"float32": "boom"}), "default")
+
+
+def test_int8_fixes_writes_a_fixed_file_and_passes_a_sound_one_on(tmp_path):
+    skewed = _file(tmp_path, "model_int8.tflite", _resize(Quant(QX.scale * 0.99, QX.zero_point)))
+    before = skewed.read_bytes()
+    result = Int8FixesPass().run(_converted({"int8": skewed}), config(tmp_path))
+    fixed = result.value.files["int8"]
+    assert result.changed and fixed == tmp_path / "fixed" / "model_int8.tflite" and skewed.read_bytes() == before
+    assert "1 int8 resize outputs given their input's quantisation" in result.summary
+    g = Graph(fixed.read_bytes())
+    assert g.quant(g.sg.inputs[0]) == g.quant(g.sg.outputs[0])
+    sound = _converted({"int8": _file(tmp_path / "sound", "model_int8.tflite", _resize(QX))})
+    again = Int8FixesPass().run(sound, config(tmp_path))
+    assert not again.changed and again.value is sound
+
+
+def test_uint8_rewrites_the_int8_file_and_keeps_it_as_its_twin(tmp_path):
+    int8 = _file(tmp_path, "model_int8.tflite", int8_model())
+    value = _converted({"float32": tmp_path / "model_float32.tflite", "int8": int8}, int8_plans=("plan",))
+    result = Uint8Pass().run(value, config(tmp_path, board=load_board(OLD)))
+    out = result.value
+    assert set(out.files) == {"float32", "uint8"} and out.twins == {"uint8": int8} and out.int8_plans == ("plan",)
+    assert Graph(out.files["uint8"].read_bytes()).dtype(0) == "uint8" and int8.read_bytes() == int8_model()
+    assert Uint8Pass().run(value, config(tmp_path)).value is value  # the default board runs int8
+
+
+def test_uint8_names_its_variant_where_there_is_no_int8_file(tmp_path):
+    cfg = config(tmp_path, board=load_board(OLD))
+    missing = Uint8Pass().run(_converted({"float32": tmp_path / "f.tflite"}, not_written={"int8": "no kernel"}), cfg).value
+    assert missing.not_written == {"uint8": "no kernel"} and set(missing.files) == {"float32"}
+    per_channel = _file(tmp_path, "model_int8.tflite", int8_model(per_channel=True))
+    refused = Uint8Pass().run(_converted({"int8": per_channel}, int8_plans=("plan",)), cfg).value
+    assert refused.not_written["uint8"].startswith("the int8 file cannot be rewritten as uint8") and not refused.files
+    assert refused.int8_plans is None
+
+
+def test_lower_for_board_writes_new_files_and_drops_a_quantised_one_it_cannot_lower(tmp_path):
+    cfg = config(tmp_path, board=load_board(OLD))
+    f32 = _file(tmp_path, "model_float32.tflite", unary("HARD_SWISH", (1, 4, 4, 3)))
+    before = f32.read_bytes()
+    # uint8 GELU: TFLite 1.13 has no GELU, and no rule writes it
+    u8 = _file(tmp_path, "model_uint8.tflite", unary("GELU", (1, 4, 4, 3), "uint8", Quant(0.1, 128), Quant(0.1, 128)))
+    value = _converted({"float32": f32, "uint8": u8}, twins={"uint8": tmp_path / "model_int8.tflite"})
+    result = LowerForBoardPass().run(value, cfg)
+    out = result.value
+    assert out.files["float32"] == tmp_path / "lowered" / "model_float32.tflite" and f32.read_bytes() == before
+    assert "uint8" not in out.files and "GELU" in out.not_written["uint8"] and not out.twins
+    assert out.lowered_rules["float32"] == {"hard_swish": 1}
+    LowerForBoardPass().check(value, replace(out, exported=Exported(_prepared(), Path("m.onnx"))), cfg)  # computes the same
+    assert not LowerForBoardPass().run(value, config(tmp_path)).changed  # the default board runs every op
+
+
+def test_board_gate_names_what_the_board_lacks(tmp_path):
+    f32 = _file(tmp_path, "model_float32.tflite", unary("GELU", (1, 4, 4, 3)))
+    gated = BoardGatePass().run(_converted({"float32": f32}), config(tmp_path, board=load_board(OLD))).value
+    check = gated.board.checks["float32"]
+    assert not check["runnable"] and any("GELU" in r for r in check["reasons"])
+    assert BoardGatePass().run(_converted({"float32": f32}), config(tmp_path)).value.board.checks["float32"]["runnable"]
