@@ -37,8 +37,12 @@ class CalibrationError(BadInputError):
     """The calibration folder is missing, empty or unreadable."""
 
 
-class ConversionError(BadInputError):
-    """An external converter (onnx2tf) refused the model; the reason is condensed."""
+class ConversionError(EdgeportError):
+    """The converter failed on a model edgeport accepted: it crashed, or wrote no float32 file, or
+    did not finish. Not the user's input and not a failed gate (exit 3): the message is its reason,
+    condensed, and names its log. (A quantised variant it cannot write is a row of the report.)"""
+
+    exit_code = 3
 
 
 class MissingDependencyError(EdgeportError):
@@ -76,15 +80,15 @@ def is_environment_error(exc: BaseException) -> bool:
 def report(prog: str, exc: BaseException) -> int:
     """Print one line for ``exc`` on stderr and return the exit code it maps to.
 
-    - an ``EdgeportError``: its message, its ``exit_code`` (1 gate, 2 bad input, 3 internal);
+    - an ``EdgeportError``: its message, its ``exit_code`` (1 gate, 2 bad input, 3 the converter failed);
     - a permission or disk error: the file named, exit 2;
-    - anything else is a bug: one line, exit 3, the traceback in a log file named there.
+    - an ``InternalError`` or anything else is a bug: one line, exit 3, the traceback in a log file named there.
     """
     import sys
 
     from edgeport.text import for_terminal
 
-    if isinstance(exc, EdgeportError) and exc.exit_code != 3:
+    if isinstance(exc, EdgeportError) and not isinstance(exc, InternalError):
         print(f"{prog}: error: {for_terminal(exc)}", file=sys.stderr)
         return exc.exit_code
     if is_environment_error(exc):
