@@ -47,16 +47,15 @@ def install(name: str, *, python: str | None) -> int:
 
 def check(model: Path, *, board_name: str) -> int:
     """Every reason the board cannot run ``model``: exit 0 runnable, 1 not."""
-    from edgeport.ops.tflite_model import read_tflite
-    from edgeport.validate.board.profiles import check_model
+    from edgeport.validate.board.profiles import board_verdict
 
     profile = board(board_name)
     if not model.is_file():
         raise BadInputError(f"model {str(model)!r} does not exist; pass a .tflite file")
-    summary = read_tflite(model)
-    reasons = check_model(summary, profile)
-    ops = ", ".join(f"{o.name} v{o.version}" + (f" ({', '.join(o.notes)})" if o.notes else "") for o in summary.ops)
-    print(for_terminal(f"{model}: {summary.size_bytes:,} bytes, min_runtime_version {summary.min_runtime_version}, ops: {ops}"))
+    verdict = board_verdict(model, profile)
+    reasons = verdict["reasons"]
+    ops = ", ".join(f"{o['name']} v{o['version']}" + (f" ({', '.join(o['notes'])})" if o["notes"] else "") for o in verdict["ops"])
+    print(for_terminal(f"{model}: {verdict['size_bytes']:,} bytes, min_runtime_version {verdict['min_runtime_version']}, ops: {ops}"))
     if not reasons:
         print(for_terminal(f"runnable on {profile.name}"))
         return 0

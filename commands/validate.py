@@ -88,9 +88,9 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
     """Judge ``tflite`` against ``checkpoint``; returns (output folder, ``report.schema.Report``)."""
     with importing():  # torch, and the modules of every phase
         from edgeport.convert.base import ConvertConfig
-        from edgeport.convert.board_gate_pass import board_check
         from edgeport.convert.export_onnx_pass import export_onnx
         from edgeport.convert.pipeline import VALIDATE, run_pipeline
+        from edgeport.validate.board.profiles import board_verdict
         from edgeport.validate.parity.run import ParitySubject, run_parity
         from edgeport.validate.report.assemble import build_report
         from edgeport.validate.report.render import write_reports
@@ -118,16 +118,17 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
         if data is not None:
             num_classes = (prepared.model.arch_config or {}).get("num_classes", 1)
             inputs, source, truth, letterboxes = _dataset_inputs(Path(data), size, num_classes, MAX_IMAGES)
+        checks = {variant: board_verdict(Path(tflite), board)}  # the board gate, once: the report's and the emulator's
         subject = ParitySubject(
             reference_module=prepared.reference, folded_module=None, onnx_path=None, tflite={variant: Path(tflite)},
             output_names=prepared.output_names, strides=prepared.strides, inputs=inputs, inputs_source=source, board=board,
-            head=prepared.head, workdir=stage.work, ground_truth=truth, letterboxes=letterboxes,
+            head=prepared.head, workdir=stage.work, ground_truth=truth, letterboxes=letterboxes, board_checks=checks,
             export_reference=functools.partial(export_onnx, prepared.reference, size, output_names=list(prepared.output_names),
-                                               opset=17),
+                                               opset=config.opset),
         )
         report = build_report(
             run_parity(subject), model=dict(prepared.describe(), tflite=str(tflite)),
-            board=BoardSection.of(board, {variant: board_check(tflite, board)}),
+            board=BoardSection.of(board, checks),
             artifacts={f"model_{variant}.tflite": {"bytes": Path(tflite).stat().st_size, "path": str(tflite)}},
             stages=[r.to_dict() for r in records],
         )

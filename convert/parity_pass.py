@@ -31,6 +31,7 @@ def subject_of(gated: Gated, config: ConvertConfig) -> ParitySubject:
         twins=dict(converted.twins),
         # a twin is held to its steps where the file is its graph op for op (a lowering rule rounds its own way)
         twin_gated={v: v not in converted.lowered_rules for v in converted.twins},
+        board_checks=dict(gated.board.checks),
         workdir=config.work_dir,
         seed=config.seed,
         export_reference=functools.partial(export_onnx, prepared.reference, prepared.imgsz,

@@ -275,16 +275,15 @@ def _the_gate_and_the_board_agree_on(tflite: Path, work: Path) -> None:
     (no false refusal, no false pass). The gate's verdict and the runtime's, on the same file."""
     import numpy as np
 
-    from edgeport.convert.board_gate_pass import board_check
     from edgeport.ops.tflite_model import read_tflite
-    from edgeport.validate.board.profiles import load_board
+    from edgeport.validate.board.profiles import board_verdict, load_board
     from edgeport.validate.board.runtime import transport_for
 
     board = load_board("tflite-1.13")
     transport = transport_for(board)
     if transport is None:
         return
-    gate = board_check(tflite, board)
+    gate = board_verdict(tflite, board)
     summary = read_tflite(tflite)
     (work / "inputs").mkdir(parents=True)
     shutil.copy2(tflite, work / "model.tflite")

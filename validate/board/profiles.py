@@ -31,7 +31,7 @@ else:  # the same parser, before it joined the standard library
     import tomli as tomllib
 
 from edgeport.errors import BadInputError
-from edgeport.ops.tflite_model import OpUse, TFLiteSummary
+from edgeport.ops.tflite_model import OpUse, TFLiteSummary, read_tflite
 from edgeport.validate.board import uint8_probe
 
 BOARDS_DIR = Path(__file__).parents[1] / "boards"  # validate/boards/: the profiles and op tables (data)
@@ -528,3 +528,16 @@ def check_model(summary: TFLiteSummary, board: BoardProfile) -> list[str]:
     if summary.size_bytes > board.flash_bytes:
         reasons.append(f"model is {summary.size_bytes:,} bytes; {board.name} has {board.flash_bytes:,} bytes of flash")
     return reasons
+
+
+def board_verdict(path: Path, board: BoardProfile) -> dict:
+    """The board gate's verdict on one file, computed once and passed on (the report's
+    ``board.checks``, the emulator's row, ``edgeport boards check``): whether it runs, every reason
+    it does not, and what it holds."""
+    from dataclasses import asdict
+
+    summary = read_tflite(path)
+    reasons = check_model(summary, board)
+    return {"runnable": not reasons, "reasons": reasons, "min_runtime_version": summary.min_runtime_version,
+            "size_bytes": summary.size_bytes, "ops": [asdict(o) for o in summary.ops],
+            "activation_dtypes": list(summary.activation_dtypes)}

@@ -87,6 +87,8 @@ class ParitySubject:
     # the twin's op for op (``twin_gated``), reported where lowering rewrote ops (each rounds its own way)
     twins: dict = field(default_factory=dict)
     twin_gated: dict = field(default_factory=dict)
+    # variant -> the board gate's verdict on the file (``profiles.board_verdict``): the emulator's row starts from it
+    board_checks: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ def plan_rows(subject: ParitySubject, expected_shapes) -> list[PlannedRow]:
             continue
         from edgeport.validate.parity.emulator import emulator_label
 
-        emulation = emulate(path, subject.board, expected_shapes, subject.workdir)
+        emulation = emulate(path, subject.board, expected_shapes, subject.workdir, subject.board_checks.get(variant))
         rows.append(PlannedRow(variant, emulator_label(subject.board), emulation.runner, emulation.file, emulation.verdict))
         if transport is not None:
             # the board's own runtime, whatever the emulator's gate said: it is the judge. It keeps
