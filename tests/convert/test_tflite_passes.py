@@ -17,7 +17,7 @@ from edgeport.convert.int8_fixes_pass import Int8FixesPass
 from edgeport.convert.lower_for_board_pass import LowerForBoardPass
 from edgeport.convert.to_tflite_pass import ToTFLitePass
 from edgeport.convert.uint8_pass import Uint8Pass
-from edgeport.errors import ConversionError
+from edgeport.errors import ConversionError, PassCheckError
 from edgeport.ops.tflite_graph import Graph, Quant
 from edgeport.validate.board.profiles import load_board
 
@@ -137,6 +137,9 @@ def test_lower_for_board_writes_new_files_and_drops_a_quantised_one_it_cannot_lo
     assert out.lowered_rules["float32"] == {"hard_swish": 1}
     LowerForBoardPass().check(value, replace(out, exported=Exported(_prepared(), Path("m.onnx"))), cfg)  # computes the same
     assert not LowerForBoardPass().run(value, config(tmp_path)).changed  # the default board runs every op
+    wrong = _file(tmp_path / "wrong", "model_float32.tflite", unary("RELU", (1, 4, 4, 3)))  # a "lowering" that computes another thing
+    with pytest.raises(PassCheckError, match="the lowered float32 file does not compute what the converted one does"):
+        LowerForBoardPass().check(value, replace(out, files={"float32": wrong}, exported=Exported(_prepared(), Path("m.onnx"))), cfg)
 
 
 def test_board_gate_names_what_the_board_lacks(tmp_path):

@@ -18,16 +18,19 @@ import numpy as np
 AGREE_REL = 1e-5
 
 
-def compare_files(shipped: Path, other: Path, images: np.ndarray, expected_nchw) -> dict:
-    """``shipped`` against ``other`` on ``images`` (NCHW float32): the worst output's difference
-    relative to the shipped output's range, per output, and where they first part (or None);
-    ``ran`` false, with the reason, where either file does not run on the reference kernels."""
+def compare_files(shipped: Path, other: Path, images: np.ndarray, expected_nchw, *, tolerance: float = AGREE_REL,
+                  names: tuple[str, str] = ("the shipped", "the other converter's")) -> dict:
+    """Whether two float32 files compute the same: ``shipped`` against ``other`` on ``images``
+    (NCHW float32), the worst output's difference relative to the shipped output's range, per
+    output, and where they first part (or None); ``ran`` false, with the reason (``names`` say
+    which file), where either does not run on the reference kernels. The cross-check's comparison,
+    and the board lowering's check (``convert/lower_for_board_pass.py``)."""
     from edgeport.validate.parity.divergence import locate, tflite_intermediates
     from edgeport.validate.parity.runners import RuntimeRefused
     from edgeport.validate.parity.tflite_runner import TFLiteRunner
 
     outputs = []
-    for which, path in (("the shipped", shipped), ("the other converter's", other)):
+    for which, path in zip(names, (shipped, other)):
         try:
             outputs.append(TFLiteRunner(path, expected_nchw, kernels="reference").run(images).outputs)
         except (RuntimeRefused, ValueError) as exc:  # a file no builtin kernel runs (a Flex op), outputs that do not pair up
@@ -35,14 +38,14 @@ def compare_files(shipped: Path, other: Path, images: np.ndarray, expected_nchw)
     a, b = outputs
     per_output = [float(np.abs(x - y).max()) / max(float(np.abs(x).max()), 1e-12) for x, y in zip(a, b, strict=True)]
     worst = float(np.max(per_output))  # NaN anywhere stays NaN, and NaN never agrees
-    result = {"ran": True, "images": int(images.shape[0]), "max_abs_rel": worst, "per_output": per_output, "tolerance": AGREE_REL,
-              "agree": bool(worst <= AGREE_REL), "first_parting": None}
+    result = {"ran": True, "images": int(images.shape[0]), "max_abs_rel": worst, "per_output": per_output, "tolerance": tolerance,
+              "agree": bool(worst <= tolerance), "first_parting": None}
     if not result["agree"]:
         x = images[:1]
         # both files' tensors are read the same raw way (NHWC inside, whichever converter wrote them);
         # the other's both ways, so a tensor one converter keeps NCHW still pairs
         found = locate(tflite_intermediates(shipped, x, "nhwc"), tflite_intermediates(other, x, "both"),
-                       max_abs_rel=AGREE_REL, min_cosine=None)
+                       max_abs_rel=tolerance, min_cosine=None)
         if found.first is not None:
             f = found.first
             result["first_parting"] = {"op": f.reference_type, "tensor": f.reference, "other_op": f.candidate_type,
