@@ -49,7 +49,7 @@ def build_venv(folder: Path, interpreter: str, packages: tuple[str, ...], *, wha
         _step([interpreter, "-m", "venv", str(folder)], what, folder)
         if not python.exists():
             raise BadInputError(f"{named or interpreter} made no venv in {folder} (no bin/python after `-m venv`); pass a Python "
-                                f"that has the venv module (apt install python3-venv)")
+                                f"that has the venv module (apt install python3.X-venv, X its minor version)")
         extra = layer(python) if layer is not None else []
         # no .pyc compiled at install: what is imported compiles on first use (a third of the time)
         _step([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", *extra, *packages],
@@ -68,9 +68,10 @@ def _step(step: list[str], what: str, folder: Path) -> None:
         raise BadInputError(f"installing {what} failed at `{' '.join(step[:4])} ...`: cannot start it "
                             f"({exc.strerror or exc}); nothing was installed in {folder}") from exc
     if proc.returncode != 0:
-        lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        raise BadInputError(f"installing {what} failed at `{' '.join(step[:4])} ...`: {for_terminal(lines[-1][:300]) if lines else 'no output'}; "
-                            f"nothing was installed in {folder}")
+        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        said = ([line for line in lines if "error" in line.lower()] or lines or ["no output"])[-1]  # pip ends on a hint
+        raise BadInputError(f"installing {what} failed at `{' '.join(step[:4])} ...`: {for_terminal(said[:300])}; "
+                            f"nothing was marked installed in {folder}")
 
 
 def write_marker(folder: Path, marker: str, data: dict) -> None:

@@ -231,5 +231,9 @@ class LiteRTTorch(Converter):
 
     def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float) -> Conversion:
         prepared = exported.prepared
-        return convert_variants(prepared.module, prepared.calib, work / "litert", int8=quantised is not None,
+        done = convert_variants(prepared.module, prepared.calib, work / "litert", int8=quantised is not None,
                                 timeout_s=timeout_s, per_tensor=quantised == "uint8")
+        why = done.not_written.get("float32", "")
+        if why.startswith("torch.export cannot"):  # the model, as litert-torch takes it: refused, not a crash (exit 2)
+            raise BadInputError(f"{NAME} cannot convert this model: {why}; convert it with --converter onnx2tf")
+        return done

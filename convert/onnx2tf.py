@@ -285,6 +285,8 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
         try:
             files, seconds = runs[0].finish(timeout_s, require=("float32",))
         except Onnx2tfFailed as exc:
+            if "No space left on device" in exc.output:  # the disk filled as it wrote: the user's disk (exit 2), not the converter
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(runs[0].work)) from exc
             raise exc.with_log() from exc
         if together and "int8" not in files:
             why = str(runs[0].failure)

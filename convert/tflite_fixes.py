@@ -1,7 +1,7 @@
 """Corrections applied to a converter's int8 TFLite output, where it broke what TFLite's kernels require.
 
-Two kinds. A resize's output can simply take its input's quantisation (below: an in-place
-edit of two numbers, exact, since a resize never leaves its input's range). Everywhere else
+Two kinds, both written through ``ops/tflite_graph.Graph``, in every subgraph. A resize's output
+can simply take its input's quantisation (exact, since a resize never leaves its input's range). Everywhere else
 the broken quantisation is one the graph relies on (a Concat's shared scale, a sigmoid's
 fixed 1/256), so ``requantize_int8_constraints`` inserts QUANTIZE ops instead, as
 TensorFlow's converter does.

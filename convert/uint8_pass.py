@@ -22,8 +22,8 @@ class Uint8Pass(Pass[Converted, Converted]):
             return PassResult(value, changed=False, summary=f"{config.board.name} runs no uint8")
         files, not_written = dict(value.files), dict(value.not_written)
         twin = files.pop("int8", None)
-        if "int8" in not_written:  # the converter wrote no int8 file: the board's quantised variant has none
-            not_written["uint8"] = not_written.pop("int8")
+        if twin is None:  # the converter wrote no int8 file: the board's quantised variant has none
+            not_written["uint8"] = not_written.pop("int8", "the converter wrote no int8 file")
             return PassResult(replace(value, files=files, not_written=not_written), changed=True,
                               summary=f"uint8 NOT written: {not_written['uint8']}")
         try:

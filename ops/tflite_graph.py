@@ -4,8 +4,9 @@ the uint8 rewrite (``convert/uint8.py``) change after conversion.
 Built on the schema's generated object API (``ModelT``), as TensorFlow's own flatbuffer tools
 are; this module adds what every rewrite needs and the object API lacks: names for op codes,
 tensors as numpy arrays, new tensors and constants, and an operator replaced by several in
-its place. Only the main subgraph is edited (every detector converts to one); a model with
-control flow (several subgraphs) is left as it is by the callers.
+its place. A ``Graph`` views one subgraph (``at`` gives another view of the same model): the
+lowering and the uint8 rewrite edit the main one (every detector converts to one) and leave a
+model with control flow (several subgraphs) as it is; the int8 fixes visit each.
 """
 
 from __future__ import annotations

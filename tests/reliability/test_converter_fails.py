@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from edgeport.convert.onnx2tf import Onnx2tf, Onnx2tfFailed
 
 from .conftest import assert_kept, assert_one_line, inventory
@@ -24,3 +26,35 @@ def test_a_converter_that_crashes_is_exit_3_with_its_log(workspace, run_inproc, 
     log.unlink()
     assert not (workspace / "out").exists()
     assert_kept(before, inventory(workspace))
+
+
+def test_a_disk_that_fills_while_the_converter_writes_is_the_users_disk(workspace, run_inproc, monkeypatch):
+    """onnx2tf dies of ENOSPC: exit 2 naming the folder and what to do, as any full disk is."""
+    from edgeport.convert.onnx2tf import Onnx2tfRun
+
+    def full(self, timeout_s, require=None):
+        self.kill()
+        raise Onnx2tfFailed(1, "OSError: [Errno 28] No space left on device: 'tf/model_float32.tflite'", [])
+
+    monkeypatch.setattr(Onnx2tfRun, "finish", full)
+    before = inventory(workspace)
+    r = run_inproc("convert", "model.pt", "--arch", "pdet-n", "--imgsz", "64", "--no-int8", "--out", "out")
+    assert_one_line(r, 2, "No space left on device", "onnx2tf", "free some disk space")
+    assert not (workspace / "out").exists()
+    assert_kept(before, inventory(workspace))
+
+
+def test_a_model_litert_torch_cannot_capture_is_refused_not_a_crash(tmp_path, monkeypatch):
+    from edgeport.convert import litert
+    from edgeport.convert.converter import Conversion
+    from edgeport.errors import BadInputError
+
+    why = "torch.export cannot capture the model: UserError: data-dependent control flow"
+    monkeypatch.setattr(litert, "convert_variants", lambda *a, **k: Conversion({}, {"float32": why}, {}, 0.1))
+
+    class Exported:
+        class prepared:
+            module, calib = None, None
+
+    with pytest.raises(BadInputError, match="litert-torch cannot convert this model: torch.export cannot capture .* --converter onnx2tf"):
+        litert.LiteRTTorch().convert(Exported(), tmp_path, quantised=None, timeout_s=10)

@@ -20,8 +20,6 @@ from edgeport.runs import MARKER, OutputConflict, claim_run_dir, record_outputs,
 
 from .conftest import assert_kept, assert_one_line, inventory, run_cli
 
-pytestmark = pytest.mark.one_line  # no converter line changes what these test (pyproject.toml)
-
 CONVERT = ("convert", "model.pt", "--arch", "pdet-n", "--imgsz", "64", "--no-int8")
 
 

@@ -243,9 +243,10 @@ def test_zoo_model_ends_as_documented(name, tmp_path, cli):
                   "--board", "tflite-1.13", "--out", str(tmp_path / "validate"), cwd=HERE)
         assert "Traceback" not in val.stderr and val.returncode in (0, 1), val.stderr[-3000:]
         report = json.loads((tmp_path / "validate" / "report.json").read_text())
-        real = [r for r in report["results"] if r["runtime"] == REAL]
-        gate = report["board"]["checks"]["float32"]["runnable"]
-        assert all(gate == (r["verdict"] is None or r["verdict"]["runnable"]) for r in real), (report["board"], real)
+        if _real_runtime():
+            (real,) = [r for r in report["results"] if r["runtime"] == REAL]
+            gate = report["board"]["checks"]["float32"]["runnable"]
+            assert gate == (real["verdict"] is None or real["verdict"]["runnable"]), (report["board"], real)
 
     # the write-up's board: float32 and uint8, lowered where it lacks an operator
     old = tmp_path / "old"
