@@ -58,6 +58,8 @@ elif case == "huge-result":  # 300 MB that cost the board nothing (a sparse file
         f.truncate(300 * 2**20)
 elif case == "padded-result":  # valid JSON, 5 MB of it
     save(np.zeros(1, np.float32)); open("result.json", "w").write(json.dumps(good) + " " * (5 * 2**20))
+elif case == "duplicate-key":  # "ok" twice: one reader sees a failure, another a success
+    save(np.zeros(1, np.float32)); open("result.json", "w").write('{"ok": false, ' + json.dumps(good)[1:])
 elif case == "control-characters":
     good["runtime"] = "TFLite\x1b]0;owned\x07\x1b[2J\nrunnable on tflite-1.13"
     save(np.zeros(1, np.float32)); json.dump(good, open("result.json", "w"))
@@ -93,6 +95,7 @@ def board(tmp_path):
     ("deep-json", "result.json edgeport cannot use"),
     ("huge-result", "result.json edgeport cannot use (it is larger than 4 MB)"),
     ("padded-result", "result.json edgeport cannot use (it is larger than 4 MB)"),
+    ("duplicate-key", "result.json edgeport cannot use (it holds the key 'ok' twice in one object"),
 ])
 @pytest.mark.slow  # the fake board is a process
 def test_a_board_reply_that_cannot_be_used_is_bad_input(board, case, needle):
@@ -104,11 +107,12 @@ def test_result_json_is_read_at_most_to_its_bound(tmp_path, monkeypatch):
     """A reply that says it is small and is not (it grew while read): read to the bound, then refused."""
     import os
 
+    from edgeport import jsonfile
     from edgeport.validate.board import runtime
 
     (tmp_path / "result.json").write_text('{"ok": true}' + " " * (runtime.MAX_RESULT_BYTES + 10))
     real = os.fstat
-    monkeypatch.setattr(runtime.os, "fstat", lambda fd: os.stat_result((*real(fd)[:6], 10, *real(fd)[7:])))
+    monkeypatch.setattr(jsonfile.os, "fstat", lambda fd: os.stat_result((*real(fd)[:6], 10, *real(fd)[7:])))
     with pytest.raises(BoardRuntimeError, match=r"result.json edgeport cannot use \(it is larger than 4 MB\)"):
         runtime._read_result(tmp_path, 0, "", "the board", "version")
 

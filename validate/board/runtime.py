@@ -36,6 +36,7 @@ from pathlib import Path
 
 from edgeport import venvs
 from edgeport.errors import BadInputError
+from edgeport.jsonfile import Refused, read_json
 from edgeport.text import for_terminal
 from edgeport.validate.board.profiles import BoardProfile, RunnerSpec, is_plain_name, remote_python
 
@@ -332,19 +333,11 @@ def _read_result(folder: Path, returncode: int, stderr: str, what: str, mode: st
     images = len(list((folder / "inputs").glob("*.npy"))) if mode == "run" else None
     probes = {p.name[: -len(".tflite")] for p in (folder / "probes").glob("*.tflite")} if mode == "probe" else None
     uint8 = {p.name[: -len(".tflite")] for p in (folder / "uint8").glob("*.tflite")} if mode == "probe" else None
-    try:
-        # refused by its size before a byte is parsed, and never read past the bound whatever the
-        # file says of itself (a board's reply may grow while it is read): JSON costs many times its
-        # size in memory, and a whole reply is capped only at max_reply_mb
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size > MAX_RESULT_BYTES:
-                raise _BadReply(f"it is larger than {MAX_RESULT_BYTES // 2**20} MB")
-            raw = f.read(MAX_RESULT_BYTES + 1)
-        if len(raw) > MAX_RESULT_BYTES:
-            raise _BadReply(f"it is larger than {MAX_RESULT_BYTES // 2**20} MB")
-        result = check_reply(json.loads(raw), mode, images=images, probes=probes, uint8_probes=uint8)
-    except (OSError, ValueError, RecursionError, _BadReply) as exc:  # unreadable, invalid JSON, numbers too long, too deep
-        raise BoardRuntimeError(f"{what} answered with a result.json edgeport cannot use ({for_terminal(str(exc)[:200])}); "
+    try:  # bounded, UTF-8, no key twice (jsonfile.py): a whole reply is capped only at max_reply_mb
+        result = check_reply(read_json(path, MAX_RESULT_BYTES), mode, images=images, probes=probes, uint8_probes=uint8)
+    except (OSError, ValueError, _BadReply) as exc:  # (Refused is a ValueError)
+        why = f"it {exc}" if isinstance(exc, Refused) else str(exc)
+        raise BoardRuntimeError(f"{what} answered with a result.json edgeport cannot use ({for_terminal(why[:200])}); "
                                 f"check the runtime there, or reinstall it") from None
     if not result["ok"] and result["error"] == "no_runtime":
         raise BoardRuntimeError(f"{what} cannot run TFLite: {result['message']}; install tflite-runtime there, or point "

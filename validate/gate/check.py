@@ -36,13 +36,13 @@ while the gate says it passed.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from edgeport.errors import BadInputError
+from edgeport.jsonfile import Refused, read_json
 from edgeport.text import for_terminal
 from edgeport.validate.parity.result import JUDGES, Verdict
 from edgeport.validate.report.schema import SCHEMA
@@ -446,48 +446,20 @@ def parse_report(data, what: str = "report") -> GateReport:
                             f"version (edgeport validate)") from None
 
 
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str, keys: list[str]):
-        super().__init__(key)
-        self.key, self.keys = key, keys
-
-
-def _one_of_each_key(pairs: list[tuple[str, object]]) -> dict:
-    """``json.loads``' object hook: a key twice in one object is refused, not resolved (the
-    standard reader keeps the last, another reader the first: the file says both)."""
-    out = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key, [k for k, _ in pairs])
-        out[key] = value
-    return out
-
-
 def load_report(path: Path, what: str) -> dict:
-    """Read a report file as JSON; anything unreadable is bad input (exit 2), one line."""
+    """Read a report file as JSON (``jsonfile.read_json``: bounded, UTF-8, no key twice); anything
+    unreadable is bad input (exit 2), one line."""
     label = f"{what} {str(path)!r}"
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_REPORT_BYTES + 1)
+        return read_json(path, MAX_REPORT_BYTES)
     except FileNotFoundError as exc:
         raise BadInputError(f"{label} does not exist") from exc
     except IsADirectoryError as exc:
         raise BadInputError(f"{label} is a folder; pass its report.json") from exc
-    if len(raw) > MAX_REPORT_BYTES:
-        raise BadInputError(f"{label} is larger than {MAX_REPORT_BYTES >> 20} MiB: not a parity report")
-    try:
-        return json.loads(raw.decode("utf-8"), object_pairs_hook=_one_of_each_key)
-    except UnicodeDecodeError as exc:
-        raise BadInputError(f"{label} is not text (byte {exc.start} is not UTF-8); pass a report.json") from exc
-    except RecursionError as exc:
-        raise BadInputError(f"{label} is nested too deeply to be a parity report") from exc
-    except _DuplicateKey as exc:
-        keys = _clip(", ".join(map(repr, exc.keys)), 120)
-        raise BadInputError(f"{label} is malformed: an object holds the key {_shown(exc.key)} twice (its keys: {keys}), so "
-                            f"what it says depends on the reader; edgeport never writes that, so the file was edited: "
-                            f"restore it, or write it again with edgeport validate") from None
-    except ValueError as exc:  # malformed JSON, or an integer too long to convert
-        raise BadInputError(f"{label} is not readable JSON ({str(exc)[:200]})") from exc
+    except Refused as exc:
+        edited = "; edgeport never writes that, so the file was edited: restore it, or write it again with edgeport validate" \
+            if "twice" in str(exc) else "; pass a report.json edgeport wrote"
+        raise BadInputError(f"{label} {for_terminal(str(exc))}{edited}") from None
 
 
 def write_baseline(report: Path, baseline: Path) -> Path:
