@@ -18,7 +18,7 @@ from edgeport import __version__
 from edgeport.cliargs import Parser, int_range, positive_int
 from edgeport.convert.converter import NAMES as CONVERTERS  # (it imports nothing heavy)
 from edgeport.errors import report
-from edgeport.runs import Terminated, exit_now, handle_sigterm
+from edgeport.process import Terminated, exit_now, handle_sigterm
 
 # models.heads.HEADS, without importing numpy at start-up
 HEAD_CHOICES = ("auto", "pdet", "yolov8", "yolov8-pose", "yolov8-seg", "yolov8-obb", "yolov10", "yolov5", "classify", "raw")

@@ -30,13 +30,11 @@ import json
 import os
 import re
 import shutil
-import signal
 import stat
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
 
 from edgeport.errors import BadInputError
 
@@ -60,34 +58,6 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
 # files a run writes and renames away; left behind only by a killed run, and nobody else's
 TRANSIENT: dict[str, tuple[str, ...]] = {"train": (".*.pt.tmp-*",)}
 _OWN_FILES = (MARKER, LOCK)
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived: unwind like Ctrl-C so staging folders are removed."""
-
-
-def _raise_terminated(signum, frame):  # noqa: ARG001 - signal handler signature
-    raise Terminated()
-
-
-def handle_sigterm() -> None:
-    """Make SIGTERM clean up exactly as SIGINT does (only from the main thread)."""
-    with contextlib.suppress(ValueError):
-        signal.signal(signal.SIGTERM, _raise_terminated)
-
-
-def exit_now(code: int) -> NoReturn:
-    """Everything is cleaned up: flush the logs, stdout and stderr, then exit with ``code`` at once,
-    without the interpreter's teardown (atexit handlers, finalizers, a last garbage collection).
-    Interpreter shutdown after an interrupt can end in a death by SIGINT (exit -2 instead of 130;
-    seen on Python 3.12 under load); torch's teardown costs 0.6 s a run."""
-    import logging
-
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a reader that went away (`| head`), a closed stream
-            stream.flush()
-    os._exit(code)
 
 
 def _now() -> str:
@@ -161,20 +131,8 @@ def _read_own(path: Path) -> str:
 
 
 def _write_json_atomically(path: Path, data: dict) -> None:
-    """A new file beside ``path`` (O_EXCL | O_NOFOLLOW, a name no one else has), renamed over it:
-    ``path`` itself is replaced, never written through, whatever it was."""
-    import secrets
-
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    try:
-        fd = _create_own(tmp)
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(data) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    with writing(path) as f:
+        f.write((json.dumps(data) + "\n").encode())
 
 
 def write_marker(folder: Path, command: str, files: dict[str, str] | None = None, dirs=()) -> None:
@@ -436,12 +394,16 @@ def remove_transient(folder: Path, command: str) -> list[str]:
 
 @contextlib.contextmanager
 def writing(path: Path):
-    """Write ``path`` whole or not at all: yields a temporary file in the same folder, renamed into
-    place when the block ends; on any failure it is removed, and an OS error names ``path`` (a
-    write on a full disk says ENOSPC but not which file)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    """Write ``path`` whole or not at all: yields a new temporary file beside it (O_EXCL |
+    O_NOFOLLOW, a name no one else has), renamed over ``path`` when the block ends, so ``path`` is
+    replaced, never written through, whatever it was. On any failure the temporary is removed, and
+    an OS error names ``path`` (a write on a full disk says ENOSPC but not which file). Every file
+    a run writes whole goes through here: outputs, markers, checkpoints."""
+    import secrets
+
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(_create_own(tmp), "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -674,33 +636,3 @@ def staged_output(out: Path | None, *, command: str, force: bool, default_root: 
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-class Progress:
-    """One line per stage, with its time, on stderr."""
-
-    def __init__(self, console):
-        self.console = console
-        self.status = None
-
-    def start(self, name: str) -> None:
-        if self.console is not None and self.console.is_terminal:  # a spinner's thread redraws nothing into a file
-            self.status = self.console.status(f"{name} ...")
-            self.status.start()
-
-    def close(self) -> None:
-        if self.status is not None:
-            self.status.stop()
-            self.status = None
-
-    def done(self, record) -> None:
-        if self.console is None:
-            return
-        from rich.text import Text
-
-        from edgeport.text import for_terminal
-
-        self.close()
-        # a summary names paths, boards and layers from the user's files: plain text, never markup
-        self.console.print(Text.assemble(("ok", "green"), f" {record.name:<16} {record.seconds:7.2f} s  {for_terminal(record.summary)}"),
-                           highlight=False)

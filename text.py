@@ -6,7 +6,7 @@ set the window title, or forge a line ("runnable on tflite-1.13") with a newline
 name from a file is passed through ``for_terminal`` before it reaches stdout or stderr, and
 through ``for_markdown`` before it reaches ``report.md`` (HTML escapes with ``html.escape``).
 Console markup is never interpreted in such text: the rich call sites print it as plain
-``Text`` (``runs.Progress``, ``validate.render.print_table``), or with ``markup=False``.
+``Text`` (``commands.output.Progress``, ``validate.render.print_table``), or with ``markup=False``.
 
 No torch, no numpy: imported at start-up.
 """

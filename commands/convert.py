@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 
 from edgeport._lazy import importing
-from edgeport.runs import Progress, staged_output
+from edgeport.commands.output import Progress
+from edgeport.runs import staged_output
 
 ARTIFACTS = ("model.onnx", "model_float32.tflite", "model_int8.tflite", "model_uint8.tflite")
 DEFAULT_RUNS = Path("runs/convert")

@@ -1,4 +1,4 @@
-"""What commands print: the progress console, the parity table, one-item-a-line verdicts.
+"""What commands print: the progress console and its lines, the parity table, one-item-a-line verdicts.
 
 Names from files reach the terminal through ``text.for_terminal`` and are never read as markup.
 """
@@ -40,3 +40,31 @@ def fail_with_list(header: str, items) -> int:
     for item in items:
         print(f"  - {for_terminal(item)}")
     return 1
+
+
+class Progress:
+    """One line per stage, with its time, on stderr."""
+
+    def __init__(self, console):
+        self.console = console
+        self.status = None
+
+    def start(self, name: str) -> None:
+        if self.console is not None and self.console.is_terminal:  # a spinner's thread redraws nothing into a file
+            self.status = self.console.status(f"{name} ...")
+            self.status.start()
+
+    def close(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+    def done(self, record) -> None:
+        if self.console is None:
+            return
+        from rich.text import Text
+
+        self.close()
+        # a summary names paths, boards and layers from the user's files: plain text, never markup
+        self.console.print(Text.assemble(("ok", "green"), f" {record.name:<16} {record.seconds:7.2f} s  {for_terminal(record.summary)}"),
+                           highlight=False)

@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from edgeport._lazy import importing
+from edgeport.commands.output import Progress
 from edgeport.errors import BadInputError
-from edgeport.runs import Progress, staged_output
+from edgeport.runs import staged_output
 
 DEFAULT_RUNS = Path("runs/validate")
 MAX_IMAGES = 32

@@ -114,7 +114,7 @@ def test_the_layers_go_down():
     graph = import_graph()
     # the lowest layers import no part at all
     assert graph["text"] == set(), f"text imports {graph['text']}"
-    for base in ("errors", "runs", "cliargs", "checkpoints", "_lazy", "venvs", "jsonfile"):
+    for base in ("errors", "runs", "cliargs", "checkpoints", "_lazy", "venvs", "jsonfile", "process"):
         assert graph[base] <= {"errors", "text"}, f"{base} imports {graph[base]}"
     assert graph["ops"] <= {"errors", "_lazy"}
     assert "train" not in graph["convert"] | graph["validate"] | graph["models"]

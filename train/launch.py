@@ -30,17 +30,15 @@ from urllib.parse import urlparse
 
 from edgeport.cliargs import Parser, explicit_options
 from edgeport.errors import BadInputError, EdgeportError, report
+from edgeport.process import Terminated, exit_now, handle_sigterm
 from edgeport.runs import (
     MARKER,
     OUTPUTS,
     FolderLock,
-    Terminated,
     check_out,
     claim_run_dir,
     clear_owned,
     discard_run,
-    exit_now,
-    handle_sigterm,
     lock_folder,
     make_parents,
     owned,

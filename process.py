@@ -1,0 +1,39 @@
+"""This process's end: SIGTERM unwinds like Ctrl-C (so staging folders are removed, ``runs.py``),
+and an exit without the interpreter's teardown once everything is cleaned up. No torch, no numpy:
+the CLI imports this at start-up."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from typing import NoReturn
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwind like Ctrl-C so staging folders are removed."""
+
+
+def _raise_terminated(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise Terminated()
+
+
+def handle_sigterm() -> None:
+    """Make SIGTERM clean up exactly as SIGINT does (only from the main thread)."""
+    with contextlib.suppress(ValueError):
+        signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Everything is cleaned up: flush the logs, stdout and stderr, then exit with ``code`` at once,
+    without the interpreter's teardown (atexit handlers, finalizers, a last garbage collection).
+    Interpreter shutdown after an interrupt can end in a death by SIGINT (exit -2 instead of 130;
+    seen on Python 3.12 under load); torch's teardown costs 0.6 s a run."""
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader that went away (`| head`), a closed stream
+            stream.flush()
+    os._exit(code)
