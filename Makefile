@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 
 # The write-up's board runtime, the real TensorFlow Lite 1.13.1, in its own Python 3.7
 # environment, installed by edgeport itself where edgeport looks for it: $$EDGEPORT_HOME, else
-# ~/.local/share/edgeport (validate/board/runtime.py: home). One home for the CLI, this target and
+# ~/.local/share/edgeport (venvs.py: home; validate/board/install.py). One home for the CLI, this target and
 # the tests, so `make setup-boards && edgeport boards` lists the real runtime. Without a python3.7
 # the tests that need it skip and say why.
 setup-boards: setup

@@ -1,5 +1,5 @@
 """JSON that edgeport did not write in this run, read strictly: a report or baseline given to
-``edgeport check``, a board's reply (``validate/board/runtime.py``).
+``edgeport check``, a board's reply (``validate/board/reply.py``).
 
 Bounded before a byte is parsed (JSON costs many times its size in memory), and never read past
 the bound whatever the file says of itself (a reply may grow while it is read); UTF-8; nesting a

@@ -39,7 +39,7 @@ def list_boards() -> int:
 
 
 def install(name: str, *, python: str | None) -> int:
-    from edgeport.validate.board.runtime import install as install_runtime
+    from edgeport.validate.board.install import install as install_runtime
 
     install_runtime(board(name), python=python)
     return 0

@@ -108,13 +108,13 @@ def test_result_json_is_read_at_most_to_its_bound(tmp_path, monkeypatch):
     import os
 
     from edgeport import jsonfile
-    from edgeport.validate.board import runtime
+    from edgeport.validate.board import reply
 
-    (tmp_path / "result.json").write_text('{"ok": true}' + " " * (runtime.MAX_RESULT_BYTES + 10))
+    (tmp_path / "result.json").write_text('{"ok": true}' + " " * (reply.MAX_RESULT_BYTES + 10))
     real = os.fstat
     monkeypatch.setattr(jsonfile.os, "fstat", lambda fd: os.stat_result((*real(fd)[:6], 10, *real(fd)[7:])))
     with pytest.raises(BoardRuntimeError, match=r"result.json edgeport cannot use \(it is larger than 4 MB\)"):
-        runtime._read_result(tmp_path, 0, "", "the board", "version")
+        reply._read_result(tmp_path, 0, "", "the board", "version")
 
 
 @pytest.mark.slow  # the fake board is a process
@@ -148,7 +148,7 @@ def test_the_probe_table_quotes_what_the_runtime_says_of_itself():
 
 
 def test_a_probe_reply_naming_uint8_models_it_was_not_sent_is_refused():
-    from edgeport.validate.board.runtime import _BadReply, check_reply
+    from edgeport.validate.board.reply import _BadReply, check_reply
 
     reply = {"ok": True, "runtime": "TFLite", "version": "1.13.1", "package": "tensorflow", "accepted": ["ADD.1"],
              "uint8": {"ADD": "ran"}}

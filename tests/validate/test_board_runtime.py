@@ -16,9 +16,10 @@ import pytest
 
 from edgeport.errors import BadInputError
 from edgeport.validate.board import runtime as board_runtime
+from edgeport.validate.board.install import find_python, install
 from edgeport.validate.board.probe import one_op_model, probe
 from edgeport.validate.board.profiles import BoardProfile, InstallSpec, RunnerSpec, load_board, parse_ssh_url
-from edgeport.validate.board.runtime import BoardRuntimeError, LocalPython, find_python, install, this_python
+from edgeport.validate.board.runtime import BoardRuntimeError, LocalPython, this_python
 from edgeport.validate.parity.board_runner import BoardRunner
 from edgeport.validate.parity.runners import RuntimeRefused
 

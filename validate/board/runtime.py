@@ -14,14 +14,13 @@ transports:
 What the board cannot be used for (unreachable, authentication, no runtime there, timed out)
 is bad input: ``BoardRuntimeError``, exit 2, one line. What the runtime refuses to load or
 run is a verdict on the model: ``runners.RuntimeRefused``, a failed row with its message.
+Its reply is checked in ``reply.py``; ``install.py`` builds a shipped board's runtime.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import io
 import json
-import math
 import os
 import re
 import shlex
@@ -30,24 +29,18 @@ import signal
 import subprocess
 import sys
 import tarfile
-import tempfile
 import uuid
 from pathlib import Path
 
 from edgeport import venvs
-from edgeport.errors import BadInputError
-from edgeport.jsonfile import Refused, read_json
 from edgeport.text import for_terminal
 from edgeport.validate.board.profiles import BoardProfile, RunnerSpec, is_plain_name, remote_python
+from edgeport.validate.board.reply import MAX_TEXT, BoardRuntimeError, _last_line, _read_result
 
 WORKER = Path(__file__).with_name("worker.py")
 WORKER_NAME = "board_worker.py"  # what it is called on the board
 RUNTIME_MARKER = ".edgeport-runtime.json"
 SSH_GRACE_S = 30.0  # transfers and connection set-up, on top of the board-side timeout
-
-
-class BoardRuntimeError(BadInputError):
-    """The board's runtime cannot be reached or used (exit 2): nothing was judged."""
 
 
 def runtime_dir(board: BoardProfile) -> Path:
@@ -229,11 +222,6 @@ def _plain_local(path: str, key: str) -> str:
     return path
 
 
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Warning: Permanently added")]
-    return for_terminal(lines[-1][:300]) if lines else "no message"
-
-
 def _head(path: Path, limit: int = 64 * 1024) -> str:
     """The first ``limit`` bytes of a file the board wrote, as text: its messages, never all of them."""
     with open(path, "rb") as f:
@@ -245,104 +233,6 @@ def _limit_file_size(cap: int) -> None:
     import resource
 
     resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
-
-
-# what a board's reply may hold (board_worker.py)
-MAX_TEXT = 200
-OUTPUT_DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
-MAX_DIM = 1 << 20
-# a model's outputs, or, to locate where a board parts from the reference kernels, every tensor
-# of one (``parity/divergence.py``); the reply's bytes are capped apart (max_reply_mb)
-MAX_OUTPUTS = 4096
-# result.json: names, shapes and times, about 150 bytes an output (4096 of them: 0.6 MB), a probe's
-# few thousand accepted op versions; what a legitimate reply needs, with room
-MAX_RESULT_BYTES = 4 * 2**20
-
-
-class _BadReply(Exception):
-    pass
-
-
-def _text(value, what: str) -> str:
-    if not isinstance(value, str) or len(value) > MAX_TEXT:
-        raise _BadReply(f"{what} is not a short text")
-    return for_terminal(value)
-
-
-def _whole(value, lo: int, hi: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
-
-
-def _real(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def check_reply(result, mode: str, *, images: int | None = None, probes: set[str] | None = None,
-                uint8_probes: set[str] | None = None) -> dict:
-    """The worker's ``result.json``, checked field by field; raises ``_BadReply`` naming the first
-    field that is missing, of the wrong type or out of range. Text is made inert for the terminal."""
-    if not isinstance(result, dict) or not isinstance(result.get("ok"), bool):
-        raise _BadReply("it is not an object with an 'ok' flag")
-    if not result["ok"]:
-        if result.get("error") not in ("no_runtime", "load", "run"):
-            raise _BadReply("its 'error' is not one of no_runtime, load, run")
-        return {"ok": False, "error": result["error"],
-                **{k: for_terminal(str(result.get(k, "?"))[:MAX_TEXT]) for k in ("message", "runtime", "version", "package")}}
-    checked = {"ok": True, **{k: _text(result.get(k), k) for k in ("runtime", "version", "package")}}
-    if "python" in result:
-        checked["python"] = _text(result["python"], "python")
-    if mode == "run":
-        outputs, ms = result.get("outputs"), result.get("ms")
-        if not isinstance(outputs, list) or not 0 < len(outputs) <= MAX_OUTPUTS:
-            raise _BadReply(f"'outputs' is not a list of 1 to {MAX_OUTPUTS} outputs")
-        checked["outputs"] = []
-        for k, d in enumerate(outputs):
-            shape, dtype, quant = (d.get("shape"), d.get("dtype"), d.get("quantization")) if isinstance(d, dict) else (None,) * 3
-            if not (isinstance(shape, list) and 0 < len(shape) <= 8 and all(_whole(v, 1, MAX_DIM) for v in shape)):
-                raise _BadReply(f"outputs[{k}].shape is not a list of positive whole numbers")
-            if dtype not in OUTPUT_DTYPES:
-                raise _BadReply(f"outputs[{k}].dtype is not one of {', '.join(OUTPUT_DTYPES)}")
-            if not (isinstance(quant, list) and len(quant) == 2 and _real(quant[0]) and quant[0] >= 0
-                    and _whole(quant[1], -(2**31), 2**31 - 1)):
-                raise _BadReply(f"outputs[{k}].quantization is not [scale, zero point]")
-            checked["outputs"].append({"shape": shape, "dtype": dtype, "quantization": [float(quant[0]), quant[1]]})
-        if not (isinstance(ms, list) and len(ms) == images and all(_real(v) and v >= 0 for v in ms)):
-            raise _BadReply(f"'ms' is not one time (ms >= 0) per image ({images})")
-        checked["ms"] = [float(v) for v in ms]
-        repeat = result.get("repeat_max_abs")  # -1: a NaN or infinite difference; absent: an older worker
-        if repeat is not None and not (_real(repeat) and (repeat >= 0 or repeat == -1.0)):
-            raise _BadReply("'repeat_max_abs' is not a difference >= 0 (or -1)")
-        checked["repeat_max_abs"] = None if repeat is None else (float("inf") if repeat == -1.0 else float(repeat))
-    elif mode == "probe":
-        accepted = result.get("accepted")
-        if not isinstance(accepted, list) or not all(isinstance(a, str) and a in (probes or ()) for a in accepted):
-            raise _BadReply("'accepted' is not a list of the probe models sent")
-        checked["accepted"] = list(accepted)
-        uint8 = result.get("uint8", {})  # absent: an older worker
-        if not (isinstance(uint8, dict) and all(isinstance(k, str) and k in (uint8_probes or ()) and isinstance(v, str)
-                                                for k, v in uint8.items())):
-            raise _BadReply("'uint8' is not an object of the uint8 probe models sent, each with what happened")
-        checked["uint8"] = {k: for_terminal(v[:MAX_TEXT]) for k, v in uint8.items()}
-    return checked
-
-
-def _read_result(folder: Path, returncode: int, stderr: str, what: str, mode: str) -> dict:
-    path = folder / "result.json"
-    if not path.is_file():
-        raise BoardRuntimeError(f"{what} crashed (exit {returncode}): {_last_line(stderr)}")
-    images = len(list((folder / "inputs").glob("*.npy"))) if mode == "run" else None
-    probes = {p.name[: -len(".tflite")] for p in (folder / "probes").glob("*.tflite")} if mode == "probe" else None
-    uint8 = {p.name[: -len(".tflite")] for p in (folder / "uint8").glob("*.tflite")} if mode == "probe" else None
-    try:  # bounded, UTF-8, no key twice (jsonfile.py): a whole reply is capped only at max_reply_mb
-        result = check_reply(read_json(path, MAX_RESULT_BYTES), mode, images=images, probes=probes, uint8_probes=uint8)
-    except (OSError, ValueError, _BadReply) as exc:  # (Refused is a ValueError)
-        why = f"it {exc}" if isinstance(exc, Refused) else str(exc)
-        raise BoardRuntimeError(f"{what} answered with a result.json edgeport cannot use ({for_terminal(why[:200])}); "
-                                f"check the runtime there, or reinstall it") from None
-    if not result["ok"] and result["error"] == "no_runtime":
-        raise BoardRuntimeError(f"{what} cannot run TFLite: {result['message']}; install tflite-runtime there, or point "
-                                f"python at an environment that has it")
-    return result
 
 
 def transport_for(board: BoardProfile):
@@ -360,86 +250,6 @@ def install_hint(board: BoardProfile) -> str | None:
     if board.install is None:
         return None
     return f"edgeport boards install {board.name}"
-
-
-# -- install -------------------------------------------------------------------------------
-
-
-def find_python(version: str) -> str | None:
-    """A working ``python{version}``: on PATH, else in pyenv's versions folder (a pyenv shim on
-    PATH for a version that is not selected fails, and is passed over)."""
-    candidates = [shutil.which(f"python{version}")]
-    for root in filter(None, [os.environ.get("PYENV_ROOT"), str(Path.home() / ".pyenv")]):
-        candidates += [str(p) for p in sorted(Path(root, "versions").glob(f"{version}*/bin/python{version}"), reverse=True)]
-    for candidate in filter(None, candidates):
-        got = _python_version(candidate)
-        if got is not None and _is_version(got, version):
-            return candidate
-    return None
-
-
-def _is_version(got: str, wanted: str) -> bool:
-    return got == wanted or got.startswith(wanted + ".")
-
-
-def install(board: BoardProfile, *, python: str | None = None, log=print) -> dict:
-    """Build ``board``'s runtime in its own venv; returns what the runtime says of itself.
-    Idempotent: an installed runtime that answers is kept."""
-    if board.install is None:
-        raise BadInputError(f"board {board.name!r} has no installable runtime (no [install] in its profile); "
-                            f"boards with one: {', '.join(_installable())}")
-    if not board.shipped:
-        # the packages an [install] names are installed, and installing runs their code: only
-        # edgeport's own profiles choose them
-        raise BadInputError(f"board profile {board.name!r} is not one edgeport ships; `boards install` installs only the runtimes "
-                            f"of shipped profiles ({', '.join(_installable())}): install a custom board's runtime yourself")
-    spec = board.install
-    interpreter = python or find_python(spec.python)
-    if interpreter is None:
-        raise BadInputError(f"{board.name} needs Python {spec.python}, and none is on PATH or in pyenv; install it "
-                            f"(pyenv install {spec.python}) or pass --python /path/to/python{spec.python}")
-    got = _python_version(interpreter)
-    if got is None or not _is_version(got, spec.python):
-        raise BadInputError(f"--python {interpreter} is Python {got or '?'}; {board.name}'s runtime needs Python {spec.python}")
-    folder = runtime_dir(board)
-    if installed_python(board) is not None:
-        info = _version_of(LocalPython(folder / "bin" / "python", what=f"{board.name}'s runtime"))
-        log(f"{board.name}: {info['runtime']} {info['version']} already installed in {folder}")
-        return info
-    log(f"{board.name}: installing {' '.join(spec.packages)} for Python {got} in {folder}")
-    made = not folder.exists()  # only a folder this install made is removed when it fails
-    python = venvs.build_venv(folder, interpreter, spec.packages, what=f"{board.name}'s runtime", named=f"--python {interpreter}")
-    try:
-        info = _version_of(LocalPython(python, what=f"{board.name}'s runtime"))
-    except BaseException:
-        if made:
-            shutil.rmtree(folder, ignore_errors=True)
-        raise
-    venvs.write_marker(folder, RUNTIME_MARKER, {"board": board.name, "python": got, "packages": list(spec.packages),
-                                                "runtime": info["runtime"], "version": info["version"],
-                                                "installed": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
-    log(f"{board.name}: {info['runtime']} {info['version']} installed in {folder}")
-    return info
-
-
-def _installable() -> list[str]:
-    from edgeport.validate.board.profiles import board_names, load_board
-
-    return [n for n in board_names() if load_board(n).install is not None]
-
-
-def _python_version(python: str) -> str | None:
-    try:
-        proc = subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"], capture_output=True,
-                              text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
-
-
-def _version_of(transport) -> dict:
-    with tempfile.TemporaryDirectory(prefix="edgeport-runtime-") as tmp:
-        return transport.execute(Path(tmp), "version")
 
 
 def this_python() -> LocalPython:
