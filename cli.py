@@ -111,7 +111,7 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
     binstall.add_argument("board", help="board profile name or .toml path with an [install] section")
     binstall.add_argument("--python", help="the Python to build it with (default: pythonX.Y on PATH, else pyenv's)")
     bprobe = boards_sub.add_parser("probe", help="ask a board's runtime which builtin op versions it has; prints the op table "
-                                   "(validate/boards/NAME.ops.toml)")
+                                   "(validate/board_profiles/NAME.ops.toml)")
     bprobe.add_argument("board", help="board profile name or .toml path")
     bprobe.add_argument("--runner", metavar="URL", help="probe a real board over SSH: ssh://user@host[:port]")
     bprobe.add_argument("--out", type=Path, help="write the table to this new file (default: standard output)")

@@ -45,10 +45,10 @@ def test_the_wheel_holds_exactly_the_package_and_its_data(source, tmp_path):
     assert parts == {"commands", "convert", "models", "ops", "train", "validate"}
     data = sorted(n for n in names if not n.endswith(".py"))
     assert data == ["edgeport/models/weights/pdet_n_bilinear_person.pt", "edgeport/models/weights/pdet_n_person.pt",
-                    "edgeport/validate/boards/default.ops.toml",
-                    "edgeport/validate/boards/default.toml", "edgeport/validate/boards/op_min_runtime.toml",
-                    "edgeport/validate/boards/tflite-1.13.ops.toml", "edgeport/validate/boards/tflite-1.13.toml",
-                    "edgeport/validate/boards/tflm-m4-256k.toml", "edgeport/validate/report/SCHEMA.md"]
+                    "edgeport/validate/board_profiles/default.ops.toml",
+                    "edgeport/validate/board_profiles/default.toml", "edgeport/validate/board_profiles/op_min_runtime.toml",
+                    "edgeport/validate/board_profiles/tflite-1.13.ops.toml", "edgeport/validate/board_profiles/tflite-1.13.toml",
+                    "edgeport/validate/board_profiles/tflm-m4-256k.toml", "edgeport/validate/report/SCHEMA.md"]
     assert not any("/tests/" in n or "/benchmarks/" in n or "_build_backend" in n for n in names)
     assert "warning" not in (proc.stdout + proc.stderr).lower().replace("warning: location", "")
 

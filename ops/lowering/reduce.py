@@ -1,7 +1,7 @@
 """A uint8 MEAN or SUM over a block of adjacent axes as one DEPTHWISE_CONV_2D.
 
 TFLite 1.13.1's uint8 MEAN and SUM wrap around where the result leaves the output's range
-instead of clamping (probed: an expected 255 comes back as 8; ``validate/boards/
+instead of clamping (probed: an expected 255 comes back as 8; ``validate/board_profiles/
 tflite-1.13.ops.toml``), and its uint8 AVERAGE_POOL_2D is no way out: with a window of 32x32 it
 returns zeros (its accumulator overflows), and at the input's scale it rounds once more.
 

@@ -69,7 +69,7 @@ def test_a_grouped_convolution_declared_v1_is_refused_where_no_v6_kernel_runs():
 
 def test_the_probed_op_table_beats_the_tabulated_runtime():
     # every YOLO is SiLU = LOGISTIC + MUL; runtime_version.cc says LOGISTIC v1 needs 1.14.0,
-    # the real TFLite 1.13.1 has it (validate/boards/tflite-1.13.ops.toml)
+    # the real TFLite 1.13.1 has it (validate/board_profiles/tflite-1.13.ops.toml)
     old = load_board("tflite-1.13")
     assert op_min_runtime()["LOGISTIC"][1] == "1.14.0" and op_min_runtime()["SLICE"][1] == "1.14.0"
     assert check_model(summary(OpUse("LOGISTIC", 1, 3), OpUse("MUL", 1, 3), OpUse("SLICE", 1, 2), min_rt="1.14.0"), old) == []

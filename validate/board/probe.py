@@ -5,7 +5,7 @@ with that one operator code and an empty graph; a TFLite interpreter resolves ev
 code when it is built and refuses one it has no kernel for ("Didn't find op for builtin
 opcode 'CONV_2D' version '2'"), before it looks at any tensor. What it accepts is the set
 of op versions it can load. ``edgeport boards probe BOARD`` runs the probe on the board's
-runtime and writes ``boards/NAME.ops.toml``, the table the board gate then reads.
+runtime and writes ``validate/board_profiles/NAME.ops.toml``, the table the board gate then reads.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Board profiles and the board-compatibility gate.
 
-A profile (``boards/NAME.toml``) names the runtime (``tflite`` or ``tflm``), its version,
+A profile (``validate/board_profiles/NAME.toml``) names the runtime (``tflite`` or ``tflm``), its version,
 the dtypes it runs, RAM for the tensor arena, flash for the model, and optional per-op
 overrides with a reason. Which builtin op versions a ``tflite`` board runs comes, best first,
 from:
 
 - ``op_table``: the op versions its real runtime was probed to have (``edgeport boards
-  probe``; ``boards/NAME.ops.toml``, with the probe's provenance);
+  probe``; ``validate/board_profiles/NAME.ops.toml``, with the probe's provenance);
 - otherwise TFLite's op-version -> minimum-runtime table (``boards/op_min_runtime.toml``),
   which records when versions were tabulated, not when ops appeared: a fallback for
   profiles whose runtime nobody has probed.
@@ -34,7 +34,7 @@ from edgeport.errors import BadInputError
 from edgeport.ops.tflite_model import OpUse, TFLiteSummary, read_tflite
 from edgeport.validate.board import uint8_probe
 
-BOARDS_DIR = Path(__file__).parents[1] / "boards"  # validate/boards/: the profiles and op tables (data)
+BOARDS_DIR = Path(__file__).parents[1] / "board_profiles"  # validate/board_profiles/: the profiles and op tables (data)
 DEFAULT_BOARD = "default"
 RUNTIMES = ("tflite", "tflm")
 # index and shape tensors: every runtime has them whatever arithmetic it runs
@@ -290,7 +290,7 @@ class BoardProfile:
     op_table: OpTable | None = None  # probed from the real runtime; beats op_min_runtime.toml
     install: InstallSpec | None = None
     runner: RunnerSpec | None = None
-    shipped: bool = False  # one of edgeport's own profiles (validate/boards/), not a file the user passed
+    shipped: bool = False  # one of edgeport's own profiles (validate/board_profiles/), not a file the user passed
 
     @property
     def uint8(self) -> QuantisedKernels | None:
@@ -435,7 +435,7 @@ def load_board(name_or_path: str) -> BoardProfile:
         raise BadInputError(f"board profile {str(path)!r} is invalid: {exc}; see docs/boards.md") from exc
     except (KeyError, ValueError, TypeError, OSError, UnicodeDecodeError, RecursionError, tomllib.TOMLDecodeError) as exc:
         what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
-        raise BadInputError(f"board profile {str(path)!r} is invalid ({what}); see validate/boards/*.toml and docs/boards.md") from exc
+        raise BadInputError(f"board profile {str(path)!r} is invalid ({what}); see validate/board_profiles/*.toml and docs/boards.md") from exc
 
 
 MAX_PROFILE_BYTES = 1 << 20  # a profile is a few lines, an op table a few hundred
