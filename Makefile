@@ -24,14 +24,14 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@echo "setup: $(VENV) with $(PYBIN) ($(CONSTRAINTS))"
 	@test -x $(PY) || $(PYBIN) -m venv $(VENV)
 	@# -qq: errors only. pip's own warnings here are about this machine's pip configuration (its
-	@# find-links folders), not about edgeport, and ran to some 120 lines. --no-compile: what is
-	@# imported compiles on first use, the rest never (setup on 3.13: 82 s -> 48 s)
+	@# find-links folders), not about edgeport, and ran to some 120 lines. (.pyc files are compiled
+	@# here: where PYTHONDONTWRITEBYTECODE is set, as on this machine, nothing compiles them later)
 	@echo "setup: pip"
-	@$(PY) -m pip install -qq --no-compile --upgrade pip
+	@$(PY) -m pip install -qq --upgrade pip
 	@echo "setup: $(TORCH) (a CUDA build that runs on the CPU: about 5.5 GB)"
-	@$(PY) -m pip install -qq --no-compile -c $(CONSTRAINTS) $(TORCH)
+	@$(PY) -m pip install -qq -c $(CONSTRAINTS) $(TORCH)
 	@echo "setup: edgeport and its pinned dependencies"
-	@$(PY) -m pip install -qq --no-compile -c $(CONSTRAINTS) -e ".[dev,zoo]"
+	@$(PY) -m pip install -qq -c $(CONSTRAINTS) -e ".[dev,zoo]"
 	@touch $(STAMP)
 
 # The write-up's board runtime, the real TensorFlow Lite 1.13.1, in its own Python 3.7

@@ -51,8 +51,7 @@ def build_venv(folder: Path, interpreter: str, packages: tuple[str, ...], *, wha
             raise BadInputError(f"{named or interpreter} made no venv in {folder} (no bin/python after `-m venv`); pass a Python "
                                 f"that has the venv module (apt install python3.X-venv, X its minor version)")
         extra = layer(python) if layer is not None else []
-        # no .pyc compiled at install: what is imported compiles on first use (a third of the time)
-        _step([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", *extra, *packages],
+        _step([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *extra, *packages],
               what, folder)
     except BaseException:
         if made:
