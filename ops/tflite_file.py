@@ -64,12 +64,6 @@ def schema():
     return require("ai_edge_litert.schema_py_generated", package="ai-edge-litert", purpose="reading .tflite files")
 
 
-def root(data: bytes, what: str = "the model"):
-    """The checked file's root ``Model`` accessor (lazy: fields are read when asked)."""
-    check(data, what)
-    return schema().Model.GetRootAs(data, 0)
-
-
 def unpack(data: bytes, what: str = "the model"):
     """The checked file as the object API's ``ModelT``: what every edit starts from."""
     check(data, what)
