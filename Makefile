@@ -61,7 +61,7 @@ demo-legacy: setup
 	$(VENV)/bin/edgeport convert models/weights/pdet_n_bilinear_person.pt --imgsz 160 --board tflite-1.13 --out runs/demo-board --force
 
 # everything but the second converter's tests (`make test-converters`), two at a time on two cores
-# (most tests are one process on one core), the zoo last: about 12 minutes on Python 3.11, where the zoo runs on
+# (most tests are one process on one core), the zoo last: about 10 minutes on Python 3.11, where the zoo runs on
 # the models whose ends differ between the two onnx2tf lines; the whole zoo runs on Python 3.12
 # (tests/zoo/test_zoo.py: ON_128; EDGEPORT_ZOO=full runs it all on either line). TESTS narrows it:
 # on 3.12, .ci/run runs the slow tests a converter line can change (TESTS="slow and not converters and not one_line":
