@@ -18,6 +18,10 @@ class Refused(ValueError):
     """Why the file is not JSON edgeport reads, in words that follow "it"/"the file"."""
 
 
+class DuplicateKey(Refused):
+    """A key twice in one object: edgeport never writes that, so the file was edited."""
+
+
 def read_json(path: Path, limit: int):
     """The JSON value in ``path``; ``Refused`` saying why not. ``OSError`` (missing, a folder,
     unreadable) is the caller's to name."""
@@ -44,7 +48,7 @@ def _one_of_each_key(pairs: list[tuple[str, object]]) -> dict:
     for key, value in pairs:
         if key in out:
             keys = ", ".join(map(repr, (k for k, _ in pairs)))
-            raise Refused(f"holds the key {repr(key)[:80]} twice in one object (its keys: {keys[:120]}), so what it says "
+            raise DuplicateKey(f"holds the key {repr(key)[:80]} twice in one object (its keys: {keys[:120]}), so what it says "
                           f"depends on the reader")
         out[key] = value
     return out

@@ -115,9 +115,9 @@ def _open_own(path: Path, flags: int) -> int:
     return fd
 
 
-def _create_own(path: Path) -> int:
-    """Create a new lock or marker file: O_EXCL | O_NOFOLLOW, so a link or a file already there is never written."""
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+def _create_own(path: Path, mode: int = 0o644) -> int:
+    """Create a new file: O_EXCL | O_NOFOLLOW, so a link or a file already there is never written."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW, mode)
 
 
 def _read_own(path: Path) -> str:
@@ -403,7 +403,7 @@ def writing(path: Path):
 
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
-        with os.fdopen(_create_own(tmp), "wb") as f:
+        with os.fdopen(_create_own(tmp, 0o666), "wb") as f:  # (the umask applies, as open()'s does)
             yield f
             f.flush()
             os.fsync(f.fileno())

@@ -7,7 +7,7 @@ from:
 
 - ``op_table``: the op versions its real runtime was probed to have (``edgeport boards
   probe``; ``validate/board_profiles/NAME.ops.toml``, with the probe's provenance);
-- otherwise TFLite's op-version -> minimum-runtime table (``boards/op_min_runtime.toml``),
+- otherwise TFLite's op-version -> minimum-runtime table (``validate/board_profiles/op_min_runtime.toml``),
   which records when versions were tabulated, not when ops appeared: a fallback for
   profiles whose runtime nobody has probed.
 

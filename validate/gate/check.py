@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeport.errors import BadInputError
-from edgeport.jsonfile import Refused, read_json
+from edgeport.jsonfile import DuplicateKey, Refused, read_json
 from edgeport.text import for_terminal
 from edgeport.validate.parity.result import JUDGES, Verdict
 from edgeport.validate.report.schema import SCHEMA
@@ -458,7 +458,7 @@ def load_report(path: Path, what: str) -> dict:
         raise BadInputError(f"{label} is a folder; pass its report.json") from exc
     except Refused as exc:
         edited = "; edgeport never writes that, so the file was edited: restore it, or write it again with edgeport validate" \
-            if "twice" in str(exc) else "; pass a report.json edgeport wrote"
+            if isinstance(exc, DuplicateKey) else "; pass a report.json edgeport wrote"
         raise BadInputError(f"{label} {for_terminal(str(exc))}{edited}") from None
 
 
