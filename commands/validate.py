@@ -9,7 +9,7 @@ seeded random inputs. Same report, same gate, same exit codes as ``convert``.
 
 from __future__ import annotations
 
-import functools
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -88,14 +88,13 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
              board, data: Path | None, trust_checkpoint: bool, console=None, head: str = "auto", outputs: str | None = None):
     """Judge ``tflite`` against ``checkpoint``; returns (output folder, ``report.schema.Report``)."""
     with importing():  # torch, and the modules of every phase
-        from edgeport.convert.base import ConvertConfig
-        from edgeport.convert.export_onnx_pass import export_onnx
+        from edgeport.convert.base import ConvertConfig, Converted, Exported
+        from edgeport.convert.board_gate_pass import BoardGatePass
+        from edgeport.convert.parity_pass import subject_of
         from edgeport.convert.pipeline import VALIDATE, run_pipeline
-        from edgeport.validate.board.profiles import board_verdict
-        from edgeport.validate.parity.run import ParitySubject, run_parity
+        from edgeport.validate.parity.run import run_parity
         from edgeport.validate.report.assemble import build_report
         from edgeport.validate.report.render import write_reports
-        from edgeport.validate.report.schema import BoardSection
 
     if not Path(tflite).is_file():
         raise BadInputError(f"--tflite {str(tflite)!r} does not exist; pass a .tflite file")
@@ -119,17 +118,14 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
         if data is not None:
             num_classes = (prepared.model.arch_config or {}).get("num_classes", 1)
             inputs, source, truth, letterboxes = _dataset_inputs(Path(data), size, num_classes, MAX_IMAGES)
-        checks = {variant: board_verdict(Path(tflite), board)}  # the board gate, once: the report's and the emulator's
-        subject = ParitySubject(
-            reference_module=prepared.reference, folded_module=None, onnx_path=None, tflite={variant: Path(tflite)},
-            output_names=prepared.output_names, strides=prepared.strides, inputs=inputs, inputs_source=source, board=board,
-            head=prepared.head, workdir=stage.work, ground_truth=truth, letterboxes=letterboxes, board_checks=checks,
-            export_reference=functools.partial(export_onnx, prepared.reference, size, output_names=list(prepared.output_names),
-                                               opset=config.opset),
-        )
+        # the pipeline's tail on the file given: the same board gate (once: the report's and the emulator's
+        # verdict) and the same parity subject as convert's, with no folded or ONNX row and the images asked for
+        given_file = Converted(Exported(prepared, None), {variant: Path(tflite)})
+        gated = BoardGatePass().run(given_file, config).value
+        subject = replace(subject_of(gated, config), folded_module=None, inputs=inputs, inputs_source=source,
+                          ground_truth=truth, letterboxes=letterboxes)
         report = build_report(
-            run_parity(subject), model=dict(prepared.describe(), tflite=str(tflite)),
-            board=BoardSection.of(board, checks),
+            run_parity(subject), model=dict(prepared.describe(), tflite=str(tflite)), board=gated.board,
             artifacts={f"model_{variant}.tflite": {"bytes": Path(tflite).stat().st_size, "path": str(tflite)}},
             stages=[r.to_dict() for r in records],
         )

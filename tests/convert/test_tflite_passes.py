@@ -1,6 +1,6 @@
 """The passes after the export, one at a time, on files built with ``Graph``: to_tflite (with a
-converter that hands back given files), int8_fixes, uint8, lower_for_board and board_gate. Each
-writes new files and never rewrites the one it was given."""
+converter that hands back given files), int8_fixes, uint8, lower_for_board, board_gate and parity.
+Each writes new files and never rewrites the one it was given."""
 
 from __future__ import annotations
 
@@ -10,14 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeport.convert.base import Converted, Exported, Prepared
+from edgeport.convert.base import Converted, Exported, Gated, Prepared
 from edgeport.convert.board_gate_pass import BoardGatePass
 from edgeport.convert.converter import Conversion, Converter
 from edgeport.convert.int8_fixes_pass import Int8FixesPass
 from edgeport.convert.lower_for_board_pass import LowerForBoardPass
+from edgeport.convert.parity_pass import ParityPass
 from edgeport.convert.to_tflite_pass import ToTFLitePass
 from edgeport.convert.uint8_pass import Uint8Pass
 from edgeport.errors import ConversionError, PassCheckError
+from edgeport.models.heads import Head
 from edgeport.ops.tflite_graph import Graph, Quant
 from edgeport.validate.board.profiles import load_board
 
@@ -148,3 +150,43 @@ def test_board_gate_names_what_the_board_lacks(tmp_path):
     check = gated.board.checks["float32"]
     assert not check["runnable"] and any("GELU" in r for r in check["reasons"])
     assert BoardGatePass().run(_converted({"float32": f32}), config(tmp_path)).value.board.checks["float32"]["runnable"]
+
+
+def _gated(tmp_path, tflite: bytes) -> Gated:
+    """A ReLU, as PyTorch, ONNX and one float32 file (``tflite``) hold it, through the board gate."""
+    import onnx
+    import torch
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("images", TensorProto.FLOAT, (1, 3, 4, 4))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 3, 4, 4))
+    graph = helper.make_graph([helper.make_node("Relu", ["images"], ["y"])], "relu", [x], [y])
+    tmp_path.mkdir(parents=True)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "model.onnx")
+    images = np.random.default_rng(0).standard_normal((4, 3, 4, 4)).astype(np.float32)  # negatives: ReLU is not |x|
+    prepared = Prepared(model=None, module=torch.nn.ReLU(), reference=torch.nn.ReLU(), imgsz=4, calib=images,
+                        calib_source="random", val=images, val_source="random", output_names=("y",), strides=(),
+                        head=Head("raw"))
+    converted = Converted(Exported(prepared, tmp_path / "model.onnx"), {"float32": _file(tmp_path, "f.tflite", tflite)})
+    return BoardGatePass().run(converted, config(tmp_path)).value
+
+
+def test_parity_judges_every_file_against_pytorch_and_a_failed_row_is_a_verdict_not_a_broken_pass(tmp_path):
+    cfg = config(tmp_path)
+    same = _gated(tmp_path / "same", unary("RELU", (1, 4, 4, 3)))
+    result = ParityPass().run(same, cfg)
+    ParityPass().check(same, result.value, cfg)
+    rows = {(r.variant, r.runtime): r.passed for r in result.value.parity.rows}
+    assert rows[("reference", "pytorch")] and rows[("folded", "pytorch")] and rows[("onnx", "onnxruntime")]
+    assert rows[("float32", "tflite")] and all(rows.values()) and result.summary == "all passed"
+    # a file that computes |x|: its rows fail, with why; the pass itself kept its promise
+    other = _gated(tmp_path / "abs", unary("ABS", (1, 4, 4, 3)))
+    result = ParityPass().run(other, cfg)
+    ParityPass().check(other, result.value, cfg)
+    failed = [r for r in result.value.parity.rows if not r.passed]
+    assert failed and {r.variant for r in failed} == {"float32"} and result.summary.startswith("FAILED: float32/tflite")
+    assert all(o["cosine"] < 0.99 for o in failed[0].outputs)
+    # a file the parity left without a row breaks the pass's promise
+    missing = replace(result.value, parity=replace(result.value.parity, rows=result.value.parity.rows[:3]))
+    with pytest.raises(PassCheckError, match="parity has rows for"):
+        ParityPass().check(other, missing, cfg)
