@@ -10,6 +10,7 @@ reader the first, so such a file says two things.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -52,3 +53,57 @@ def _one_of_each_key(pairs: list[tuple[str, object]]) -> dict:
                           f"depends on the reader")
         out[key] = value
     return out
+
+
+# -- its fields, each checked where it is read: the report reader (validate/report/schema.py,
+# validate/parity/result.py) and the board's reply (validate/board/reply.py) ---------------------
+
+
+class Malformed(ValueError):
+    """A field missing, of the wrong type or out of range; the message names it (``results[1].passed``)."""
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """Text from a file, bounded: a reason may be long, a line of edgeport's output may not."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def shown(value) -> str:
+    """A value from a file as an error shows it: exactly (``repr``), bounded."""
+    return clip(repr(value), 80)
+
+
+def expect(value, kind, where: str):
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise Malformed(f"{where} is missing or not a{'n' if kind.__name__[0] in 'aeiou' else ''} {kind.__name__}")
+    return value
+
+
+def number(value, where: str, lo: float = -math.inf, hi: float = math.inf) -> float:
+    """A JSON number (or the renderer's "inf", "-inf", "nan") within [lo, hi]; NaN and infinities pass here."""
+    if isinstance(value, str) and value in ("inf", "-inf", "nan"):
+        value = float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Malformed(f"{where} is {shown(value)}, not a number")
+    try:
+        out = float(value)
+    except OverflowError:  # an integer past 1.8e308: no number edgeport writes is one
+        digits = int(value.bit_length() * math.log10(2)) + 1
+        raise Malformed(f"{where} is an integer of about {digits} digits, past the largest float (1.8e308): not a metric") from None
+    if math.isfinite(out) and not lo <= out <= hi:
+        # exactly as read: a cosine of 1.0000000000000002 must not print as 1
+        raise Malformed(f"{where} is {out!r}, outside [{lo!r}, {hi!r}]")
+    return out
+
+
+def count(value, where: str, *, nullable: bool = False) -> int | None:
+    """A non-negative integer (or null where ``nullable``): a float, NaN or bool is not a count."""
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise Malformed(f"{where} is {shown(value)}, not a non-negative integer" + (" or null" if nullable else ""))
+    return value
+
+
+def strings(value, where: str) -> tuple[str, ...]:
+    return tuple(expect(s, str, f"{where}[{i}]") for i, s in enumerate(expect(value, list, where)))

@@ -9,19 +9,19 @@ from edgeport.text import for_terminal
 
 
 def check(report_path: Path, baseline_path: Path, *, tolerances: list[str], update_baseline: bool) -> int:
-    from edgeport.validate.gate.check import CheckTolerance, compare_reports, load_report, parse_report, write_baseline
+    from edgeport.validate.gate.check import CheckTolerance, compare_reports, load_report, write_baseline
 
     tol = CheckTolerance.parse(tolerances)
-    report = parse_report(load_report(report_path, "report"), f"report {str(report_path)!r}")
+    report = load_report(report_path, "report")
     if update_baseline:
         written = write_baseline(report_path, baseline_path)
         through = f" (through the link, to {written})" if written != Path(baseline_path).absolute() else ""
         print(for_terminal(f"baseline {baseline_path} updated from {report_path}{through}"))
         return 0
-    baseline = parse_report(load_report(baseline_path, "baseline"), f"baseline {str(baseline_path)!r}")
+    baseline = load_report(baseline_path, "baseline")
     regressions = compare_reports(report, baseline, tol)
     if not regressions:
-        print(for_terminal(f"no regression against {baseline_path}: {len(baseline.rows)} rows checked"))
+        print(for_terminal(f"no regression against {baseline_path}: {len(baseline.results)} rows checked"))
         return 0
     # a regression reads "row: metric baseline -> now"; a row that says it passed while one of its
     # own checks failed reads "row: says passed, but <the check and its values>"

@@ -148,13 +148,14 @@ def test_the_probe_table_quotes_what_the_runtime_says_of_itself():
 
 
 def test_a_probe_reply_naming_uint8_models_it_was_not_sent_is_refused():
-    from edgeport.validate.board.reply import _BadReply, check_reply
+    from edgeport.jsonfile import Malformed
+    from edgeport.validate.board.reply import check_reply
 
     reply = {"ok": True, "runtime": "TFLite", "version": "1.13.1", "package": "tensorflow", "accepted": ["ADD.1"],
              "uint8": {"ADD": "ran"}}
     assert check_reply(reply, "probe", probes={"ADD.1"}, uint8_probes={"ADD"})["uint8"] == {"ADD": "ran"}
     for bad in ({"HARD_SWISH": "ran"}, {"ADD": 1}, ["ADD"]):
-        with pytest.raises(_BadReply, match="'uint8'"):
+        with pytest.raises(Malformed, match="'uint8'"):
             check_reply({**reply, "uint8": bad}, "probe", probes={"ADD.1"}, uint8_probes={"ADD"})
 
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from edgeport.errors import BadInputError
-from edgeport.validate.gate.check import CheckTolerance, compare_reports, load_report, parse_report
+from edgeport.validate.gate.check import CheckTolerance, compare_reports, load_report, row_failures
 from edgeport.validate.parity.result import ResultRow, Verdict
 from edgeport.validate.report.render import render_json
+from edgeport.validate.report.schema import Report
 
 from ..conftest import make_report
 
@@ -71,7 +72,7 @@ def test_unreadable_files_and_tolerances(tmp_path):
     with pytest.raises(BadInputError, match="not readable JSON"):
         load_report(tmp_path / "x.json", "report")
     with pytest.raises(BadInputError, match="is not an edgeport.parity/2 report"):
-        parse_report({"schema": "other/1"}, "baseline")
+        Report.from_dict({"schema": "other/1"}, "baseline")
     assert CheckTolerance.parse(["cosine=1e-3"]).cosine == 1e-3
     with pytest.raises(BadInputError, match="KEY=VALUE"):
         CheckTolerance.parse(["speed=2"])
@@ -196,7 +197,7 @@ def test_a_steps_entry_that_is_not_a_check_is_malformed(entry, error):
     report = board_report()
     _board_row(report)["steps"][0].update(entry)
     with pytest.raises(BadInputError, match="malformed") as exc:
-        parse_report(report)
+        Report.from_dict(report)
     assert error in str(exc.value)
 
 
@@ -217,14 +218,14 @@ def test_row_checks_that_are_not_checks_are_malformed(mutate, error):
     report = board_report()
     mutate(_board_row(report))
     with pytest.raises(BadInputError, match="malformed") as exc:
-        parse_report(report)
+        Report.from_dict(report)
     assert error in str(exc.value)
 
 
 def test_the_malformed_message_shows_the_value_exactly_and_who_wrote_it():
     report = make_report(cos=1.0000000000000002)
     with pytest.raises(BadInputError) as exc:
-        parse_report(report, "report 'now.json'")
+        Report.from_dict(report, "report 'now.json'")
     msg = str(exc.value)
     assert "cosine is 1.0000000000000002, outside [-1.0, 1.0]" in msg
     assert "written by another version or edited" in msg and "regenerate" not in msg
@@ -288,8 +289,11 @@ def test_what_edgeport_writes_is_read_as_written():
     report = make_report()
     report["results"].append(json.loads(render_json(row.to_dict())))
     report["tolerances"] = {"uint8": {"max_abs_rel": None, "min_cosine": 0.99, "boxes": {"fraction": 0.4, "slack": 2}}}
-    gate = parse_report(report)
-    assert gate.rows["uint8/tflite-ref"].passed and gate.rows["uint8/tflite-ref"].failures() == []
+    read = Report.from_dict(report)
+    # read back by the types that wrote it: the row is the row written, and written again it is the same JSON
+    assert read.results[-1].to_dict()["steps"] == [dict(c) for c in row.steps] and read.results[-1].verdict is None
+    assert json.loads(render_json(read.to_dict()))["results"][-1] == report["results"][-1]
+    assert read.results[-1].key == "uint8/tflite-ref" and read.results[-1].passed and row_failures(read.results[-1], read.boxes) == []
     assert compare_reports(report, report, CheckTolerance()) == []
 
 
@@ -337,8 +341,9 @@ def test_a_row_over_its_own_box_tolerance_never_passes_whatever_it_says():
     """2 of 30 stable boxes missed where the report allows max(1, 5 % of 30) = 1: the row says passed
     and its reasons were removed; the gate counts for itself."""
     bad = _judged(missed_stable=2)
-    assert not parse_report(bad).rows["float32/tflite"].passed
-    assert parse_report(_judged(missed_stable=1)).rows["float32/tflite"].passed
+    read, ok = Report.from_dict(bad), Report.from_dict(_judged(missed_stable=1))
+    assert read.results[1].passed and row_failures(read.results[1], read.boxes) == ["detections missed_stable 2 > allowed 1 (of 30 stable boxes)"]
+    assert row_failures(ok.results[1], ok.boxes) == []
     regressions = compare_reports(bad, bad, CheckTolerance())
     assert any("missed_stable 2 > allowed 1" in str(r) for r in regressions), regressions
 
@@ -349,7 +354,7 @@ def test_counts_above_the_floor_without_the_reports_box_tolerance_are_malformed(
     r = _judged()
     del r["tolerances"]
     with pytest.raises(BadInputError, match="tolerances.float32.boxes is missing"):
-        parse_report(r)
+        Report.from_dict(r)
 
 
 @pytest.mark.parametrize("value", ['"nan"', '"inf"', "1e400"])

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from edgeport.errors import BadInputError
-from edgeport.jsonfile import Refused, read_json
+from edgeport.jsonfile import Malformed, Refused, read_json
 from edgeport.text import for_terminal
 
 
@@ -32,13 +32,9 @@ MAX_OUTPUTS = 4096
 MAX_RESULT_BYTES = 4 * 2**20
 
 
-class _BadReply(Exception):
-    pass
-
-
 def _text(value, what: str) -> str:
     if not isinstance(value, str) or len(value) > MAX_TEXT:
-        raise _BadReply(f"{what} is not a short text")
+        raise Malformed(f"{what} is not a short text")
     return for_terminal(value)
 
 
@@ -52,13 +48,13 @@ def _real(value) -> bool:
 
 def check_reply(result, mode: str, *, images: int | None = None, probes: set[str] | None = None,
                 uint8_probes: set[str] | None = None) -> dict:
-    """The worker's ``result.json``, checked field by field; raises ``_BadReply`` naming the first
+    """The worker's ``result.json``, checked field by field; raises ``Malformed`` naming the first
     field that is missing, of the wrong type or out of range. Text is made inert for the terminal."""
     if not isinstance(result, dict) or not isinstance(result.get("ok"), bool):
-        raise _BadReply("it is not an object with an 'ok' flag")
+        raise Malformed("it is not an object with an 'ok' flag")
     if not result["ok"]:
         if result.get("error") not in ("no_runtime", "load", "run"):
-            raise _BadReply("its 'error' is not one of no_runtime, load, run")
+            raise Malformed("its 'error' is not one of no_runtime, load, run")
         return {"ok": False, "error": result["error"],
                 **{k: for_terminal(str(result.get(k, "?"))[:MAX_TEXT]) for k in ("message", "runtime", "version", "package")}}
     checked = {"ok": True, **{k: _text(result.get(k), k) for k in ("runtime", "version", "package")}}
@@ -67,34 +63,34 @@ def check_reply(result, mode: str, *, images: int | None = None, probes: set[str
     if mode == "run":
         outputs, ms = result.get("outputs"), result.get("ms")
         if not isinstance(outputs, list) or not 0 < len(outputs) <= MAX_OUTPUTS:
-            raise _BadReply(f"'outputs' is not a list of 1 to {MAX_OUTPUTS} outputs")
+            raise Malformed(f"'outputs' is not a list of 1 to {MAX_OUTPUTS} outputs")
         checked["outputs"] = []
         for k, d in enumerate(outputs):
             shape, dtype, quant = (d.get("shape"), d.get("dtype"), d.get("quantization")) if isinstance(d, dict) else (None,) * 3
             if not (isinstance(shape, list) and 0 < len(shape) <= 8 and all(_whole(v, 1, MAX_DIM) for v in shape)):
-                raise _BadReply(f"outputs[{k}].shape is not a list of positive whole numbers")
+                raise Malformed(f"outputs[{k}].shape is not a list of positive whole numbers")
             if dtype not in OUTPUT_DTYPES:
-                raise _BadReply(f"outputs[{k}].dtype is not one of {', '.join(OUTPUT_DTYPES)}")
+                raise Malformed(f"outputs[{k}].dtype is not one of {', '.join(OUTPUT_DTYPES)}")
             if not (isinstance(quant, list) and len(quant) == 2 and _real(quant[0]) and quant[0] >= 0
                     and _whole(quant[1], -(2**31), 2**31 - 1)):
-                raise _BadReply(f"outputs[{k}].quantization is not [scale, zero point]")
+                raise Malformed(f"outputs[{k}].quantization is not [scale, zero point]")
             checked["outputs"].append({"shape": shape, "dtype": dtype, "quantization": [float(quant[0]), quant[1]]})
         if not (isinstance(ms, list) and len(ms) == images and all(_real(v) and v >= 0 for v in ms)):
-            raise _BadReply(f"'ms' is not one time (ms >= 0) per image ({images})")
+            raise Malformed(f"'ms' is not one time (ms >= 0) per image ({images})")
         checked["ms"] = [float(v) for v in ms]
         repeat = result.get("repeat_max_abs")  # -1: a NaN or infinite difference; absent: an older worker
         if repeat is not None and not (_real(repeat) and (repeat >= 0 or repeat == -1.0)):
-            raise _BadReply("'repeat_max_abs' is not a difference >= 0 (or -1)")
+            raise Malformed("'repeat_max_abs' is not a difference >= 0 (or -1)")
         checked["repeat_max_abs"] = None if repeat is None else (float("inf") if repeat == -1.0 else float(repeat))
     elif mode == "probe":
         accepted = result.get("accepted")
         if not isinstance(accepted, list) or not all(isinstance(a, str) and a in (probes or ()) for a in accepted):
-            raise _BadReply("'accepted' is not a list of the probe models sent")
+            raise Malformed("'accepted' is not a list of the probe models sent")
         checked["accepted"] = list(accepted)
         uint8 = result.get("uint8", {})  # absent: an older worker
         if not (isinstance(uint8, dict) and all(isinstance(k, str) and k in (uint8_probes or ()) and isinstance(v, str)
                                                 for k, v in uint8.items())):
-            raise _BadReply("'uint8' is not an object of the uint8 probe models sent, each with what happened")
+            raise Malformed("'uint8' is not an object of the uint8 probe models sent, each with what happened")
         checked["uint8"] = {k: for_terminal(v[:MAX_TEXT]) for k, v in uint8.items()}
     return checked
 
@@ -108,7 +104,7 @@ def _read_result(folder: Path, returncode: int, stderr: str, what: str, mode: st
     uint8 = {p.name[: -len(".tflite")] for p in (folder / "uint8").glob("*.tflite")} if mode == "probe" else None
     try:  # bounded, UTF-8, no key twice (jsonfile.py): a whole reply is capped only at max_reply_mb
         result = check_reply(read_json(path, MAX_RESULT_BYTES), mode, images=images, probes=probes, uint8_probes=uint8)
-    except (OSError, ValueError, _BadReply) as exc:  # (Refused is a ValueError)
+    except (OSError, ValueError) as exc:  # (Refused and Malformed are ValueErrors)
         why = f"it {exc}" if isinstance(exc, Refused) else str(exc)
         raise BoardRuntimeError(f"{what} answered with a result.json edgeport cannot use ({for_terminal(why[:200])}); "
                                 f"check the runtime there, or reinstall it") from None

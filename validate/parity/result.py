@@ -5,9 +5,27 @@ Imports neither torch nor numpy: ``edgeport check`` and the renderers read repor
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
+from edgeport.jsonfile import Malformed, count, expect, number, shown, strings
+
 JUDGES = ("emulator", "runtime", "converter")
+
+# what a row's fields must hold when read back (``from_dict``); NaN and infinities are read, and
+# the gate then reports them as regressions: they mean something broke
+INF = math.inf
+OUTPUT_METRICS = {"max_abs": (0.0, INF), "mean_abs": (0.0, INF), "rmse": (0.0, INF), "p99_abs": (0.0, INF),
+                  "max_abs_rel": (0.0, INF), "ref_max_abs": (0.0, INF), "cosine": (-1.0, 1.0), "snr_db": (-INF, INF)}
+REQUIRED_OUTPUT_METRICS = ("cosine", "max_abs_rel")
+# the fields of a section that are read (others are allowed and kept as they are), and those it must have
+SECTIONS = {"detections": {"recall": (0.0, 1.0), "precision": (0.0, 1.0), "reference_boxes": (0.0, INF),
+                           "matched": (0.0, INF), "missed": (0.0, INF), "extra": (0.0, INF), "stable_boxes": (0.0, INF),
+                           "missed_stable": (0.0, INF), "extra_beyond": (0.0, INF), "noise_floor": (0.0, INF)},
+            "map": {"map50": (0.0, 1.0), "map50_95": (0.0, 1.0)}}
+REQUIRED_SECTION_FIELDS = {"detections": ("recall",), "map": ("map50", "map50_95")}
+# counts of boxes: finite, never NaN (a NaN count is no count)
+DETECTION_COUNTS = ("reference_boxes", "matched", "missed", "extra", "stable_boxes", "missed_stable", "extra_beyond", "noise_floor")
 
 
 @dataclass(frozen=True)
@@ -25,6 +43,17 @@ class Verdict:
     def to_dict(self) -> dict:
         return {"judge": self.judge, "runnable": self.runnable, "reasons": list(self.reasons), "differences": dict(self.differences),
                 "arena_bytes": self.arena_bytes, "model_bytes": self.model_bytes}
+
+    @classmethod
+    def from_dict(cls, value, where: str) -> "Verdict | None":
+        """As ``to_dict`` wrote it (null: none); ``jsonfile.Malformed`` naming the first field that is not."""
+        if value is None:
+            return None
+        expect(value, dict, where)
+        if value.get("judge") not in JUDGES:
+            raise Malformed(f"{where}.judge is {shown(value.get('judge'))}, not one of {', '.join(JUDGES)}")
+        return cls(value["judge"], expect(value.get("runnable"), bool, f"{where}.runnable"),
+                   strings(value.get("reasons"), f"{where}.reasons"))
 
 
 @dataclass(frozen=True)
@@ -57,7 +86,96 @@ class ResultRow:
         d["verdict"] = self.verdict.to_dict() if self.verdict else None
         return d
 
+    @property
+    def key(self) -> str:
+        return f"{self.variant}/{self.runtime}"
+
+    @classmethod
+    def from_dict(cls, r, where: str) -> "ResultRow":
+        """A row as ``to_dict`` wrote it, read strictly: every metric a number in its range, one entry
+        per output name and per run its steps are against, a check that passed consistent with its own
+        numbers; ``jsonfile.Malformed`` naming the first field that is not. Fields it does not read are
+        kept as they are; ``reasons``, ``repeat``, ``verdict`` and ``steps`` are optional (older reports)."""
+        expect(r, dict, where)
+        variant, runtime = expect(r.get("variant"), str, f"{where}.variant"), expect(r.get("runtime"), str, f"{where}.runtime")
+        key = f"{variant}/{runtime}"
+        outputs = [_output(o, f"{where}.outputs[{j}]") for j, o in enumerate(expect(r.get("outputs"), list, f"{where}.outputs"))]
+        names = [o["name"] for o in outputs]
+        for name in names:
+            if names.count(name) > 1:
+                raise Malformed(f"{where} ({key}) has two outputs named {name!r}")
+        sections = {s: _section(r.get(s), s, f"{where}.{s}") for s in SECTIONS}
+        steps = [_steps(c, f"{where}.steps[{i}]") for i, c in enumerate(expect(r.get("steps", []), list, f"{where}.steps"))]
+        against = [c["against"] for c in steps]
+        for a in against:
+            if against.count(a) > 1:
+                raise Malformed(f"{where}.steps ({key}) has two entries against {shown(a)}")
+        passed = expect(r.get("passed"), bool, f"{where}.passed")
+        kept = {f.name: r[f.name] for f in fields(cls) if f.name in r}
+        return cls(**{**kept, "variant": variant, "runtime": runtime, "passed": passed, "outputs": tuple(outputs), **sections,
+                      "reasons": strings(r["reasons"], f"{where}.reasons") if "reasons" in r else (),
+                      "repeat": _repeat(r.get("repeat"), f"{where}.repeat"), "steps": tuple(steps),
+                      "verdict": Verdict.from_dict(r.get("verdict"), f"{where}.verdict")})
+
     @classmethod
     def not_runnable(cls, variant: str, runtime: str, verdict: Verdict) -> "ResultRow":
         """A file that does not run there (or was never written): a failed row carrying the reasons."""
         return cls(variant=variant, runtime=runtime, passed=False, verdict=verdict)
+
+
+def _output(o, where: str) -> dict:
+    """One output's comparison (``compare.TensorComparison.to_dict``) with its numbers read."""
+    expect(o, dict, where)
+    expect(o.get("name"), str, f"{where}.name")
+    for metric in REQUIRED_OUTPUT_METRICS:
+        if metric not in o:
+            raise Malformed(f"{where}.{metric} is missing")
+    metrics = {m: number(o[m], f"{where}.{m}", lo, hi) for m, (lo, hi) in OUTPUT_METRICS.items() if m in o}
+    tol = expect(o.get("tolerance"), dict, f"{where}.tolerance")
+    tolerance = {k: None if tol.get(k) is None else number(tol[k], f"{where}.tolerance.{k}", lo, hi)
+                 for k, lo, hi in (("max_abs_rel", 0.0, INF), ("min_cosine", -1.0, 1.0))}
+    return {**o, **metrics, "tolerance": tolerance, "passed": expect(o.get("passed"), bool, f"{where}.passed"),
+            "reasons": strings(o["reasons"], f"{where}.reasons") if "reasons" in o else ()}
+
+
+def _section(value, section: str, where: str) -> dict | None:
+    if value is None:
+        return None
+    expect(value, dict, where)
+    for f in REQUIRED_SECTION_FIELDS[section]:
+        if f not in value:
+            raise Malformed(f"{where}.{f} is missing")
+    read = {f: number(value[f], f"{where}.{f}", lo, hi) for f, (lo, hi) in SECTIONS[section].items() if f in value}
+    for f in DETECTION_COUNTS if section == "detections" else ():
+        if f in read and not math.isfinite(read[f]):
+            raise Malformed(f"{where}.{f} is {read[f]!r}: a count of boxes is a finite number")
+    return {**value, **read}
+
+
+def _repeat(value, where: str) -> dict | None:
+    """Each image invoked twice: the check is "the same answer twice", so it passes exactly when max_abs is 0."""
+    if value is None:
+        return None
+    expect(value, dict, where)
+    if "max_abs" not in value:
+        raise Malformed(f"{where}.max_abs is missing")
+    max_abs = number(value["max_abs"], f"{where}.max_abs", 0.0, INF)
+    passed = expect(value.get("passed"), bool, f"{where}.passed")
+    if passed != (max_abs == 0.0):
+        raise Malformed(f"{where} says passed {passed} with max_abs {max_abs!r}: it passes exactly when max_abs is 0")
+    return {**value, "max_abs": max_abs}
+
+
+def _steps(c, where: str) -> dict:
+    """One steps entry: ``max_steps`` null when that run did not run, ``allowed`` null when not gated."""
+    expect(c, dict, where)
+    against = expect(c.get("against"), str, f"{where}.against")
+    for f in ("max_steps", "allowed"):
+        if f not in c:
+            raise Malformed(f"{where}.{f} is missing (null: {'that run did not run' if f == 'max_steps' else 'not gated'})")
+    steps, allowed = count(c["max_steps"], f"{where}.max_steps", nullable=True), count(c["allowed"], f"{where}.allowed", nullable=True)
+    passed = expect(c.get("passed"), bool, f"{where}.passed")
+    if passed and allowed is not None and (steps is None or steps > allowed):
+        seen = "no run to check against" if steps is None else f"max_steps {steps}"
+        raise Malformed(f"{where} says passed with {seen} and allowed {allowed}")
+    return {**c, "against": against, "max_steps": steps, "allowed": allowed, "passed": passed}

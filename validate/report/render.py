@@ -389,10 +389,11 @@ def _check_identity(text: str) -> None:
     back as the gate reads it, then checked against itself. A report that fails this is edgeport's
     bug (an internal error, exit 3), never a file left for the user's gate to refuse."""
     from edgeport.errors import BadInputError
-    from edgeport.validate.gate.check import CheckTolerance, compare_reports, parse_report
+    from edgeport.validate.gate.check import CheckTolerance, compare_reports
+    from edgeport.validate.report.schema import Report
 
     try:
-        data = parse_report(json.loads(text), "the report edgeport is writing")
+        data = Report.from_dict(json.loads(text), "the report edgeport is writing")
     except BadInputError as exc:
         raise RuntimeError(str(exc)) from None
     regressions = compare_reports(data, data, CheckTolerance())

@@ -10,12 +10,17 @@ starts in a fraction of a second. (Fields documented in ``validate/report/SCHEMA
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from dataclasses import dataclass, field
 
-from edgeport.errors import ParityGateError
+from edgeport.errors import BadInputError, ParityGateError
+from edgeport.jsonfile import Malformed, expect, number, shown
+from edgeport.text import for_terminal
 from edgeport.validate.parity.result import ResultRow
 
 SCHEMA = "edgeport.parity/2"
+# what says which model a report is about
+IDENTITY = (("model", "arch"), ("model", "weights_sha256"), ("model", "outputs"), ("inputs", "shape"))
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,17 @@ class BoardSection:
         return {"name": self.name, "runtime": self.runtime, "version": self.version, "dtypes": list(self.dtypes),
                 "ram_bytes": self.ram_bytes, "flash_bytes": self.flash_bytes, "checks": self.checks, "runnable": self.runnable}
 
+    @classmethod
+    def from_dict(cls, board) -> "BoardSection | None":
+        """As ``to_dict`` wrote it (null: none); each check's ``runnable`` read, the rest kept as written."""
+        if board is None:
+            return None
+        checks = expect(expect(board, dict, "board").get("checks"), dict, "board.checks")
+        for variant, check in checks.items():
+            expect(expect(check, dict, f"board.checks.{variant}").get("runnable"), bool, f"board.checks.{variant}.runnable")
+        return cls(board.get("name"), board.get("runtime"), board.get("version"), tuple(board.get("dtypes") or ()),
+                   board.get("ram_bytes"), board.get("flash_bytes"), dict(checks))
+
 
 @dataclass(frozen=True)
 class Report:
@@ -61,10 +77,62 @@ class Report:
     converter: dict | None = None  # convert: {name, version, writer, notes}
     stages: tuple[dict, ...] = ()
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    claimed: bool | None = None  # read back (``from_dict``): the ``passed`` the file says, earned or not
 
     @property
     def passed(self) -> bool:
         return all(r.passed for r in self.results) and (self.board is None or self.board.runnable)
+
+    @property
+    def identity(self) -> dict:
+        """What says which model a report is about: reports of two models are never compared."""
+        return {f"{section}.{f}": getattr(self, section)[f] for section, f in IDENTITY}
+
+    @property
+    def boxes(self) -> dict:
+        """variant -> (fraction, slack): how many stable boxes a row may miss (``tolerances``; older reports: none)."""
+        return {v: (t["boxes"]["fraction"], t["boxes"]["slack"]) for v, t in self.tolerances.items()
+                if isinstance(t, dict) and t.get("boxes") is not None}
+
+    @classmethod
+    def from_dict(cls, data, what: str = "report") -> "Report":
+        """A report as ``to_dict`` wrote it, read back strictly (``ResultRow.from_dict``: every row's
+        numbers in range, each check consistent with its own numbers; one row per variant and runtime;
+        what says which model it is about; the box tolerance its rows are held to). ``BadInputError``
+        (exit 2), one line naming the first problem. Fields it does not read are allowed (new ones come
+        within a schema version) and kept as written."""
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            schema = data.get("schema") if isinstance(data, dict) else None
+            raise BadInputError(f"{what} is not an {SCHEMA} report (schema: {for_terminal(repr(schema))[:80]}); pass a "
+                                f"report.json edgeport wrote")
+        try:
+            for section, f in IDENTITY:
+                if f not in expect(data.get(section), dict, section):
+                    raise Malformed(f"{section}.{f} is missing: it says which model the report is about")
+            tolerances = expect(data.get("tolerances", {}), dict, "tolerances")
+            for variant, tol in tolerances.items():
+                if isinstance(tol, dict) and tol.get("boxes") is not None:
+                    b = expect(tol["boxes"], dict, f"tolerances.{variant}.boxes")
+                    fraction = number(b.get("fraction"), f"tolerances.{variant}.boxes.fraction", 0.0, 1.0)
+                    if not math.isfinite(fraction) or expect(b.get("slack"), int, f"tolerances.{variant}.boxes.slack") < 0:
+                        raise Malformed(f"tolerances.{variant}.boxes is {shown(b)}: a fraction in [0, 1] and a slack >= 0")
+            boxes = {v for v, t in tolerances.items() if isinstance(t, dict) and t.get("boxes") is not None}
+            rows = [ResultRow.from_dict(r, f"results[{i}]") for i, r in enumerate(expect(data.get("results"), list, "results"))]
+            for i, row in enumerate(rows):
+                if row.key in (r.key for r in rows[:i]):
+                    raise Malformed(f"results[{i}] repeats the row {row.key!r}: one row per variant and runtime")
+                if "stable_boxes" in (row.detections or {}) and row.variant not in boxes:
+                    raise Malformed(f"results[{i}] counts boxes above the noise floor, and tolerances.{row.variant}.boxes is "
+                                    f"missing: nothing says how many it may miss")
+            claimed = expect(data.get("passed"), bool, "passed")
+            return cls(data["model"], data["inputs"], tuple(rows), tolerances, data.get("versions") or {},
+                       data.get("artifacts") or {}, board=BoardSection.from_dict(data.get("board")),
+                       **{f: data.get(f) for f in ("board_runtime", "sample", "upsample", "int8_normalised", "converter")},
+                       stages=tuple(data.get("stages") or ()), created=data.get("created", ""), claimed=claimed)
+        except Malformed as exc:
+            raise BadInputError(f"{what} is a malformed {SCHEMA} report: {exc}; this version of edgeport does not write that, "
+                                f"so the file was written by another version or edited: restore it, or write it again with "
+                                f"this version (edgeport validate)") from None
 
     def to_dict(self) -> dict:
         return {
