@@ -55,8 +55,8 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
     "data": ("images", "labels", "annotations", "images/train", "images/val", "labels/train", "labels/val",
              "images/*/*.png", "labels/*/*.txt", "annotations/*.json"),
 }
-# files a run writes and renames away; left behind only by a killed run, and nobody else's
-TRANSIENT: dict[str, tuple[str, ...]] = {"train": (".*.pt.tmp-*",)}
+# the temporaries ``writing`` renames away (its name for them); left behind only by a killed run, and nobody else's
+TRANSIENT = ".*.tmp-[0-9]*-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]"
 _OWN_FILES = (MARKER, LOCK)
 
 
@@ -202,7 +202,6 @@ def foreign_entries(folder: Path, command: str) -> list[str]:
     marker = read_marker(folder)
     files = marker.files if marker and marker.command == command else {}
     dirs = marker.dirs if marker and marker.command == command else frozenset()
-    transient = TRANSIENT.get(command, ())
     out = []
     for root, subdirs, names in os.walk(folder, followlinks=False):
         rel_root = Path(root).relative_to(folder)
@@ -219,7 +218,7 @@ def foreign_entries(folder: Path, command: str) -> list[str]:
             elif rel in files:
                 if _sha256(path) != files[rel]:
                     out.append(f"{rel} (changed since edgeport wrote it)")
-            elif not (rel_root == Path(".") and any(fnmatch.fnmatchcase(name, p) for p in transient)):
+            elif not (rel_root == Path(".") and fnmatch.fnmatchcase(name, TRANSIENT)):
                 out.append(rel)
         subdirs[:] = [d for d in subdirs if not (Path(root) / d).is_symlink()]
     return out
@@ -380,15 +379,14 @@ def clear_owned(folder: Path, command: str) -> None:
     write_marker(folder, command)
 
 
-def remove_transient(folder: Path, command: str) -> list[str]:
-    """Remove what a killed run of ``command`` left half-written in ``folder`` (its temporary files);
+def remove_transient(folder: Path) -> list[str]:
+    """Remove what a killed run left half-written in ``folder`` (``writing``'s temporaries);
     the caller holds the folder's lock, so no live run is writing them."""
     gone = []
-    for pattern in TRANSIENT.get(command, ()):
-        for path in folder.glob(pattern):
-            if path.is_file() and not path.is_symlink():
-                path.unlink()
-                gone.append(path.name)
+    for path in folder.glob(TRANSIENT):
+        if path.is_file() and not path.is_symlink():
+            path.unlink()
+            gone.append(path.name)
     return gone
 
 
@@ -401,9 +399,13 @@ def writing(path: Path):
     a run writes whole goes through here: outputs, markers, checkpoints."""
     import secrets
 
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")  # (TRANSIENT matches it)
+    try:  # (the umask applies, as open()'s does); a file already at that name is not ours to remove
+        fd = _create_own(tmp, 0o666)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
-        with os.fdopen(_create_own(tmp, 0o666), "wb") as f:  # (the umask applies, as open()'s does)
+        with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -427,7 +429,7 @@ def discard_run(folder: Path, command: str) -> bool:
     """Remove a run folder this process claimed and whose run failed before it wrote anything worth
     keeping: the files its manifest lists (unchanged), what it left half-written, its marker and
     lock, and the folder. Nothing else: a folder holding anything more is left as it is."""
-    remove_transient(folder, command)
+    remove_transient(folder)
     if not owned(folder, command):
         return False
     for name in sorted(read_marker(folder).files, key=lambda n: -n.count("/")):

@@ -158,7 +158,7 @@ def prepare_out(cfg: TrainConfig, *, force: bool) -> tuple[TrainConfig, bool, Fo
         if marker is None:
             write_marker(target, "train")
         lock = lock_folder(target, "train", "--resume's run folder")
-        remove_transient(target, "train")
+        remove_transient(target)
         # the run's own files, as they are: resuming adopts them (they are written over from now on)
         record_outputs(target, *[n for n in OUTPUTS["train"] if (target / n).is_file()])
     else:
@@ -171,7 +171,7 @@ def prepare_out(cfg: TrainConfig, *, force: bool) -> tuple[TrainConfig, bool, Fo
                 write_marker(target, "train")
             lock = lock_folder(target, "train")
             if force and existed and owned(target, "train"):
-                remove_transient(target, "train")
+                remove_transient(target)
                 clear_owned(target, "train")
         except BaseException:
             if not existed:

@@ -194,3 +194,27 @@ def test_a_fifo_in_a_markers_place_is_refused_at_once(tmp_path):
     with pytest.raises(NotOurs):
         _read_own(fifo)
     assert time.monotonic() - t0 < 5
+
+
+def test_what_a_killed_write_leaves_is_edgeports_and_a_file_at_its_temporary_name_is_never_removed(tmp_path, monkeypatch):
+    """``writing``'s temporaries (``.NAME.tmp-PID-HEX``), whichever file they were for, are a killed
+    run's and go; a user's file that only looks like one stays foreign. A file already at the
+    temporary's name makes the write fail, and is not removed."""
+    from edgeport.runs import foreign_entries, remove_transient, write_output, writing
+
+    run = tmp_path / "run"
+    run.mkdir()
+    write_marker(run, "train")
+    write_output(run, "report.json", "{}")
+    left = [run / ".last.pt.tmp-4242-0123abcd", run / f".{MARKER}.tmp-17-deadbeef"]
+    for p in left + [run / ".notes.tmp-old"]:
+        p.write_text("half")
+    assert foreign_entries(run, "train") == [".notes.tmp-old"]
+    assert sorted(remove_transient(run)) == sorted(p.name for p in left) and (run / ".notes.tmp-old").exists()
+    monkeypatch.setattr("secrets.token_hex", lambda n: "00000000")
+    theirs = run / f".x.json.tmp-{os.getpid()}-00000000"
+    theirs.write_text("not edgeport's")
+    with pytest.raises(FileExistsError):
+        with writing(run / "x.json") as f:
+            f.write(b"{}")
+    assert theirs.read_text() == "not edgeport's" and not (run / "x.json").exists()
