@@ -299,9 +299,11 @@ def refusal(out: Path) -> str | None:
 
 def _write_new(path: Path, text: str) -> None:
     """``path`` replaced by a new file (O_EXCL | O_NOFOLLOW, then a rename): never written through a link."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    import secrets
+
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")  # a name no one else has
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
+    try:  # (created above: a file already at that name fails the open, and is not ours to remove)
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
