@@ -100,12 +100,6 @@ class Onnx2tfBackend:
     def describe(self) -> str:
         return f"onnx2tf {self.version} ({self.writer})"
 
-    @property
-    def module(self) -> str:
-        """What ``python -m`` runs: ``onnx2tf_lean``, onnx2tf itself without the work on files
-        edgeport never ships (the shipped files are plain onnx2tf's, byte for byte)."""
-        return LEAN_MODULE
-
     def extra_flags(self) -> list[str]:
         # 2.x: say which writer, so a changed default never changes what edgeport ships
         return ["-tb", "flatbuffer_direct"] if self.generation >= 2 else []
@@ -151,7 +145,7 @@ def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: s
     """``lean=False``: onnx2tf itself, with every file it writes (benchmarks' peers)."""
     backend = backend or installed_backend()
     cmd = [
-        python, "-m", backend.module if lean else "onnx2tf",
+        python, "-m", LEAN_MODULE if lean else "onnx2tf",
         "-i", str(onnx_path),
         "-o", str(out_dir),
         "-coion",  # keep the ONNX input/output names

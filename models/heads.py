@@ -285,10 +285,3 @@ def resolve_head(head: str | None, shapes: list[tuple[int, ...]], strides=(), hi
                             f"pass another --head, or raw for tensor parity only")
     return fitting[0]
 
-
-def channel_groups(head: Head, shape: tuple[int, ...], k: int = 0) -> list[Group]:
-    return head.groups(k, shape)
-
-
-def decode_head(head: Head, outputs: list[np.ndarray], protocol: DecodeProtocol = DETECT) -> list[Detections] | None:
-    return head.decode(outputs, protocol)

@@ -61,7 +61,7 @@ class DamagedModel(BadInputError):
 
 
 def schema():
-    return require("ai_edge_litert.schema_py_generated", package="ai-edge-litert", purpose="reading .tflite files")
+    return require("ai_edge_litert.schema_py_generated", package="ai-edge-litert", purpose="reading and editing .tflite files")
 
 
 def unpack(data: bytes, what: str = "the model"):
@@ -215,7 +215,7 @@ class _Walk:
 
 @lru_cache(maxsize=1)
 def _table_class():
-    return require("flatbuffers.table", package="flatbuffers", purpose="reading .tflite files").Table
+    return require("flatbuffers.table", package="flatbuffers", purpose="reading and editing .tflite files").Table
 
 
 @lru_cache(maxsize=None)

@@ -16,14 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeport._lazy import require
-from edgeport.ops.tflite_file import enum_names
+from edgeport.ops.tflite_file import enum_names, schema
 
 DTYPES = {"FLOAT32": np.float32, "INT8": np.int8, "UINT8": np.uint8, "INT32": np.int32, "INT64": np.int64,
           "INT16": np.int16, "BOOL": np.bool_, "FLOAT16": np.float16}
 
 
-def schema():
-    return require("ai_edge_litert.schema_py_generated", package="ai-edge-litert", purpose="editing .tflite files")
 
 
 def _inline_buffers(model, raw: bytes) -> None:
@@ -121,11 +119,11 @@ class Graph:
 
     # -- operator codes -------------------------------------------------------------------------
 
-    def code_of(self, name: str) -> int:
-        return getattr(self.schema.BuiltinOperator, name)
-
     def name(self, op) -> str:
-        code = self.model.operatorCodes[op.opcodeIndex]
+        return self.code_name(self.model.operatorCodes[op.opcodeIndex])
+
+    def code_name(self, code) -> str:
+        """An op code's name: its builtin's (``RESIZE_BILINEAR``), or ``CUSTOM:`` and the custom code."""
         if code.customCode:
             custom = code.customCode.decode(errors="replace") if isinstance(code.customCode, bytes) else code.customCode
             return f"CUSTOM:{custom}"
@@ -138,7 +136,7 @@ class Graph:
     def opcode(self, name: str, version: int) -> int:
         """The index of builtin ``name`` at ``version`` in the model's op codes, added when missing
         (the runtime resolves a kernel per op code: one entry per version in use)."""
-        builtin = self.code_of(name)
+        builtin = getattr(self.schema.BuiltinOperator, name)
         for i, code in enumerate(self.model.operatorCodes):
             if not code.customCode and max(code.builtinCode, code.deprecatedBuiltinCode) == builtin and code.version == version:
                 return i
@@ -150,10 +148,7 @@ class Graph:
         return len(self.model.operatorCodes) - 1
 
     def set_version(self, op, version: int) -> None:
-        self.retarget(op, self.name(op), version)
-
-    def retarget(self, op, name: str, version: int) -> None:
-        op.opcodeIndex = self.opcode(name, version)
+        op.opcodeIndex = self.opcode(self.name(op), version)
 
     def drop_unused_opcodes(self) -> None:
         used = sorted({op.opcodeIndex for sg in self.model.subgraphs for op in (sg.operators or ())})
@@ -279,22 +274,10 @@ class Graph:
             op.builtinOptions = opts
         return op
 
-    def options(self, op):
-        return op.builtinOptions
-
     def replace(self, op, new_ops: list) -> None:
         """Put ``new_ops`` where ``op`` was, in order."""
         at = self.sg.operators.index(op)
         self.sg.operators[at:at + 1] = list(new_ops)
-
-    def producer(self, t: int):
-        return next((op for op in self.sg.operators if t in op.outputs), None)
-
-    def consumers(self, t: int) -> list:
-        return [op for op in self.sg.operators if t in op.inputs]
-
-    def is_output(self, t: int) -> bool:
-        return t in self.sg.outputs
 
     def to_bytes(self, *, drop_unused_opcodes: bool = True) -> bytes:
         """The model as a .tflite file; op codes no operator uses are dropped unless asked to stay

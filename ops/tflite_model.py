@@ -132,14 +132,6 @@ def structural_problems(graph) -> list[str]:
     return problems
 
 
-def _code_name(graph, code) -> str:
-    if code.customCode:
-        custom = code.customCode.decode(errors="replace") if isinstance(code.customCode, bytes) else str(code.customCode)
-        return f"CUSTOM:{custom}"
-    builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
-    return graph._op_names.get(builtin, f"OP_{builtin}")
-
-
 def _summarise(graph, path: str, size: int) -> TFLiteSummary:
     from edgeport.ops.tflite_versions import data_type, needed_version
 
@@ -171,7 +163,7 @@ def _summarise(graph, path: str, size: int) -> TFLiteSummary:
             key = (name, version, notes, needs if needs is not None and needs > version else None, dtype)
             counts[key] = counts.get(key, 0) + 1
     # every custom op code, used or not: a runtime resolves each code when it loads the file
-    custom = {name for name in (_code_name(graph, c) for c in model.operatorCodes or ()) if name.startswith("CUSTOM:")}
+    custom = {name for name in (graph.code_name(c) for c in model.operatorCodes or ()) if name.startswith("CUSTOM:")}
     main = model.subgraphs[0]
     inputs = [int(i) for i in main.inputs if 0 <= int(i) < len(main.tensors or ())]
     first_input = main.tensors[inputs[0]] if inputs else None

@@ -245,6 +245,3 @@ def write_dataset(root: Path, splits: dict[str, list], *, size: int) -> None:
             (root / "labels" / split / f"{Path(name).stem}.txt").write_text("\n".join(lines) + ("\n" if lines else ""))
         (root / "annotations" / f"{split}.json").write_text(json.dumps(coco))
 
-
-def load_rgb(sample: Sample) -> np.ndarray:
-    return load_image(sample.image)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from edgeport.models.preprocess import PAD_VALUE, letterbox, to_input
-from edgeport.train.data import Sample, load_rgb
+from edgeport.models.preprocess import PAD_VALUE, letterbox, load_image, to_input
+from edgeport.train.data import Sample
 from edgeport.train.targets import build_targets, collate_targets
 
 MIN_BOX_PX = 2.0
@@ -84,7 +84,7 @@ class DetectionDataset(torch.utils.data.Dataset):
     def _image(self, i: int) -> np.ndarray:
         # the synthetic sets are small: decode each PNG once
         if i not in self._cache:
-            self._cache[i] = load_rgb(self.samples[i])
+            self._cache[i] = load_image(self.samples[i].image)
         return self._cache[i]
 
     def __getitem__(self, i: int):

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from edgeport.models.decode import COCO_EVAL, Detections, decode
-from edgeport.models.preprocess import letterbox, to_input
-from edgeport.train.data import Sample, load_rgb
+from edgeport.models.preprocess import letterbox, load_image, to_input
+from edgeport.train.data import Sample
 from edgeport.validate.metrics import coco_map
 
 
@@ -29,7 +29,7 @@ def predict(model: torch.nn.Module, samples: list[Sample], imgsz: int, strides, 
     results: list[Detections] = []
     for start in range(0, len(samples), batch):
         chunk = samples[start : start + batch]
-        boxed = [letterbox(images[start + j] if images else load_rgb(s), imgsz) for j, s in enumerate(chunk)]
+        boxed = [letterbox(images[start + j] if images else load_image(s.image), imgsz) for j, s in enumerate(chunk)]
         x = torch.from_numpy(np.stack([to_input(b) for b, _ in boxed]))
         outs = [o.numpy() for o in model_outputs(model, x)]
         for dets, (_, lb) in zip(decode(outs, strides, COCO_EVAL), boxed):

@@ -35,7 +35,6 @@ from edgeport.ops.tflite_model import OpUse, TFLiteSummary, read_tflite
 from edgeport.validate.board import uint8_probe
 
 BOARDS_DIR = Path(__file__).parents[1] / "board_profiles"  # validate/board_profiles/: the profiles and op tables (data)
-DEFAULT_BOARD = "default"
 RUNTIMES = ("tflite", "tflm")
 # index and shape tensors: every runtime has them whatever arithmetic it runs
 INDEX_DTYPES = {"int32", "int64", "bool"}
@@ -186,7 +185,7 @@ def _url_names_port(url: str) -> bool:
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,62}[A-Za-z0-9])?")
 # an absolute path of plain characters: no space, quote, "$", ";", "%" (ssh's tokens) or newline,
 # so it is one word to ssh and to a shell, and never read as an option (it starts with "/")
-_PLAIN_PATH = re.compile(r"/[A-Za-z0-9._+/@-]{0,1023}")
+PLAIN_PATH = re.compile(r"/[A-Za-z0-9._+/@-]{0,1023}")
 # the interpreters a profile may name on the board without a path
 REMOTE_PYTHONS = ("python3", "python", *(f"python3.{minor}" for minor in range(5, 16)))
 DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
@@ -215,10 +214,11 @@ def check_name(name: object, what: str = "name") -> str:
     return name
 
 
-def _keys(table: object, allowed: tuple[str, ...], where: str) -> dict:
+def _keys(table: object, allowed: tuple[str, ...] | None, where: str) -> dict:
+    """``table``, a table holding only the keys ``allowed`` (None: any key)."""
     if not isinstance(table, dict):
         raise ProfileError(f"{where} is not a table")
-    unknown = sorted(k for k in table if k not in allowed)
+    unknown = sorted(k for k in table if k not in allowed) if allowed is not None else []
     if unknown:
         why = (" (free ssh options could run a command on this machine, e.g. ProxyCommand: only the keys below are "
                "passed to ssh, each checked)" if where == "[runner]" and "options" in unknown else "")
@@ -230,7 +230,7 @@ def _local_file(value: object, key: str) -> str:
     """A file on this machine ssh reads (a key, a known-hosts file): an absolute path of plain characters, or ``~/...``."""
     if isinstance(value, str) and value.startswith("~/"):
         value = str(Path(value).expanduser())
-    if not (isinstance(value, str) and _PLAIN_PATH.fullmatch(value)):
+    if not (isinstance(value, str) and PLAIN_PATH.fullmatch(value)):
         raise ProfileError(f"[runner] {key} {value!r} is not an absolute path (or ~/...) of plain characters "
                            f"(letters, digits, '._+/@-')")
     return value
@@ -246,7 +246,7 @@ def _number(value: object, key: str, lo: float, hi: float, *, whole: bool = Fals
 
 def remote_python(value: object) -> str:
     """The board's interpreter: one of ``REMOTE_PYTHONS``, or an absolute path of plain characters."""
-    if not (isinstance(value, str) and (value in REMOTE_PYTHONS or _PLAIN_PATH.fullmatch(value))):
+    if not (isinstance(value, str) and (value in REMOTE_PYTHONS or PLAIN_PATH.fullmatch(value))):
         raise ProfileError(f"[runner] python {value!r} is not one of {', '.join(REMOTE_PYTHONS[:3])}, ... or an absolute path "
                            f"of plain characters (letters, digits, '._+/@-'), e.g. /home/pi/venv/bin/python")
     return value
@@ -262,7 +262,7 @@ def runner_spec(table: object) -> RunnerSpec:
     if port is not None and _url_names_port(r["url"]) and parse_ssh_url(r["url"])[2] != port:
         raise ProfileError(f"[runner] port {port} and the port of url {r['url']!r} differ; give it once")
     workdir = r.get("workdir", "/tmp")
-    if not (isinstance(workdir, str) and _PLAIN_PATH.fullmatch(workdir)):
+    if not (isinstance(workdir, str) and PLAIN_PATH.fullmatch(workdir)):
         raise ProfileError(f"[runner] workdir {workdir!r} is not an absolute path of plain characters on the board")
     return RunnerSpec(
         url=r["url"], python=remote_python(r.get("python", "python3")),
@@ -398,7 +398,7 @@ def load_board(name_or_path: str) -> BoardProfile:
         if ops is not None and not (isinstance(ops, list) and all(isinstance(o, str) and _OP_NAME.fullmatch(o) for o in ops)):
             raise ProfileError("ops is not a list of builtin op names (CONV_2D, ...)")
         overrides = {}
-        for op, o in _keys_any(raw.get("overrides", {}), "overrides").items():
+        for op, o in _keys(raw.get("overrides", {}), None, "overrides").items():
             if not _OP_NAME.fullmatch(op):
                 raise ProfileError(f"overrides: {op!r} is not a builtin op name (CONV_2D, ...)")
             o = _keys(o, ("max_version", "reason"), f"overrides.{op}")
@@ -454,12 +454,6 @@ def _op_table_path(name: object, folder: Path) -> Path:
                 raise ProfileError(f"op_table {name!r} is larger than {MAX_PROFILE_BYTES >> 20} MB")
             return candidate
     raise ProfileError(f"op_table {name!r} is neither beside the profile nor one of the shipped tables")
-
-
-def _keys_any(table: object, where: str) -> dict:
-    if not isinstance(table, dict):
-        raise ProfileError(f"{where} is not a table")
-    return table
 
 
 def _op_label(op) -> str:

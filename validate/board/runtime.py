@@ -22,7 +22,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -34,7 +33,7 @@ from pathlib import Path
 
 from edgeport import venvs
 from edgeport.text import for_terminal
-from edgeport.validate.board.profiles import BoardProfile, RunnerSpec, is_plain_name, remote_python
+from edgeport.validate.board.profiles import PLAIN_PATH, BoardProfile, RunnerSpec, is_plain_name, remote_python
 from edgeport.validate.board.reply import MAX_TEXT, BoardRuntimeError, _last_line, _read_result
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -130,7 +129,7 @@ class Ssh:
             raise BoardRuntimeError(f"--runner {self.spec.url} needs the ssh client; install OpenSSH (apt install openssh-client)")
         shutil.copy2(WORKER, folder / WORKER_NAME)
         s = self.spec
-        if not _PLAIN_REMOTE.fullmatch(s.workdir):  # checked when the profile was read; a spec made in code too
+        if not PLAIN_PATH.fullmatch(s.workdir):  # checked when the profile was read; a spec made in code too
             raise BoardRuntimeError(f"[runner] workdir {s.workdir!r} is not an absolute path of plain characters on the board")
         run_dir = f"{s.workdir.rstrip('/') or ''}/edgeport-run-{uuid.uuid4().hex[:12]}"
         remote_timeout = max(1, int(s.timeout_s))
@@ -211,13 +210,10 @@ class Ssh:
             pass
 
 
-_PLAIN_REMOTE = re.compile(r"/[A-Za-z0-9._+/@-]{0,1023}")
-
-
 def _plain_local(path: str, key: str) -> str:
     """A local file for ssh, as the profile reader checked it (``~/`` expanded): one plain word."""
     path = str(Path(path).expanduser())
-    if not _PLAIN_REMOTE.fullmatch(path):
+    if not PLAIN_PATH.fullmatch(path):
         raise BoardRuntimeError(f"[runner] {key} {path!r} is not an absolute path of plain characters")
     return path
 

@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from edgeport.ops.lowering.base import int32
 from edgeport.ops.tflite_graph import ACTIVATIONS, Graph, Quant
 from edgeport.ops.tflite_model import FINE_INPUT_SCALE
 from edgeport.ops.tflite_versions import needed_version
@@ -66,10 +67,6 @@ def _binary(name: str, options: str | None = None, same: bool = False):
     return build
 
 
-def _int32(g: Graph, name: str, values) -> int:
-    return g.constant(name, np.asarray(values, np.int32), "int32")
-
-
 def _weights(g: Graph, name: str, shape, x: int) -> tuple[int, int]:
     w = g.constant(name, (np.arange(int(np.prod(shape))) * 53 % 256).astype(np.uint8).reshape(shape), "uint8", Quant(0.01, 128))
     b = g.constant(f"{name}/bias", (np.arange(shape[0]) * 7 - 10).astype(np.int32), "int32", Quant(IN.scale * 0.01, 0))
@@ -95,7 +92,7 @@ def _depthwise(g: Graph, x: int) -> int:
 
 def _fully_connected(g: Graph, x: int) -> int:
     flat = g.add_tensor("flat", (6, 24), "uint8", IN)
-    g.add(g.new_op("RESHAPE", [x, _int32(g, "shape", [6, 24])], [flat], "ReshapeOptions", newShape=[6, 24]))
+    g.add(g.new_op("RESHAPE", [x, int32(g, "shape", [6, 24])], [flat], "ReshapeOptions", newShape=[6, 24]))
     w, b = _weights(g, "w", (7, 24), x)
     y = g.add_tensor("y", (6, 7), "uint8", Quant(0.3, 128))
     g.add(g.new_op("FULLY_CONNECTED", [flat, w, b], [y], "FullyConnectedOptions"))
@@ -112,7 +109,7 @@ def _shaped(name: str, out_shape, extra: Callable[[Graph], list[int]], options: 
 
 def _softmax(g: Graph, x: int) -> int:
     flat = g.add_tensor("flat", (36, 4), "uint8", IN)
-    g.add(g.new_op("RESHAPE", [x, _int32(g, "shape", [36, 4])], [flat], "ReshapeOptions", newShape=[36, 4]))
+    g.add(g.new_op("RESHAPE", [x, int32(g, "shape", [36, 4])], [flat], "ReshapeOptions", newShape=[36, 4]))
     y = g.add_tensor("y", (36, 4), "uint8", Quant(1 / 256, 0))
     g.add(g.new_op("SOFTMAX", [flat], [y], "SoftmaxOptions", beta=1.0))
     return y
@@ -121,7 +118,7 @@ def _softmax(g: Graph, x: int) -> int:
 def _split(g: Graph, x: int) -> int:
     a = g.add_tensor("a", (1, 6, 6, 2), "uint8", IN)
     b = g.add_tensor("b", (1, 6, 6, 2), "uint8", IN)
-    g.add(g.new_op("SPLIT", [_int32(g, "axis", 3), x], [a, b], "SplitOptions", numSplits=2))
+    g.add(g.new_op("SPLIT", [int32(g, "axis", 3), x], [a, b], "SplitOptions", numSplits=2))
     return b
 
 
@@ -136,7 +133,7 @@ def _mean(g: Graph, x: int) -> int:
     # an output range narrower than the input's: the means of channels 0 and 1 (``INPUTS``) lie
     # outside it and must clamp
     y = g.add_tensor("y", (1, 1, 1, 4), "uint8", Quant(0.01, 100))
-    g.add(g.new_op("MEAN", [x, _int32(g, "axes", [1, 2])], [y], "ReducerOptions", keepDims=True))
+    g.add(g.new_op("MEAN", [x, int32(g, "axes", [1, 2])], [y], "ReducerOptions", keepDims=True))
     return y
 
 
@@ -146,7 +143,7 @@ def _reduce(name: str):
 
     def build(g: Graph, x: int) -> int:
         y = g.add_tensor("y", (1, 6, 6, 1), "uint8", out)
-        g.add(g.new_op(name, [x, _int32(g, "axes", [3])], [y], "ReducerOptions", keepDims=True))
+        g.add(g.new_op(name, [x, int32(g, "axes", [3])], [y], "ReducerOptions", keepDims=True))
         return y
     return build
 
@@ -166,7 +163,7 @@ def _batch_matmul(g: Graph, x: int) -> int:
 def _transpose_conv(g: Graph, x: int) -> int:
     w, _ = _weights(g, "w", (3, 2, 2, 4), x)
     y = g.add_tensor("y", (1, 12, 12, 3), "uint8", Quant(0.2, 128))
-    g.add(g.new_op("TRANSPOSE_CONV", [_int32(g, "out", [1, 12, 12, 3]), w, x], [y], "TransposeConvOptions",
+    g.add(g.new_op("TRANSPOSE_CONV", [int32(g, "out", [1, 12, 12, 3]), w, x], [y], "TransposeConvOptions",
                    padding=g.schema.Padding.VALID, strideW=2, strideH=2))
     return y
 
@@ -178,7 +175,7 @@ def _pool(name: str):
 
 def _resize(name: str):
     options = "ResizeBilinearOptions" if name == "RESIZE_BILINEAR" else "ResizeNearestNeighborOptions"
-    return _shaped(name, (1, 12, 12, 4), lambda g: [_int32(g, "size", [12, 12])], options, alignCorners=False,
+    return _shaped(name, (1, 12, 12, 4), lambda g: [int32(g, "size", [12, 12])], options, alignCorners=False,
                    halfPixelCenters=False)
 
 
@@ -208,13 +205,13 @@ PROBES: dict[str, Callable[[Graph, int], int]] = {
     "LEAKY_RELU": _unary("LEAKY_RELU", "LeakyReluOptions", alpha=0.1),
     "HARD_SWISH": _unary("HARD_SWISH"),
     "QUANTIZE": _unary("QUANTIZE"),
-    "RESHAPE": _shaped("RESHAPE", (1, 36, 4), lambda g: [_int32(g, "shape", [1, 36, 4])], "ReshapeOptions", newShape=[1, 36, 4]),
-    "TRANSPOSE": _shaped("TRANSPOSE", (1, 4, 6, 6), lambda g: [_int32(g, "perm", [0, 3, 1, 2])], "TransposeOptions"),
-    "PAD": _shaped("PAD", (1, 8, 8, 4), lambda g: [_int32(g, "pads", [[0, 0], [1, 1], [1, 1], [0, 0]])], "PadOptions"),
-    "STRIDED_SLICE": _shaped("STRIDED_SLICE", (1, 3, 3, 4), lambda g: [_int32(g, "b", [0, 1, 0, 0]), _int32(g, "e", [1, 6, 6, 4]),
-                                                                         _int32(g, "s", [1, 2, 2, 1])], "StridedSliceOptions"),
+    "RESHAPE": _shaped("RESHAPE", (1, 36, 4), lambda g: [int32(g, "shape", [1, 36, 4])], "ReshapeOptions", newShape=[1, 36, 4]),
+    "TRANSPOSE": _shaped("TRANSPOSE", (1, 4, 6, 6), lambda g: [int32(g, "perm", [0, 3, 1, 2])], "TransposeOptions"),
+    "PAD": _shaped("PAD", (1, 8, 8, 4), lambda g: [int32(g, "pads", [[0, 0], [1, 1], [1, 1], [0, 0]])], "PadOptions"),
+    "STRIDED_SLICE": _shaped("STRIDED_SLICE", (1, 3, 3, 4), lambda g: [int32(g, "b", [0, 1, 0, 0]), int32(g, "e", [1, 6, 6, 4]),
+                                                                         int32(g, "s", [1, 2, 2, 1])], "StridedSliceOptions"),
     "SPLIT": _split,
-    "SLICE": _shaped("SLICE", (1, 3, 4, 2), lambda g: [_int32(g, "b", [0, 1, 2, 1]), _int32(g, "s", [1, 3, 4, 2])], "SliceOptions"),
+    "SLICE": _shaped("SLICE", (1, 3, 4, 2), lambda g: [int32(g, "b", [0, 1, 2, 1]), int32(g, "s", [1, 3, 4, 2])], "SliceOptions"),
     "SUM": _reduce("SUM"),
     "REDUCE_MAX": _reduce("REDUCE_MAX"),
     "SQUEEZE": _shaped("SQUEEZE", (6, 6, 4), lambda g: [], "SqueezeOptions", squeezeDims=[0]),

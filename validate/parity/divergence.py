@@ -187,12 +187,6 @@ def every_tensor_as_output(model: bytes) -> tuple[bytes, list[tuple[int, str, st
     return g.to_bytes(), order
 
 
-def _raw_outputs_reference(path: Path, x_raw: np.ndarray) -> list[np.ndarray]:
-    from edgeport.ops.tflite_run import run_tflite
-
-    return run_tflite(path, x_raw)
-
-
 def _raw_outputs_board(transport, path: Path, x_raw: np.ndarray, work: Path) -> list[np.ndarray]:
     import shutil
     import tempfile
@@ -217,6 +211,7 @@ def first_parting(path: Path, x_nchw: np.ndarray, *, transport=None, twin: Path 
     against them on its ``twin`` (tensors paired by name; a uint8 file and its int8 twin share
     names). Steps are counted on each tensor's own grid; float tensors are skipped."""
     from edgeport.ops.tflite_model import read_tflite
+    from edgeport.ops.tflite_run import run_tflite
     from edgeport.validate.parity.tensors import to_model_input
 
     summary = read_tflite(path)
@@ -225,7 +220,7 @@ def first_parting(path: Path, x_nchw: np.ndarray, *, transport=None, twin: Path 
     model, order = every_tensor_as_output(Path(path).read_bytes())
     every = Path(work) / f"every_tensor_{Path(path).name}"
     every.write_bytes(model)
-    mine = _raw_outputs_reference(every, x_raw)
+    mine = run_tflite(every, x_raw)
     if transport is not None:
         theirs = _raw_outputs_board(transport, every, x_raw, Path(work))
         pairs = list(zip(order, mine, theirs))
@@ -235,7 +230,7 @@ def first_parting(path: Path, x_nchw: np.ndarray, *, transport=None, twin: Path 
         twin_every = Path(work) / f"every_tensor_twin_{Path(twin).name}"
         twin_every.write_bytes(twin_model)
         x_twin = (x_raw.astype(np.int16) - 128).astype(np.int8) if x_raw.dtype == np.uint8 else x_raw
-        by_name = dict(zip((name for _, _, name in twin_order), _raw_outputs_reference(twin_every, x_twin)))
+        by_name = dict(zip((name for _, _, name in twin_order), run_tflite(twin_every, x_twin)))
         pairs = [(o, m, by_name[o[2]]) for o, m in zip(order, mine) if o[2] in by_name]
         shift = 128  # uint8 = int8 + 128, the same real number
     checked = 0

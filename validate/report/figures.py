@@ -9,9 +9,6 @@ import numpy as np
 
 from edgeport.text import for_terminal
 
-#: what drawing imports (a third of a second), for callers that can load it ahead
-IMPORTS = ("matplotlib.figure", "matplotlib.backends.backend_agg", "matplotlib.patches")
-
 
 def _plain(value) -> str:
     """A name from a file as a figure's label: control characters shown as escapes, and no
