@@ -18,9 +18,14 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
 
 
-def whole_number(value) -> bool:
-    """An int that is not a bool (JSON and pickles both make ``True`` look like 1)."""
-    return isinstance(value, int) and not isinstance(value, bool)
+def whole_number(value, lo: int | None = None, hi: int | None = None) -> bool:
+    """An int that is not a bool (JSON and pickles both make ``True`` look like 1), in [lo, hi] where given."""
+    return isinstance(value, int) and not isinstance(value, bool) and (lo is None or value >= lo) and (hi is None or value <= hi)
+
+
+def real_number(value) -> bool:
+    """A finite int or float that is not a bool: a number read from a file."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def positive_int(text: str) -> int:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from edgeport.cliargs import whole_number
 from edgeport.errors import BadInputError
 from edgeport.models.decode import DETECT, DecodeProtocol, Detections, decode, select
 
@@ -79,7 +80,7 @@ class Hints:
 def head_hints(module) -> Hints:
     """The hints of the last module that names its class count (``nc``): a detection head's."""
     def whole(v) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool) and v > 0
+        return whole_number(v, 1)
 
     for m in reversed(list(module.modules())):
         nc = getattr(m, "nc", None)

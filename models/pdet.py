@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from edgeport.cliargs import whole_number
+
 ACTIVATIONS = ("relu", "relu6")
 # "board_bilinear": TFLite 1.13's bilinear resize (ops.board_upsample), to train with the board's op
 UPSAMPLE_MODES = ("nearest", "bilinear", "board_bilinear")
@@ -44,9 +46,7 @@ class DetectorConfig:
             raise ValueError(f"widths needs 5 entries (stem + 4 stages), got {len(self.widths)}")
         # a config may come from a checkpoint (a file): every number is bounded, so no file can
         # ask for a network that fills the machine's memory
-        def whole(v, lo: int, hi: int) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
-
+        whole = whole_number
         if not whole(self.num_classes, 1, 10_000):
             raise ValueError(f"num_classes must be a whole number in 1..10000, got {self.num_classes!r}")
         if not all(whole(w, 1, 4096) for w in self.widths) or not whole(self.neck_width, 1, 4096):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from edgeport.cliargs import whole_number
 from edgeport.errors import CheckpointError
 from edgeport.runs import writing
 
@@ -42,8 +43,7 @@ def load_resume(path: Path) -> dict:
     if "optimizer" not in ckpt:
         raise CheckpointError(f"--resume {str(path)!r} has no optimizer state (a best.pt?); pass the run's last.pt")
     def count(key: str) -> bool:
-        value = ckpt.get(key)
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return whole_number(ckpt.get(key), 0)
 
     history = ckpt.get("history", [])
     if not (isinstance(history, list) and all(isinstance(r, dict) and all(

@@ -8,11 +8,10 @@ The option names are those of the DDP training scripts this product comes from
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from edgeport.cliargs import int_range, non_negative_float, positive_float, positive_int, whole_number
+from edgeport.cliargs import int_range, non_negative_float, positive_float, positive_int, real_number, whole_number
 from edgeport.errors import BadInputError
 from edgeport.models.registry import DEFAULT_ARCH
 
@@ -83,12 +82,10 @@ class TrainConfig:
         None when every field is valid. (A resumed run's saved options come from a file.)"""
         from edgeport.models.registry import REGISTRY
 
-        def whole(value, lo: int, hi: int) -> bool:
-            return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+        whole = whole_number
 
         def number(value, lo: float, hi: float, *, open_lo: bool = False) -> bool:
-            return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                    and (value > lo if open_lo else value >= lo) and value <= hi)
+            return real_number(value) and (value > lo if open_lo else value >= lo) and value <= hi
 
         checks = (
             ("arch", self.arch in REGISTRY, f"one of {', '.join(sorted(REGISTRY))}"),
@@ -132,7 +129,7 @@ class TrainConfig:
         if problem:
             raise BadInputError(f"--resume {self.resume}: its saved options hold {problem}; a checkpoint may only name what "
                                 f"the command line can: pass a last.pt edgeport wrote")
-        if not whole_number(start_epoch) or start_epoch < 0:
+        if not whole_number(start_epoch, 0):
             raise BadInputError(f"--resume {self.resume}: its epoch {start_epoch!r} is not a whole number >= 0")
         mine = self.to_dict()
         for key in FIXED_ON_RESUME:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeport.cliargs import real_number, whole_number
 from edgeport.errors import BadInputError
 from edgeport.models.preprocess import list_images, load_image
 
@@ -97,14 +98,6 @@ def load_yolo_split(root: Path, split: str, num_classes: int) -> list[Sample]:
     return samples
 
 
-def _coco_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and bool(np.isfinite(value))
-
-
-def _coco_id(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 # how far a COCO box may reach past the image's edge before it is an error, not rounding:
 # this many pixels, or this fraction of the image's side, whichever is more
 EDGE_PX, EDGE_FRACTION = 2.0, 0.01
@@ -144,7 +137,7 @@ def load_coco_split(root: Path, split: str, num_classes: int) -> list[Sample]:
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise DataError(f"{ann}: expected a COCO object with an 'images' list")
     categories = data.get("categories", [])
-    if not isinstance(categories, list) or not all(isinstance(c, dict) and _coco_id(c.get("id")) for c in categories):
+    if not isinstance(categories, list) or not all(isinstance(c, dict) and whole_number(c.get("id")) for c in categories):
         raise DataError(f"{ann}: 'categories' must be a list of objects with an integer 'id'")
     cat_ids = sorted({c["id"] for c in categories})
     if len(cat_ids) != len(categories):
@@ -163,11 +156,11 @@ def load_coco_split(root: Path, split: str, num_classes: int) -> list[Sample]:
     per_image: dict[int, list] = {}
     info: dict[int, tuple[Path, int, int]] = {}
     for i, img in enumerate(images):
-        if not isinstance(img, dict) or not isinstance(img.get("file_name"), str) or not _coco_id(img.get("id")):
+        if not isinstance(img, dict) or not isinstance(img.get("file_name"), str) or not whole_number(img.get("id")):
             raise DataError(f"{ann}: images[{i}] needs an integer 'id' and a 'file_name'")
         if img["id"] in per_image:
             raise DataError(f"{ann}: images[{i}] repeats the id {img['id']}")
-        if not all(_coco_id(img.get(k)) and img[k] > 0 for k in ("width", "height")):
+        if not all(whole_number(img.get(k)) and img[k] > 0 for k in ("width", "height")):
             raise DataError(f"{ann}: images[{i}] ({img['file_name']!r}) needs positive integer 'width' and 'height'")
         path = _inside(folder, img["file_name"])
         if path is None:
@@ -183,10 +176,10 @@ def load_coco_split(root: Path, split: str, num_classes: int) -> list[Sample]:
         info[img["id"]] = (path, width, height)
     for i, a in enumerate(annotations):
         bbox = a.get("bbox") if isinstance(a, dict) else None
-        if not (isinstance(bbox, list) and len(bbox) == 4 and all(_coco_number(v) for v in bbox)):
+        if not (isinstance(bbox, list) and len(bbox) == 4 and all(real_number(v) for v in bbox)):
             raise DataError(f"{ann}: annotations[{i}] needs 'bbox' as 4 numbers [x, y, width, height], got {str(bbox)[:80]}")
         image_id, category_id = a.get("image_id"), a.get("category_id")
-        if not (_coco_id(image_id) and image_id in per_image) or not (_coco_id(category_id) and category_id in cat_index):
+        if not (whole_number(image_id) and image_id in per_image) or not (whole_number(category_id) and category_id in cat_index):
             raise DataError(f"{ann}: annotations[{i}] (id {str(a.get('id'))[:40]}) has an unknown image_id or category_id")
         _, width, height = info[image_id]
         box = _coco_box(bbox, width, height)

@@ -215,9 +215,9 @@ def load_report(path: Path, what: str) -> Report:
 
 
 def write_baseline(report: Path, baseline: Path) -> Path:
-    """``--update-baseline``: write the (checked) report over the baseline, atomically. A symlinked
-    baseline is written through: its target is replaced, the link kept. Returns the file written."""
-    import tempfile
+    """``--update-baseline``: write the (checked) report over the baseline, atomically (``runs.writing``).
+    A symlinked baseline is written through: its target is replaced, the link kept. Returns the file written."""
+    from edgeport.runs import writing
 
     data = Path(report).read_bytes()
     target = Path(os.path.realpath(baseline))
@@ -225,14 +225,8 @@ def write_baseline(report: Path, baseline: Path) -> Path:
         raise BadInputError(f"--baseline {str(baseline)!r} is a folder; pass a .json path")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with writing(target) as f:
+            f.write(data)
     except OSError as exc:
         raise BadInputError(f"--update-baseline: cannot write {str(baseline)!r} ({exc.strerror or exc}); "
                             f"pass a writable --baseline path") from exc
