@@ -74,4 +74,8 @@ def _step(step: list[str], what: str, folder: Path) -> None:
 
 
 def write_marker(folder: Path, marker: str, data: dict) -> None:
-    (folder / marker).write_text(json.dumps(data, indent=2) + "\n")
+    """What the install made (``data``), and when: the folder is complete only once this is written."""
+    import datetime as dt
+
+    installed = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    (folder / marker).write_text(json.dumps({**data, "installed": installed}, indent=2) + "\n")

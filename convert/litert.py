@@ -19,7 +19,6 @@ offline), and the files go through the same gate, lowering and parity as onnx2tf
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import hashlib
 import json
 import subprocess
@@ -91,8 +90,7 @@ def install(*, log=print) -> dict:
         raise BadInputError(f"{NAME} installed in {folder} but does not import: {condense(version.stderr)}; remove that folder "
                             f"and install it again")
     marker = {"converter": NAME, "version": version.stdout.strip().splitlines()[-1], "packages": list(PACKAGES),
-              "host": sys.prefix, "torch": torch,
-              "installed": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+              "host": sys.prefix, "torch": torch}
     venvs.write_marker(folder, MARKER, marker)
     log(f"{NAME} {marker['version']} installed in {folder}")
     return marker

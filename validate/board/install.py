@@ -3,7 +3,6 @@ under ``$EDGEPORT_HOME/runtimes/NAME``, where ``transport_for`` finds it."""
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import shutil
 import subprocess
@@ -67,8 +66,7 @@ def install(board: BoardProfile, *, python: str | None = None, log=print) -> dic
             shutil.rmtree(folder, ignore_errors=True)
         raise
     venvs.write_marker(folder, RUNTIME_MARKER, {"board": board.name, "python": got, "packages": list(spec.packages),
-                                                "runtime": info["runtime"], "version": info["version"],
-                                                "installed": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
+                                                "runtime": info["runtime"], "version": info["version"]})
     log(f"{board.name}: {info['runtime']} {info['version']} installed in {folder}")
     return info
 
