@@ -70,8 +70,7 @@ def started_early(argv: list[str], env: dict[str, str], *, start: bool | None = 
     if not (is_one_shot() if start is None else start):
         yield
         return
-    entry = (tuple(argv), subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                           stderr=subprocess.DEVNULL, text=True))
+    entry = (tuple(argv), _spawn(argv, env))
     _waiting.append(entry)
     try:
         yield
@@ -79,6 +78,22 @@ def started_early(argv: list[str], env: dict[str, str], *, start: bool | None = 
         if entry in _waiting:  # not taken
             _waiting.remove(entry)
             end_child(entry[1])
+
+
+def _spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+
+
+def start_with_job(argv: list[str], env: dict[str, str], job: str) -> subprocess.Popen:
+    """The child ``started_early`` started as ``argv`` given its ``job`` line, else a fresh one given
+    it. A fresh child that ends before it takes the job is returned all the same: its log says why."""
+    proc = take_started(argv, job)
+    if proc is None:
+        proc = _spawn(argv, env)
+        with contextlib.suppress(OSError):
+            proc.stdin.write(job + "\n")
+            proc.stdin.close()
+    return proc
 
 
 def take_started(argv: list[str], job: str) -> subprocess.Popen | None:

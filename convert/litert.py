@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeport import venvs
-from edgeport.convert.converter import Conversion, Converter, condense, end_child, offline_env, started_early, take_started
+from edgeport.convert.converter import Conversion, Converter, condense, end_child, offline_env, start_with_job, started_early
 from edgeport.errors import BadInputError, MissingDependencyError
 
 NAME = "litert-torch"
@@ -124,38 +124,30 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     variants = ["float32", "int8"] if int8 else ["float32"]
+
+    def failed(why: str) -> Conversion:  # no file: the same reason for every variant
+        return Conversion({}, {v: why for v in variants}, {}, time.perf_counter() - t0)
+
     sample = np.ascontiguousarray(calib[:1], np.float32)
     try:
         program = torch.export.export(module.eval(), (torch.from_numpy(sample),))
     except Exception as exc:  # noqa: BLE001 -- which construct the exporter refused is the reason
-        why = f"torch.export cannot capture the model: {condense(f'{type(exc).__name__}: {exc}')}"
-        return Conversion({}, {v: why for v in variants}, {}, time.perf_counter() - t0)
+        return failed(f"torch.export cannot capture the model: {condense(f'{type(exc).__name__}: {exc}')}")
     try:
         torch.export.save(program, str(work / "model.pt2"))
     except Exception as exc:  # noqa: BLE001 -- a captured program torch cannot serialise (a custom object in it)
-        why = f"torch.export cannot save the captured model: {condense(f'{type(exc).__name__}: {exc}')}"
-        return Conversion({}, {v: why for v in variants}, {}, time.perf_counter() - t0)
+        return failed(f"torch.export cannot save the captured model: {condense(f'{type(exc).__name__}: {exc}')}")
     np.save(work / "sample.npy", sample)
     if int8:
         np.save(work / "calib.npy", np.ascontiguousarray(calib, np.float32))
     (work / "job.json").write_text(json.dumps({"variants": variants, "per_tensor": per_tensor}))
     log = work / "litert-torch.log"
-    argv = _worker_argv(python)
-    proc = take_started(argv, str(work))
-    if proc is None:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env=_worker_env(), text=True)
+    proc = start_with_job(_worker_argv(python), _worker_env(), str(work))
     try:
-        if not proc.stdin.closed:  # (the warm one has its job already)
-            proc.stdin.write(f"{work}\n")
-            proc.stdin.close()
         proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         tail = condense(log.read_text(errors="replace")[-4000:]) if log.is_file() else "no output"
-        why = f"litert-torch did not finish within {timeout_s:.0f} s (its last words: {tail})"
-        return Conversion({}, {v: why for v in variants}, {}, time.perf_counter() - t0)
-    except OSError:  # it ended before it took the job: no result.json, and its reason is below
-        pass
+        return failed(f"litert-torch did not finish within {timeout_s:.0f} s (its last words: {tail})")
     finally:
         end_child(proc)
     seconds = time.perf_counter() - t0
@@ -165,7 +157,7 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
         result = None
     if result is None:  # it ended before it wrote what it did (a crash, an import that failed)
         tail = condense(log.read_text(errors="replace")[-4000:]) if log.is_file() else f"exit {proc.returncode}, no log"
-        return Conversion({}, {v: f"litert-torch failed: {tail}" for v in variants}, {}, seconds)
+        return failed(f"litert-torch failed: {tail}")
     # (a worker that crashed while shutting down, after result.json, still wrote its files)
     files = {v: work / f"model_{v}.tflite" for v in result["written"] if (work / f"model_{v}.tflite").is_file()}
     if "int8" in files:  # ai-edge-quantizer stores constants after the flatbuffer: inline them, as every runtime reads
