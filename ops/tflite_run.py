@@ -29,10 +29,11 @@ def load_interpreter(path: Path, *, kernels: str = "optimized", preserve_all_ten
     return interp
 
 
-def run_tflite(path: Path, x: np.ndarray, *, kernels: str = "reference") -> list[np.ndarray]:
-    """Every output of ``path``, in the file's order, for its one input ``x`` given as the file
-    takes it (its layout and type: no conversion here)."""
+def run_tflite(path: Path, x: np.ndarray | list[np.ndarray], *, kernels: str = "reference") -> list[np.ndarray]:
+    """Every output of ``path``, in the file's order, for its one input ``x`` (or one array per
+    input, in the file's order) given as the file takes it (its layout and type: no conversion here)."""
     interp = load_interpreter(path, kernels=kernels)
-    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    for d, value in zip(interp.get_input_details(), x if isinstance(x, list) else [x]):
+        interp.set_tensor(d["index"], value)
     interp.invoke()
     return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]

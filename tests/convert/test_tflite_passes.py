@@ -23,7 +23,7 @@ from edgeport.models.heads import Head
 from edgeport.ops.tflite_graph import Graph, Quant
 from edgeport.validate.board.profiles import load_board
 
-from ..ops.test_lowering import unary
+from ..ops.test_lowering import finish, unary
 from .conftest import config
 from .test_tflite_fixes import QX, _resize
 from .test_uint8 import int8_model
@@ -152,8 +152,9 @@ def test_board_gate_names_what_the_board_lacks(tmp_path):
     assert BoardGatePass().run(_converted({"float32": f32}), config(tmp_path)).value.board.checks["float32"]["runnable"]
 
 
-def _gated(tmp_path, tflite: bytes) -> Gated:
-    """A ReLU, as PyTorch, ONNX and one float32 file (``tflite``) hold it, through the board gate."""
+def _gated(tmp_path, tflite: bytes, int8: bytes | None = None) -> Gated:
+    """A ReLU, as PyTorch, ONNX and one float32 file (``tflite``) hold it (and an ``int8`` one),
+    through the board gate."""
     import onnx
     import torch
     from onnx import TensorProto, helper
@@ -167,8 +168,8 @@ def _gated(tmp_path, tflite: bytes) -> Gated:
     prepared = Prepared(model=None, module=torch.nn.ReLU(), reference=torch.nn.ReLU(), imgsz=4, calib=images,
                         calib_source="random", val=images, val_source="random", output_names=("y",), strides=(),
                         head=Head("raw"))
-    converted = Converted(Exported(prepared, tmp_path / "model.onnx"), {"float32": _file(tmp_path, "f.tflite", tflite)})
-    return BoardGatePass().run(converted, config(tmp_path)).value
+    files = {"float32": _file(tmp_path, "f.tflite", tflite), **({"int8": _file(tmp_path, "q.tflite", int8)} if int8 else {})}
+    return BoardGatePass().run(Converted(Exported(prepared, tmp_path / "model.onnx"), files), config(tmp_path)).value
 
 
 def test_parity_judges_every_file_against_pytorch_and_a_failed_row_is_a_verdict_not_a_broken_pass(tmp_path):
@@ -190,3 +191,18 @@ def test_parity_judges_every_file_against_pytorch_and_a_failed_row_is_a_verdict_
     missing = replace(result.value, parity=replace(result.value.parity, rows=result.value.parity.rows[:3]))
     with pytest.raises(PassCheckError, match="parity has rows for"):
         ParityPass().check(other, missing, cfg)
+
+
+def test_a_failing_quantised_row_names_the_ops_that_carry_its_error(tmp_path):
+    """int8 whose ReLU writes a grid of 0.75 (values 0..3): the int8 rows fail, and each names that
+    op as the one whose own quantisation carries the error (validate/parity/op_errors.py)."""
+    g = Graph.empty()
+    x, y = g.add_tensor("x", (1, 4, 4, 3), "int8", Quant(1 / 32, 0)), g.add_tensor("y", (1, 4, 4, 3), "int8", Quant(0.75, -128))
+    g.add(g.new_op("RELU", [x], [y]))
+    gated = _gated(tmp_path / "m", unary("RELU", (1, 4, 4, 3)), int8=finish(g, [x], [y]))
+    rows = ParityPass().run(gated, config(tmp_path)).value.parity.rows
+    failed = [r for r in rows if r.variant == "int8"]
+    assert failed and not any(r.passed for r in failed)
+    for r in failed:
+        assert r.op_errors["judged"] == 1 and r.op_errors["worst"][0]["op"] == "RELU" and r.op_errors["worst"][0]["own"] > 0.05
+    assert all(r.op_errors is None for r in rows if r.variant != "int8")

@@ -77,6 +77,9 @@ class ResultRow:
     # (a board's kernels against the reference kernels on the same file; uint8 against its int8 twin)
     steps: tuple[dict, ...] = ()
     same_run_as: str | None = None  # the runtime of an earlier row whose run this row reuses
+    # a failing quantised row: the ops whose quantisation carries the error, each measured alone
+    # (validate/parity/op_errors.py): {judged, worst: [{index, op, tensor, own, reached}], on} or {error}
+    op_errors: dict | None = None
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -314,13 +314,21 @@ def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, r
         found = dict(located[row.analysis_file]) if located[row.analysis_file] is not None else None
         if found is not None and row.runner is not None and row.runner.board_runtime:
             found["located_on"] = "the emulator: the board's runtime exposes no intermediate tensors"
+    op_errors = None
+    if divergence and not passed and row.variant in QUANTISED and "float32" in subject.tflite \
+            and row.analysis_file is not None and Path(row.analysis_file).suffix == ".tflite":
+        # which ops carry the quantisation error, each on its own: once per file
+        key = ("op_errors", row.analysis_file)
+        if key not in located:
+            located[key] = _op_errors(row.analysis_file, subject.tflite["float32"], inputs[:1], subject.workdir)
+        op_errors = located[key]
     verdict = Verdict("runtime", True) if row.runner is not None and row.runner.board_runtime else row.verdict
     result = ResultRow(
         row.variant, row.runtime, passed, ms_per_image=run.ms_per_image, outputs=tuple(c.to_dict() for c in compared),
         detections=agreement.to_dict() if agreement is not None else None, map=_map_vs_truth(subject, head, real),
         verdict=verdict, divergence=found, error_histogram=error_histogram(ref.outputs, outputs), repeat=repeat,
         reasons=tuple(reasons), reported_runtime=run.reported,
-        steps=tuple(step_checks))
+        steps=tuple(step_checks), op_errors=op_errors)
     return result, dets
 
 
@@ -489,6 +497,21 @@ def _reference_tensors(subject: ParitySubject, x: np.ndarray):
     if not path.exists():
         subject.export_reference(path)
     return onnx_intermediates(path, x)
+
+
+def _op_errors(path: Path, float_file: Path, x: np.ndarray, work: Path | None) -> dict:
+    """``op_errors.op_errors`` for the report: how many ops were judged and the worst, or why none were."""
+    import tempfile
+
+    from edgeport.validate.parity.op_errors import SHOWN, op_errors
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="op-errors-", dir=work) as tmp:
+            found = op_errors(path, float_file, x, Path(tmp))
+    except Exception as exc:  # noqa: BLE001 - an aid: its failure is said, not raised
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {"judged": len(found), "worst": [e.to_dict() for e in found[:SHOWN]],
+            "on": "the reference kernels, the first image: each op fed the float32 file's values of its inputs on their grid"}
 
 
 def _divergence(reference_tensors, path: Path, x: np.ndarray, tol) -> dict:

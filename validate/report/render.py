@@ -179,6 +179,7 @@ def render_markdown(report: dict) -> str:
     lines += [""] + [f"- {md(item)}" for item in legend(report)]
     lines += _section(_board_title(report, MARKDOWN), _board_items(report, MARKDOWN))
     lines += _section("Where it diverges", divergence_lines(report, MARKDOWN))
+    lines += _section(OP_ERRORS_TITLE, op_error_lines(report, MARKDOWN))
     lines += _section(_upsample_title(report), _upsample_items(report, MARKDOWN))
     if report.get("stages"):
         lines += ["", "## Stages", "", "| stage | seconds | changed | summary |", "|---|---|---|---|"]
@@ -228,6 +229,31 @@ def divergence_lines(report: dict, q: Quoting = TERMINAL) -> list[str]:
                        f"({q.text(f['reference_type'])}); closest {cand}: max_abs {f['max_abs_rel']:.3g} x max|ref|, "
                        f"cosine {f['cosine']:.6f} (needs {q.text(d['criterion'])}){where}")
     return out
+
+
+OP_ERRORS_TITLE = "Which ops carry the quantisation error"
+
+
+def op_error_lines(report: dict, q: Quoting = TERMINAL) -> list[str]:
+    """One line per quantised file that failed: its ops with the largest error of their own."""
+    out, seen = [], set()
+    for r in report["results"]:
+        e = r.get("op_errors")
+        if not e or r["variant"] in seen:
+            continue
+        seen.add(r["variant"])
+        if "error" in e:
+            out.append(f"{q.code(r['variant'])}: not measured ({q.text(e['error'])})")
+            continue
+        worst = "; ".join(f"{q.text(o['op'])} {q.code(o['tensor'])} {_pct(o['own'])} of its own ({_pct(o['reached'])} reached it)"
+                          for o in e["worst"])
+        out.append(f"{q.code(r['variant'])}, {e['judged']} ops each run alone ({q.text(e['on'])}), largest own error "
+                   f"(rms error / rms value) first: {worst or 'none judged'}")
+    return out
+
+
+def _pct(value) -> str:
+    return f"{value:.2%}" if isinstance(value, (int, float)) and value == value else str(value)
 
 
 def _board_title(report: dict, q: Quoting) -> str | None:
@@ -333,6 +359,7 @@ def render_html(report: dict, figures: dict[str, bytes] | None = None) -> str:
         f"<h2>{_h(title)}</h2><ul>" + "".join(f"<li>{_h(item)}</li>" for item in items) + "</ul>\n"
         for title, items in ((_board_title(report, PLAIN), _board_items(report, PLAIN)),
                              ("Where it diverges", divergence_lines(report, PLAIN)),
+                             (OP_ERRORS_TITLE, op_error_lines(report, PLAIN)),
                              (_upsample_title(report), _upsample_items(report, PLAIN)))
         if title and items
     )

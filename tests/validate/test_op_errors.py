@@ -1,0 +1,47 @@
+"""Which ops carry a quantised file's error (validate/parity/op_errors.py): each op alone, on the
+float32 file's own values, so an op that rounds coarsely is named, and the ops after it are not
+blamed for what they inherit."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgeport.ops.tflite_graph import Graph, Quant
+from edgeport.validate.parity.op_errors import op_errors
+from edgeport.validate.report.render import MARKDOWN, op_error_lines
+
+from ..ops.test_lowering import finish
+
+SHAPE = (1, 4, 4, 3)
+
+
+def _chain(dtype: str, quants: dict, extra: bool = False) -> bytes:
+    """x -> RELU -> a -> RELU -> b -> RELU -> c (and, when ``extra``, an op the float file lacks)."""
+    g = Graph.empty()
+    t = {n: g.add_tensor(n, SHAPE, dtype, quants.get(n)) for n in ("x", "a", "b", "c")}
+    for src, dst in (("x", "a"), ("a", "b"), ("b", "c")):
+        g.add(g.new_op("RELU", [t[src]], [t[dst]]))
+    out = t["c"]
+    if extra:  # int8's own rescaling (convert/int8_groups.py): other units from here on
+        out = g.add_tensor("scaled", SHAPE, dtype, quants.get("c"))
+        g.add(g.new_op("RELU", [t["c"]], [out]))
+        last = g.add_tensor("after", SHAPE, dtype, quants.get("c"))
+        g.add(g.new_op("RELU", [out], [last]))
+        out = last
+    return finish(g, [t["x"]], [out])
+
+
+def test_the_op_that_rounds_coarsely_is_named_and_the_ops_after_it_inherit_without_blame(tmp_path):
+    fine, coarse = Quant(1 / 64, 0), Quant(0.25, -128)
+    (tmp_path / "f.tflite").write_bytes(_chain("float32", {}))
+    (tmp_path / "q.tflite").write_bytes(_chain("int8", {"x": fine, "a": fine, "b": coarse, "c": fine}, extra=True))
+    x = np.random.default_rng(0).uniform(-1.9, 1.9, (1, 3, 4, 4)).astype(np.float32)
+    found = op_errors(tmp_path / "q.tflite", tmp_path / "f.tflite", x, tmp_path)
+    by_tensor = {e.tensor: e for e in found}
+    assert found[0].tensor == "b" and found[0].op == "RELU" and found[0].own > 0.05
+    # c reads b's coarse values in the whole run (reached), not when it runs alone (own)
+    assert by_tensor["c"].own < 0.01 < by_tensor["c"].reached and by_tensor["a"].own < 0.01
+    assert "scaled" not in by_tensor and "after" not in by_tensor  # not in the float32 file: other units
+    line = op_error_lines({"results": [{"variant": "int8", "runtime": "tflite", "op_errors": {
+        "judged": len(found), "worst": [e.to_dict() for e in found], "on": "the reference kernels"}}]}, MARKDOWN)
+    assert len(line) == 1 and line[0].startswith("int8, 3 ops each run alone") and "RELU b" in line[0]

@@ -1,0 +1,203 @@
+"""Which ops of a quantised file carry its error: each op's own error, not the error that reached it.
+
+The accumulated curve (``divergence.py``) says where a quantised run has drifted; it cannot say
+which op did the drifting, because every op inherits the error of the ops before it. Here every
+op of the quantised file runs on its own, fed the float32 file's values of its inputs put on their
+integer grid, and the float32 file's same op runs on the real values of those very integers. The
+difference between the two is that op's own error: its weights' and its output's quantisation. What
+its inputs' grids lose is their producers' error, counted there. The same comparison on the whole
+quantised run gives the error that reached the tensor, for context. Both are over the size of the
+float model's value (rms), so ops are ranked on one scale.
+
+Each file runs once: rewritten so that the ops judged each read their own copy of each activation
+input, every copy a graph input, every op's output a graph output; one invoke on the reference
+kernels. Tensors are paired with the float32 file's by name (a converter writes both files from one
+graph; a fused op's name may end differently, so the name up to its first ``;``, and the input by
+position). QUANTIZE and DEQUANTIZE compute the identity in real numbers: their output stands for
+their input's float tensor. An op the float32 file does not have (int8's own output scaling,
+``convert/int8_groups.py``) and every op after it compute other units: they are not judged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgeport.validate.parity.tensors import dequantize, quantize, to_model_input
+
+IDENTITY_OPS = ("QUANTIZE", "DEQUANTIZE")
+SHOWN = 5  # ops a report names, worst first
+
+
+@dataclass(frozen=True)
+class OpError:
+    index: int  # the op's position in the file
+    op: str
+    tensor: str  # the tensor it writes (its name up to the first ";")
+    own: float  # rms(its output - the float32 file's) / rms(the float32 file's), inputs exact up to their grid
+    reached: float  # the same on the whole quantised run: the error accumulated up to this tensor
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _key(name: str) -> str:
+    return name.split(";", 1)[0]
+
+
+def _relative(got: np.ndarray, want: np.ndarray, size: np.ndarray) -> float:
+    """rms(got - want) / rms(size): an error on the scale of the float model's own value."""
+    scale = float(np.sqrt(np.mean(size.astype(np.float64) ** 2))) if size.size else 0.0
+    err = float(np.sqrt(np.mean((got.astype(np.float64) - want.astype(np.float64)) ** 2))) if want.size else 0.0
+    return err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))
+
+
+def _float_values(float_file: Path, x_nchw: np.ndarray, work: Path) -> dict[str, np.ndarray]:
+    """Every tensor of the float32 file (its input included) by name, for one image."""
+    from edgeport.ops.tflite_graph import Graph
+    from edgeport.ops.tflite_run import run_tflite
+    from edgeport.validate.parity.divergence import every_tensor_as_output
+
+    g = Graph(Path(float_file).read_bytes())
+    (inp,) = g.sg.inputs
+    x = to_model_input(x_nchw, g.shape(inp), np.float32, (0.0, 0))
+    model, order = every_tensor_as_output(Path(float_file).read_bytes())
+    every = Path(work) / "op_errors_float.tflite"
+    every.write_bytes(model)
+    values = {_key(g.tensor_name(inp)): x}
+    values.update((_key(name), v) for (_, _, name), v in zip(order, run_tflite(every, x)))
+    return values
+
+
+def _on_grid(value: np.ndarray, g, t: int) -> np.ndarray:
+    """``value`` (a float tensor's real numbers) as tensor ``t`` holds it: on its grid where quantised."""
+    dtype = np.dtype(g.dtype(t))
+    q = g.quant(t)
+    if q is not None and dtype.kind in "iu":
+        return quantize(value.astype(np.float32), q.scale, q.zero_point, dtype)
+    return value.astype(dtype)
+
+
+def _real(value: np.ndarray, g, t: int) -> np.ndarray:
+    q = g.quant(t)
+    return dequantize(value, q.scale, q.zero_point) if q is not None and value.dtype.kind in "iu" else value.astype(np.float32)
+
+
+def _alone(raw: bytes, ops: list[int], feed) -> tuple[bytes, list[np.ndarray], list[list[int]]]:
+    """The file with only ``ops`` (indices), each reading its own copy of each activation input,
+    every copy a graph input fed ``feed(op index, tensor)``, every op's outputs graph outputs:
+    one invoke runs each op on the inputs given. Returns the model, the inputs, and per op its outputs."""
+    from edgeport.ops.tflite_graph import Graph
+
+    g = Graph(raw)
+    inputs, values, outputs = [], [], []
+    for i in ops:
+        op = g.ops[i]
+        for k, t in enumerate(op.inputs):
+            if t >= 0 and g.const(t) is None:
+                copy = g.like(t, f"alone{i}_{k}")
+                inputs.append(copy)
+                values.append(feed(i, t))
+                op.inputs[k] = copy
+        outputs.append([t for t in op.outputs if t >= 0])
+    g.sg.operators = [g.ops[i] for i in ops]
+    g.set_io(inputs, [t for out in outputs for t in out])
+    return g.to_bytes(), values, outputs
+
+
+def _run(model: bytes, values: list[np.ndarray], path: Path) -> list[np.ndarray]:
+    from edgeport.ops.tflite_run import run_tflite
+
+    path.write_bytes(model)
+    return run_tflite(path, values) if values else []
+
+
+def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path) -> list[OpError]:
+    """Each judged op of ``quantised`` with its own error and the error that reached it, worst own
+    error first, for the first image of ``x_nchw``. An op's own error: its output against the
+    float32 file's same op run on the same inputs (its quantised inputs' real values), over the
+    float value's size; what its inputs' grids lose is their producers' error, not its own."""
+    from edgeport.ops.tflite_graph import Graph
+    from edgeport.validate.parity.divergence import every_tensor_as_output
+
+    work = Path(work)
+    x_nchw = np.ascontiguousarray(x_nchw[:1], np.float32)
+    ref = _float_values(float_file, x_nchw, work)
+    raw, float_raw = Path(quantised).read_bytes(), Path(float_file).read_bytes()
+    g, f = Graph(raw), Graph(float_raw)
+    (inp,) = g.sg.inputs
+    ref.setdefault(_key(g.tensor_name(inp)), ref[_key(f.tensor_name(f.sg.inputs[0]))])  # the input, whatever its name
+    q_in = g.quant(inp)
+    x = to_model_input(x_nchw, g.shape(inp), g.dtype(inp), (q_in.scale, q_in.zero_point) if q_in else (0.0, 0))
+
+    def fkey(u: int) -> str:  # a float32 file's tensor by the quantised file's name for it (its input may be named otherwise)
+        return _key(g.tensor_name(inp)) if u == f.sg.inputs[0] else _key(f.tensor_name(u))
+
+    float_op = {fkey(t): j for j, op in enumerate(f.ops) for t in op.outputs if t >= 0}
+
+    # the ops judged: each input has a float value of its shape, nothing before it computes other
+    # units, and the float32 file has the same op (or it is a QUANTIZE / DEQUANTIZE: the identity,
+    # whose output stands for the same float tensor as its input)
+    alias: dict[str, str] = {}
+
+    def qkey(t: int) -> str:  # the float32 file's name for a quantised file's tensor
+        return alias.get(_key(g.tensor_name(t)), _key(g.tensor_name(t)))
+
+    judged, tainted = [], set()
+    for i, op in enumerate(g.ops):
+        ins = [t for t in op.inputs if t >= 0 and g.const(t) is None]
+        outs = [t for t in op.outputs if t >= 0]
+        ok = bool(outs) and not any(t in tainted or ref.get(qkey(t), np.empty(0)).shape != g.shape(t) for t in ins)
+        if ok and g.name(op) in IDENTITY_OPS and len(ins) == 1:
+            alias[_key(g.tensor_name(outs[0]))] = qkey(ins[0])
+        elif ok:
+            j = float_op.get(qkey(outs[0]))
+            ok = j is not None and all(qkey(t) in ref for t in outs) and \
+                {fkey(u) for u in f.ops[j].inputs if u >= 0 and f.const(u) is None} <= {qkey(t) for t in ins}
+        if ok:
+            judged.append(i)
+        else:
+            tainted.update(outs)
+
+    def on_grid(t: int) -> np.ndarray:  # what the quantised op reads: the float value on the tensor's grid
+        return _on_grid(ref[qkey(t)], g, t)
+
+    grid_real = {}  # (op, float name) -> the real value the quantised op reads (for the float op to read)
+    for i in judged:
+        for t in g.ops[i].inputs:
+            if t >= 0 and g.const(t) is None:
+                grid_real[(i, qkey(t))] = _real(on_grid(t), g, t)
+    # the whole quantised run, every tensor kept: the error that reached each one
+    model, order = every_tensor_as_output(raw)
+    reached = dict(zip((name for _, _, name in order), _run(model, [x], work / "op_errors_whole.tflite")))
+    # each judged op alone, quantised, on its inputs' grid ...
+    model, values, q_outs = _alone(raw, judged, lambda i, t: on_grid(t))
+    own = dict(zip([t for out in q_outs for t in out], _run(model, values, work / "op_errors_alone.tflite")))
+    # ... and the float32 file's same op on the real values of those very inputs
+    pairs = [(i, float_op[qkey(q_outs[n][0])]) for n, i in enumerate(judged) if g.name(g.ops[i]) not in IDENTITY_OPS]
+    model, values, f_outs = _alone(float_raw, [j for _, j in pairs],
+                                   lambda j, u: grid_real[(next(i for i, jj in pairs if jj == j), fkey(u))]
+                                   .astype(np.dtype(f.dtype(u))))
+    exact = dict(zip([fkey(u) for out in f_outs for u in out],
+                     _run(model, values, work / "op_errors_float_alone.tflite")))
+
+    found = []
+    for n, i in enumerate(judged):
+        op = g.ops[i]
+        t = q_outs[n][0]
+        name = g.tensor_name(t)
+        if g.dtype(t) in ("int32", "int64", "bool"):
+            continue
+        want = ref[qkey(t)]
+        if g.name(op) in IDENTITY_OPS:  # the identity: the real value it read
+            same = grid_real[(i, qkey(next(u for u in op.inputs if u >= 0)))]
+        else:
+            same = exact.get(qkey(t))
+        if same is None or own[t].shape != want.shape or same.shape != want.shape:
+            continue
+        whole = reached.get(name)
+        found.append(OpError(i, g.name(op), qkey(t), _relative(_real(own[t], g, t), same, want),
+                             _relative(_real(whole, g, t), want, want) if whole is not None else float("nan")))
+    return sorted(found, key=lambda e: -e.own)
