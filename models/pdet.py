@@ -17,7 +17,9 @@ from torch import nn
 
 from edgeport.cliargs import whole_number
 
-ACTIVATIONS = ("relu", "relu6")
+ACTIVATIONS = ("relu", "relu6", "leaky_relu")
+LEAKY_SLOPE = 0.1  # YOLOv3's, and the write-up's detector's
+SPP_POOLS = (5, 9, 13)  # YOLOv3-SPP's max pools, stride 1
 # "board_bilinear": TFLite 1.13's bilinear resize (ops.board_upsample), to train with the board's op
 UPSAMPLE_MODES = ("nearest", "bilinear", "board_bilinear")
 
@@ -36,6 +38,7 @@ class DetectorConfig:
     align_corners: bool = False
     act: str = "relu"
     strides: tuple[int, ...] = field(default=(8, 16, 32))
+    spp: bool = False  # an SPP block (max pools of 5, 9 and 13, concatenated) on the stride-32 features
 
     def __post_init__(self) -> None:
         if self.upsample not in UPSAMPLE_MODES:
@@ -53,8 +56,9 @@ class DetectorConfig:
             raise ValueError(f"widths and neck_width must be whole numbers in 1..4096, got {self.widths!r}, {self.neck_width!r}")
         if not whole(self.depth, 0, 16):
             raise ValueError(f"depth must be a whole number in 0..16, got {self.depth!r}")
-        if not isinstance(self.align_corners, bool):
-            raise ValueError(f"align_corners must be true or false, got {self.align_corners!r}")
+        for flag in ("align_corners", "spp"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
         if tuple(self.strides) != (8, 16, 32):
             raise ValueError(f"strides must be (8, 16, 32), the levels PDet's neck has; got {self.strides!r}")
 
@@ -82,6 +86,8 @@ class DetectorConfig:
 
 
 def _act(name: str) -> nn.Module:
+    if name == "leaky_relu":
+        return nn.LeakyReLU(LEAKY_SLOPE, inplace=True)
     return nn.ReLU6(inplace=True) if name == "relu6" else nn.ReLU(inplace=True)
 
 
@@ -109,6 +115,21 @@ class BasicBlock(nn.Module):
         return self.act(x + self.conv2(self.conv1(x)))
 
 
+class SPP(nn.Module):
+    """YOLOv3-SPP's block: a 1x1 conv halves the channels, max pools of 5, 9 and 13 (stride 1,
+    same size) are concatenated with it, and a 1x1 conv brings the channels back."""
+
+    def __init__(self, c: int, act: str):
+        super().__init__()
+        self.reduce = ConvBNAct(c, c // 2, 1, 1, act)
+        self.pools = nn.ModuleList(nn.MaxPool2d(k, 1, k // 2) for k in SPP_POOLS)
+        self.fuse = ConvBNAct(c // 2 * (1 + len(SPP_POOLS)), c, 1, 1, act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.reduce(x)
+        return self.fuse(torch.cat([x, *(pool(x) for pool in self.pools)], 1))
+
+
 class Backbone(nn.Module):
     def __init__(self, cfg: DetectorConfig):
         super().__init__()
@@ -120,6 +141,7 @@ class Backbone(nn.Module):
             blocks += [BasicBlock(w[i], cfg.act) for _ in range(cfg.depth if i > 1 else 0)]
             stages.append(nn.Sequential(*blocks))
         self.stages = nn.ModuleList(stages)
+        self.spp = SPP(w[4], cfg.act) if cfg.spp else None
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         x = self.stem(x)
@@ -127,6 +149,8 @@ class Backbone(nn.Module):
         for stage in self.stages:
             x = stage(x)
             feats.append(x)
+        if self.spp is not None:
+            feats[-1] = self.spp(feats[-1])
         return feats[1:]  # strides 8, 16, 32
 
 

@@ -54,6 +54,12 @@ REGISTRY: dict[str, ArchSpec] = {
             DetectorConfig(widths=(16, 24, 32, 48, 80), neck_width=32, depth=1, upsample="board_bilinear"),
             "pdet-n trained with TFLite 1.13's own bilinear resize (BoardUpsample)",
         ),
+        ArchSpec(
+            "pdet-n-leaky-spp",
+            PDet,
+            DetectorConfig(widths=(16, 24, 32, 48, 80), neck_width=32, depth=1, act="leaky_relu", spp=True),
+            "pdet-n in the write-up's style: LeakyReLU(0.1) and an SPP block before the upsampling neck",
+        ),
     )
 }
 

@@ -57,3 +57,15 @@ def test_any_form_of_stride(stride, expected):
     if stride is not None:
         m.stride = torch.tensor([8.0, 16.0, 32.0]) if stride == "tensor" else stride  # Ultralytics keeps a tensor
     assert model_stride(m) == expected
+
+
+def test_the_write_ups_style_leaky_relu_and_spp():
+    """pdet-n-leaky-spp: LeakyReLU(0.1) everywhere an activation is, and an SPP block (max pools
+    of 5, 9, 13) on the stride-32 features; a config without ``spp`` (an older checkpoint's) has none."""
+    model, config = build_model("pdet-n-leaky-spp")
+    acts = {type(m) for m in model.modules() if isinstance(m, (torch.nn.ReLU, torch.nn.ReLU6, torch.nn.LeakyReLU))}
+    assert acts == {torch.nn.LeakyReLU} and all(m.negative_slope == 0.1 for m in model.modules() if isinstance(m, torch.nn.LeakyReLU))
+    assert [p.kernel_size for p in model.backbone.spp.pools] == [5, 9, 13] and config["spp"] is True
+    assert PDet(DetectorConfig.from_dict({k: v for k, v in config.items() if k != "spp"})).backbone.spp is None
+    with pytest.raises(ValueError, match="spp must be true or false"):
+        DetectorConfig(spp=1)

@@ -60,6 +60,18 @@ def unary(name: str, shape, dtype="float32", qin=None, qout=None, options=None, 
     return finish(g, [x], [y])
 
 
+def _prelu(shape, slopes: np.ndarray, qin: Quant, qout: Quant) -> bytes:
+    g = Graph.empty()
+    x, y = g.add_tensor("x", shape, "uint8", qin), g.add_tensor("y", shape, "uint8", qout)
+    qa = Quant(float(slopes.max()) / 255, 0)
+    alpha = g.constant("alpha", np.round(slopes / qa.scale).astype(np.uint8), "uint8", qa)
+    g.add(g.new_op("PRELU", [x, alpha], [y]))
+    return finish(g, [x], [y])
+
+
+LEAKY_IN, LEAKY_OUT = Quant(8 / 255, 160), Quant(5.5 / 255, 40)
+
+
 def resize(name: str, shape, k: int, dtype="float32", q=None, half_pixel=True) -> bytes:
     n, h, w, c = shape
     g = Graph.empty()
@@ -450,6 +462,8 @@ def _one_input_cases():
         ("tanh_fine_input_uint8", unary("TANH", u.shape, "uint8", FINE, TANH_OUT), u),
         ("hard_swish_uint8", unary("HARD_SWISH", u.shape, "uint8", Quant(8 / 255, 128), Quant(6.5 / 255, 10)), u),
         ("relu_uint8", unary("RELU", u.shape, "uint8", QIN, Quant(0.03, 0)), u),
+        ("leaky_relu_uint8", unary("LEAKY_RELU", u.shape, "uint8", LEAKY_IN, LEAKY_OUT, "LeakyReluOptions", alpha=0.1), u),
+        ("prelu_uint8", _prelu(u.shape, np.array([[[0.05, 0.25, 0.5, 0.9]]], np.float32), LEAKY_IN, LEAKY_OUT), u),
         ("hard_sigmoid_clamp_uint8", unary("RELU_0_TO_1", u.shape, "uint8", QIN, Quant(1 / 255, 0)), u),
         ("mean_uint8", mean(u.shape), np.concatenate([np.zeros_like(u[..., :1]), np.full_like(u[..., :1], 255), u[..., 2:]], -1)),
         # a window of 32 x 32: TFLite 1.13.1's uint8 AVERAGE_POOL_2D returns zeros there
@@ -567,3 +581,27 @@ def test_a_uint8_average_pool_over_more_than_256_values_is_named():
     summary = read_tflite_bytes(model)
     (reason,) = check_model(summary, OLD)
     assert "AVERAGE_POOL_2D v1 (large_window) on uint8: tflite-1.13's kernel computes it wrongly for a window of more than 256 values" in reason
+
+
+@pytest.mark.parametrize("alpha", [0.1, 0.2, 1 / 3])
+def test_uint8_leaky_relu_as_the_larger_of_x_and_alpha_x_is_within_a_step_of_todays_kernel(tmp_path, alpha):
+    x = np.arange(256, dtype=np.uint8).reshape(1, 4, 8, 8)
+    model = unary("LEAKY_RELU", x.shape, "uint8", LEAKY_IN, LEAKY_OUT, "LeakyReluOptions", alpha=alpha)
+    (want,) = run(model, [x], tmp_path, "original")
+    (got,) = run(lowered(model, tmp_path, rule="leaky_relu_uint8"), [x], tmp_path)
+    exact = F.leaky_relu(torch.from_numpy(dequantise(x, LEAKY_IN)), alpha).numpy()
+    assert steps(got, want) <= 1 and steps(got, quantise(exact, LEAKY_OUT)) <= 1
+
+
+def test_uint8_prelu_with_a_slope_per_channel_is_within_a_step_of_todays_kernel(tmp_path):
+    x = np.arange(256, dtype=np.uint8).reshape(1, 8, 8, 4)
+    slopes = np.array([[[0.05, 0.25, 0.5, 0.9]]], np.float32)
+    model = _prelu(x.shape, slopes, LEAKY_IN, LEAKY_OUT)
+    (want,) = run(model, [x], tmp_path, "original")
+    (got,) = run(lowered(model, tmp_path, rule="prelu_uint8"), [x], tmp_path)
+    assert steps(got, want) <= 1
+
+
+def test_a_slope_past_1_is_not_max_of_x_and_slope_x():
+    model = unary("LEAKY_RELU", (1, 2, 2, 1), "uint8", LEAKY_IN, LEAKY_OUT, "LeakyReluOptions", alpha=1.5)
+    assert lower_for_board(model, OLD.lacks).left == ("LEAKY_RELU v1",)

@@ -45,3 +45,22 @@ def test_the_op_that_rounds_coarsely_is_named_and_the_ops_after_it_inherit_witho
     line = op_error_lines({"results": [{"variant": "int8", "runtime": "tflite", "op_errors": {
         "judged": len(found), "worst": [e.to_dict() for e in found], "on": "the reference kernels"}}]}, MARKDOWN)
     assert len(line) == 1 and line[0].startswith("int8, 3 ops each run alone") and "RELU b" in line[0]
+
+
+def test_a_lowered_op_is_judged_as_the_op_it_replaces(tmp_path):
+    """uint8 LEAKY_RELU lowered for TFLite 1.13 (a requantisation, MUL, MAXIMUM: ops/lowering/leaky_relu.py)
+    is judged as one op against the float32 file's LEAKY_RELU, within a step of its grid."""
+    from edgeport.ops.lowering.registry import lower_for_board
+    from edgeport.validate.board.profiles import load_board
+
+    from ..ops.test_lowering import LEAKY_IN, LEAKY_OUT, unary
+
+    (tmp_path / "f.tflite").write_bytes(unary("LEAKY_RELU", SHAPE, options="LeakyReluOptions", alpha=0.1))
+    low = lower_for_board(unary("LEAKY_RELU", SHAPE, "uint8", LEAKY_IN, LEAKY_OUT, "LeakyReluOptions", alpha=0.1),
+                          load_board("tflite-1.13").lacks)
+    assert low.rules == {"leaky_relu_uint8": 1}
+    (tmp_path / "q.tflite").write_bytes(low.model)
+    x = np.random.default_rng(1).uniform(-3, 3, (1, 3, 4, 4)).astype(np.float32)
+    (found,) = op_errors(tmp_path / "q.tflite", tmp_path / "f.tflite", x, tmp_path)
+    assert found.op == "MAXIMUM (lowered: 2 ops)" and found.tensor == "y"
+    assert 0 < found.own < 0.5 * LEAKY_OUT.scale / float(np.sqrt(np.mean(np.where(x > 0, x, 0.1 * x) ** 2)))

@@ -14,8 +14,10 @@ input, every copy a graph input, every op's output a graph output; one invoke on
 kernels. Tensors are paired with the float32 file's by name (a converter writes both files from one
 graph; a fused op's name may end differently, so the name up to its first ``;``, and the input by
 position). QUANTIZE and DEQUANTIZE compute the identity in real numbers: their output stands for
-their input's float tensor. An op the float32 file does not have (int8's own output scaling,
-``convert/int8_groups.py``) and every op after it compute other units: they are not judged.
+their input's float tensor. The ops a board lowering wrote in place of one op (their tensors named
+under its output's, ``ops/lowering``) are judged together, as the op they replace. An op the float32
+file does not have otherwise (int8's own output scaling, ``convert/int8_groups.py``) and every op
+after it compute other units: they are not judged.
 """
 
 from __future__ import annotations
@@ -85,24 +87,38 @@ def _real(value: np.ndarray, g, t: int) -> np.ndarray:
     return dequantize(value, q.scale, q.zero_point) if q is not None and value.dtype.kind in "iu" else value.astype(np.float32)
 
 
-def _alone(raw: bytes, ops: list[int], feed) -> tuple[bytes, list[np.ndarray], list[list[int]]]:
-    """The file with only ``ops`` (indices), each reading its own copy of each activation input,
-    every copy a graph input fed ``feed(op index, tensor)``, every op's outputs graph outputs:
-    one invoke runs each op on the inputs given. Returns the model, the inputs, and per op its outputs."""
+@dataclass(frozen=True)
+class _Unit:
+    """What is judged as one op: the op whose output the float32 file has too (``head``), with the
+    ops a board lowering wrote in its place (their tensors named under its output's), fed at
+    ``frontier`` (tensors the float32 file has)."""
+
+    head: int
+    ops: tuple[int, ...]  # in file order
+    frontier: tuple[int, ...]
+
+
+def _alone(raw: bytes, units: list[tuple[tuple[int, ...], tuple[int, ...]]], feed) -> tuple[bytes, list[np.ndarray], list[list[int]]]:
+    """The file with only the ops of ``units`` (each: its ops, and the tensors it is fed at), each
+    unit reading its own copy of each tensor it is fed at, every copy a graph input fed
+    ``feed(unit index, tensor)``, and its last op's outputs graph outputs: one invoke runs each
+    unit on the inputs given. Returns the model, the inputs, and per unit its outputs."""
     from edgeport.ops.tflite_graph import Graph
 
     g = Graph(raw)
-    inputs, values, outputs = [], [], []
-    for i in ops:
-        op = g.ops[i]
-        for k, t in enumerate(op.inputs):
-            if t >= 0 and g.const(t) is None:
-                copy = g.like(t, f"alone{i}_{k}")
-                inputs.append(copy)
-                values.append(feed(i, t))
-                op.inputs[k] = copy
-        outputs.append([t for t in op.outputs if t >= 0])
-    g.sg.operators = [g.ops[i] for i in ops]
+    inputs, values, outputs, kept = [], [], [], []
+    for n, (ops, frontier) in enumerate(units):
+        copies = {}
+        for t in frontier:
+            copies[t] = g.like(t, f"alone{n}")
+            inputs.append(copies[t])
+            values.append(feed(n, t))
+        for i in ops:
+            op = g.ops[i]
+            op.inputs = [copies.get(t, t) for t in op.inputs]
+            kept.append(op)
+        outputs.append([t for t in g.ops[ops[-1]].outputs if t >= 0])
+    g.sg.operators = kept
     g.set_io(inputs, [t for out in outputs for t in out])
     return g.to_bytes(), values, outputs
 
@@ -136,68 +152,79 @@ def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path)
         return _key(g.tensor_name(inp)) if u == f.sg.inputs[0] else _key(f.tensor_name(u))
 
     float_op = {fkey(t): j for j, op in enumerate(f.ops) for t in op.outputs if t >= 0}
-
-    # the ops judged: each input has a float value of its shape, nothing before it computes other
-    # units, and the float32 file has the same op (or it is a QUANTIZE / DEQUANTIZE: the identity,
-    # whose output stands for the same float tensor as its input)
-    alias: dict[str, str] = {}
+    alias: dict[str, str] = {}  # a requantisation's output -> the float tensor it stands for
+    bad: set[int] = set()  # tensors in other units (after an op the float32 file does not have)
 
     def qkey(t: int) -> str:  # the float32 file's name for a quantised file's tensor
         return alias.get(_key(g.tensor_name(t)), _key(g.tensor_name(t)))
 
-    judged, tainted = [], set()
+    def known(t: int) -> bool:
+        return t not in bad and ref.get(qkey(t), np.empty(0)).shape == g.shape(t)
+
+    def activations(op) -> list[int]:
+        return [t for t in op.inputs if t >= 0 and g.const(t) is None]
+
+    producer = {t: i for i, op in enumerate(g.ops) for t in op.outputs if t >= 0}
+    units: list[_Unit] = []
+    used: set[int] = set()
     for i, op in enumerate(g.ops):
-        ins = [t for t in op.inputs if t >= 0 and g.const(t) is None]
         outs = [t for t in op.outputs if t >= 0]
-        ok = bool(outs) and not any(t in tainted or ref.get(qkey(t), np.empty(0)).shape != g.shape(t) for t in ins)
-        if ok and g.name(op) in IDENTITY_OPS and len(ins) == 1:
-            alias[_key(g.tensor_name(outs[0]))] = qkey(ins[0])
-        elif ok:
-            j = float_op.get(qkey(outs[0]))
-            ok = j is not None and all(qkey(t) in ref for t in outs) and \
-                {fkey(u) for u in f.ops[j].inputs if u >= 0 and f.const(u) is None} <= {qkey(t) for t in ins}
-        if ok:
-            judged.append(i)
-        else:
-            tainted.update(outs)
+        ins = activations(op)
+        if not outs:
+            continue
+        j = float_op.get(qkey(outs[0]))
+        if j is None:
+            # a requantisation (QUANTIZE, DEQUANTIZE, a one-input CONCATENATION) stands for its input's
+            # float tensor; a lowering's inner op is judged with the op it serves (below); what reads
+            # anything else (int8's own output scaling: other units) is not judged, nor what follows it
+            requantises = len(ins) == 1 and (g.name(op) in IDENTITY_OPS or g.name(op) == "CONCATENATION" and len(op.inputs) == 1)
+            if requantises and known(ins[0]):
+                alias[_key(g.tensor_name(outs[0]))] = qkey(ins[0])
+            continue
+        # the op, and the ops a lowering wrote for it (their tensors named under its output's), back to known tensors
+        ops, frontier, stack, prefix = {i}, [], list(ins), g.tensor_name(outs[0]) + "/"
+        while stack and ops is not None:
+            t = stack.pop()
+            if known(t):
+                frontier += [t] if t not in frontier else []
+            elif t in producer and g.tensor_name(t).startswith(prefix) and producer[t] not in ops and len(ops) < 16:
+                ops.add(producer[t])
+                stack += activations(g.ops[producer[t]])
+            else:
+                ops = None
+        wants = {fkey(u) for u in f.ops[j].inputs if u >= 0 and f.const(u) is None}
+        if ops is None or ops & used or not wants <= {qkey(t) for t in frontier} or not all(known(t) for t in outs):
+            bad.update(outs)
+            continue
+        used |= ops
+        units.append(_Unit(i, tuple(sorted(ops)), tuple(frontier)))
 
-    def on_grid(t: int) -> np.ndarray:  # what the quantised op reads: the float value on the tensor's grid
-        return _on_grid(ref[qkey(t)], g, t)
-
-    grid_real = {}  # (op, float name) -> the real value the quantised op reads (for the float op to read)
-    for i in judged:
-        for t in g.ops[i].inputs:
-            if t >= 0 and g.const(t) is None:
-                grid_real[(i, qkey(t))] = _real(on_grid(t), g, t)
     # the whole quantised run, every tensor kept: the error that reached each one
     model, order = every_tensor_as_output(raw)
     reached = dict(zip((name for _, _, name in order), _run(model, [x], work / "op_errors_whole.tflite")))
-    # each judged op alone, quantised, on its inputs' grid ...
-    model, values, q_outs = _alone(raw, judged, lambda i, t: on_grid(t))
+    # each unit alone, quantised, fed the float values on their grid ...
+    model, values, q_outs = _alone(raw, [(u.ops, u.frontier) for u in units],
+                                   lambda n, t: _on_grid(ref[qkey(t)], g, t))
     own = dict(zip([t for out in q_outs for t in out], _run(model, values, work / "op_errors_alone.tflite")))
-    # ... and the float32 file's same op on the real values of those very inputs
-    pairs = [(i, float_op[qkey(q_outs[n][0])]) for n, i in enumerate(judged) if g.name(g.ops[i]) not in IDENTITY_OPS]
-    model, values, f_outs = _alone(float_raw, [j for _, j in pairs],
-                                   lambda j, u: grid_real[(next(i for i, jj in pairs if jj == j), fkey(u))]
-                                   .astype(np.dtype(f.dtype(u))))
-    exact = dict(zip([fkey(u) for out in f_outs for u in out],
-                     _run(model, values, work / "op_errors_float_alone.tflite")))
+    # ... and the float32 file's same op on the real values of those very integers
+    # (where a lowering requantised an input for itself, the float op reads the input as the file held it)
+    grid_real = [{qkey(t): _real(_on_grid(ref[qkey(t)], g, t), g, t)
+                  for t in sorted(u.frontier, key=lambda t: _key(g.tensor_name(t)) == qkey(t))} for u in units]
+    f_units = [((float_op[qkey(q_outs[n][0])],), tuple(u for u in f.ops[float_op[qkey(q_outs[n][0])]].inputs
+                                                        if u >= 0 and f.const(u) is None)) for n in range(len(units))]
+    model, values, f_outs = _alone(float_raw, f_units, lambda n, u: grid_real[n][fkey(u)].astype(np.dtype(f.dtype(u))))
+    exact = _run(model, values, work / "op_errors_float_alone.tflite")
+    exact = dict(zip([n for n, out in enumerate(f_outs) for _ in out], exact))
 
     found = []
-    for n, i in enumerate(judged):
-        op = g.ops[i]
+    for n, u in enumerate(units):
         t = q_outs[n][0]
         name = g.tensor_name(t)
-        if g.dtype(t) in ("int32", "int64", "bool"):
+        want, same, whole = ref[qkey(t)], exact.get(n), reached.get(name)
+        if g.dtype(t) in ("int32", "int64", "bool") or same is None or own[t].shape != want.shape or same.shape != want.shape:
             continue
-        want = ref[qkey(t)]
-        if g.name(op) in IDENTITY_OPS:  # the identity: the real value it read
-            same = grid_real[(i, qkey(next(u for u in op.inputs if u >= 0)))]
-        else:
-            same = exact.get(qkey(t))
-        if same is None or own[t].shape != want.shape or same.shape != want.shape:
-            continue
-        whole = reached.get(name)
-        found.append(OpError(i, g.name(op), qkey(t), _relative(_real(own[t], g, t), same, want),
+        lowered = f" (lowered: {len(u.ops)} ops)" if len(u.ops) > 1 else ""
+        found.append(OpError(u.head, g.name(g.ops[u.head]) + lowered, qkey(t), _relative(_real(own[t], g, t), same, want),
                              _relative(_real(whole, g, t), want, want) if whole is not None else float("nan")))
     return sorted(found, key=lambda e: -e.own)
+

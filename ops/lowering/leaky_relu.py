@@ -1,0 +1,75 @@
+"""uint8 LEAKY_RELU and PRELU (TFLite 1.13 runs both on float32 only) as MUL and MAXIMUM.
+
+For a slope ``0 <= a <= 1``, ``leaky_relu(x) = max(x, a x)``: where ``x >= 0``, ``x >= a x``;
+where ``x < 0``, ``a x >= x``. Both branches are written on the output's grid -- ``x``
+requantised (a one-input CONCATENATION, ``base.requantize``), ``a x`` by a MUL whose output is
+the output's own tensor grid -- and TFLite 1.x's uint8 MAXIMUM compares the integers, which on
+one grid orders them as the real numbers. One rounding per branch, as today's kernel makes in
+fixed point: within a step of it. PRELU is the same with one slope per channel (a constant
+broadcast along the last axis); a learned slope outside [0, 1] is left for the gate to name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgeport.ops.lowering.base import LoweringRule, requantize
+from edgeport.ops.tflite_graph import Graph, Quant
+
+
+def _as_max(g: Graph, x: int, slope: int, y: int) -> list:
+    """y = max(x, slope * x), both branches on y's grid."""
+    x_on_y, ax = g.like(y, "x"), g.like(y, "slope*x")
+    return [requantize(g, x, x_on_y), g.new_op("MUL", [x, slope], [ax], "MulOptions"),
+            g.new_op("MAXIMUM", [x_on_y, ax], [y], "MaximumMinimumOptions")]
+
+
+def _slope(g: Graph, values: np.ndarray, name: str) -> int:
+    """The slopes as uint8 at scale max/255: the largest exact (255 steps), the others within half a step."""
+    top = float(values.max()) or 1.0
+    q = Quant(top / 255, 0)
+    return g.constant(name, np.clip(np.round(values / q.scale), 0, 255).astype(np.uint8), "uint8", q)
+
+
+def _fits(g: Graph, x: int, y: int, top: float) -> bool:
+    # an old uint8 MUL needs its multiplier s_x * s_slope / s_y below 1
+    qx, qy = g.quant(x), g.quant(y)
+    return qx is not None and qy is not None and qx.scale * (top / 255) / qy.scale < 1.0
+
+
+class LeakyReluUint8(LoweringRule):
+    name = "leaky_relu_uint8"
+    op = "LEAKY_RELU"
+    dtypes = ("uint8",)
+    proof = "max(x, a x) is leaky_relu for 0 <= a <= 1; both branches on the output's grid: within a step"
+
+    def applies(self, g: Graph, op) -> bool:
+        alpha = float(op.builtinOptions.alpha) if op.builtinOptions is not None else 0.2
+        return 0.0 <= alpha <= 1.0 and _fits(g, op.inputs[0], op.outputs[0], alpha)
+
+    def lower(self, g: Graph, op) -> list:
+        (x,), (y,) = op.inputs, op.outputs
+        alpha = float(op.builtinOptions.alpha) if op.builtinOptions is not None else 0.2
+        return _as_max(g, x, _slope(g, np.full([1], alpha, np.float32), f"{g.tensor_name(y)}/alpha"), y)
+
+
+class PReluUint8(LoweringRule):
+    name = "prelu_uint8"
+    op = "PRELU"
+    dtypes = ("uint8",)
+    proof = "max(x, a x) is prelu where every slope a is in [0, 1]; both branches on the output's grid: within a step"
+
+    def _slopes(self, g: Graph, op) -> np.ndarray | None:
+        alpha, q = g.const(op.inputs[1]), g.quant(op.inputs[1])
+        if alpha is None or q is None:
+            return None
+        return ((alpha.astype(np.float64) - q.zero_point) * q.scale).astype(np.float32)
+
+    def applies(self, g: Graph, op) -> bool:
+        slopes = self._slopes(g, op)
+        return slopes is not None and bool(((slopes >= 0) & (slopes <= 1)).all()) and \
+            _fits(g, op.inputs[0], op.outputs[0], float(slopes.max()))
+
+    def lower(self, g: Graph, op) -> list:
+        x, y = op.inputs[0], op.outputs[0]
+        return _as_max(g, x, _slope(g, self._slopes(g, op), f"{g.tensor_name(y)}/slopes"), y)
