@@ -166,7 +166,8 @@ def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path)
 
     producer = {t: i for i, op in enumerate(g.ops) for t in op.outputs if t >= 0}
     units: list[_Unit] = []
-    used: set[int] = set()
+    used: set[int] = set()  # ops of the quantised file, and of the float32 file, in a unit already
+    used_float: set[int] = set()
     for i, op in enumerate(g.ops):
         outs = [t for t in op.outputs if t >= 0]
         ins = activations(op)
@@ -193,10 +194,12 @@ def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path)
             else:
                 ops = None
         wants = {fkey(u) for u in f.ops[j].inputs if u >= 0 and f.const(u) is None}
-        if ops is None or ops & used or not wants <= {qkey(t) for t in frontier} or not all(known(t) for t in outs):
+        if ops is None or ops & used or j in used_float or not wants <= {qkey(t) for t in frontier} \
+                or not all(known(t) for t in outs):
             bad.update(outs)
             continue
         used |= ops
+        used_float.add(j)
         units.append(_Unit(i, tuple(sorted(ops)), tuple(frontier)))
 
     # the whole quantised run, every tensor kept: the error that reached each one
