@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
-import fnmatch
 import json
 import os
 import re
@@ -56,7 +55,7 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
              "images/*/*.png", "labels/*/*.txt", "annotations/*.json"),
 }
 # the temporaries ``writing`` renames away (its name for them); left behind only by a killed run, and nobody else's
-TRANSIENT = ".*.tmp-[0-9]*-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]"
+TRANSIENT = re.compile(r"\..+\.tmp-[0-9]+-[0-9a-f]{8}")
 _OWN_FILES = (MARKER, LOCK)
 
 
@@ -218,7 +217,7 @@ def foreign_entries(folder: Path, command: str) -> list[str]:
             elif rel in files:
                 if _sha256(path) != files[rel]:
                     out.append(f"{rel} (changed since edgeport wrote it)")
-            elif not (rel_root == Path(".") and fnmatch.fnmatchcase(name, TRANSIENT)):
+            elif not (rel_root == Path(".") and TRANSIENT.fullmatch(name)):
                 out.append(rel)
         subdirs[:] = [d for d in subdirs if not (Path(root) / d).is_symlink()]
     return out
@@ -383,8 +382,8 @@ def remove_transient(folder: Path) -> list[str]:
     """Remove what a killed run left half-written in ``folder`` (``writing``'s temporaries);
     the caller holds the folder's lock, so no live run is writing them."""
     gone = []
-    for path in folder.glob(TRANSIENT):
-        if path.is_file() and not path.is_symlink():
+    for path in folder.glob(".*.tmp-*"):
+        if TRANSIENT.fullmatch(path.name) and path.is_file() and not path.is_symlink():
             path.unlink()
             gone.append(path.name)
     return gone

@@ -24,17 +24,25 @@ def _as_max(g: Graph, x: int, slope: int, y: int) -> list:
             g.new_op("MAXIMUM", [x_on_y, ax], [y], "MaximumMinimumOptions")]
 
 
+def _top(values) -> float:
+    """The slope scale's range: the largest slope (an all-zero one: 1, any scale holds 0 exactly)."""
+    return float(np.max(values)) or 1.0
+
+
 def _slope(g: Graph, values: np.ndarray, name: str) -> int:
     """The slopes as uint8 at scale max/255: the largest exact (255 steps), the others within half a step."""
-    top = float(values.max()) or 1.0
-    q = Quant(top / 255, 0)
+    q = Quant(_top(values) / 255, 0)
     return g.constant(name, np.clip(np.round(values / q.scale), 0, 255).astype(np.uint8), "uint8", q)
 
 
-def _fits(g: Graph, x: int, y: int, top: float) -> bool:
-    # an old uint8 MUL needs its multiplier s_x * s_slope / s_y below 1
+def _fits(g: Graph, x: int, y: int, slopes) -> bool:
+    # an old uint8 MUL aborts unless its multiplier s_x * s_slope / s_y is below 1, computed from the
+    # file's float32 scales: checked the same way, with a margin for the runtime's own rounding
     qx, qy = g.quant(x), g.quant(y)
-    return qx is not None and qy is not None and qx.scale * (top / 255) / qy.scale < 1.0
+    if qx is None or qy is None:
+        return False
+    multiplier = np.float32(qx.scale) * np.float32(_top(slopes) / 255) / np.float32(qy.scale)
+    return float(multiplier) < 1.0 - 1e-6
 
 
 class LeakyReluUint8(LoweringRule):
@@ -43,14 +51,18 @@ class LeakyReluUint8(LoweringRule):
     dtypes = ("uint8",)
     proof = "max(x, a x) is leaky_relu for 0 <= a <= 1; both branches on the output's grid: within a step"
 
+    @staticmethod
+    def _alpha(op) -> float:
+        # without options the kernel's parameters are zero-initialised: a slope of 0
+        return float(op.builtinOptions.alpha) if op.builtinOptions is not None else 0.0
+
     def applies(self, g: Graph, op) -> bool:
-        alpha = float(op.builtinOptions.alpha) if op.builtinOptions is not None else 0.2
+        alpha = self._alpha(op)
         return 0.0 <= alpha <= 1.0 and _fits(g, op.inputs[0], op.outputs[0], alpha)
 
     def lower(self, g: Graph, op) -> list:
         (x,), (y,) = op.inputs, op.outputs
-        alpha = float(op.builtinOptions.alpha) if op.builtinOptions is not None else 0.2
-        return _as_max(g, x, _slope(g, np.full([1], alpha, np.float32), f"{g.tensor_name(y)}/alpha"), y)
+        return _as_max(g, x, _slope(g, np.full([1], self._alpha(op), np.float32), f"{g.tensor_name(y)}/alpha"), y)
 
 
 class PReluUint8(LoweringRule):
@@ -68,7 +80,7 @@ class PReluUint8(LoweringRule):
     def applies(self, g: Graph, op) -> bool:
         slopes = self._slopes(g, op)
         return slopes is not None and bool(((slopes >= 0) & (slopes <= 1)).all()) and \
-            _fits(g, op.inputs[0], op.outputs[0], float(slopes.max()))
+            _fits(g, op.inputs[0], op.outputs[0], slopes)
 
     def lower(self, g: Graph, op) -> list:
         x, y = op.inputs[0], op.outputs[0]

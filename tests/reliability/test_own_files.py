@@ -207,10 +207,11 @@ def test_what_a_killed_write_leaves_is_edgeports_and_a_file_at_its_temporary_nam
     write_marker(run, "train")
     write_output(run, "report.json", "{}")
     left = [run / ".last.pt.tmp-4242-0123abcd", run / f".{MARKER}.tmp-17-deadbeef"]
-    for p in left + [run / ".notes.tmp-old"]:
+    users = [".notes.tmp-old", ".notes.tmp-2024-my-backup-cafebabe"]
+    for p in left + [run / u for u in users]:
         p.write_text("half")
-    assert foreign_entries(run, "train") == [".notes.tmp-old"]
-    assert sorted(remove_transient(run)) == sorted(p.name for p in left) and (run / ".notes.tmp-old").exists()
+    assert foreign_entries(run, "train") == sorted(users)
+    assert sorted(remove_transient(run)) == sorted(p.name for p in left) and all((run / u).exists() for u in users)
     monkeypatch.setattr("secrets.token_hex", lambda n: "00000000")
     theirs = run / f".x.json.tmp-{os.getpid()}-00000000"
     theirs.write_text("not edgeport's")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -377,3 +378,25 @@ def test_a_failing_row_with_nan_is_no_regression_of_itself():
     passed = make_report()
     regressions = compare_reports(r, passed, CheckTolerance())
     assert regressions and any(x.metric == "passed" for x in regressions), regressions
+
+
+@pytest.mark.parametrize("fields, error", [
+    ({"stages": 5}, "stages is missing or not a list"),
+    ({"stages": True}, "stages is missing or not a list"),
+    ({"board": {"checks": {}, "dtypes": 5}}, "board.dtypes is missing or not a list"),
+    ({"board": {"checks": {}, "dtypes": [1]}}, "board.dtypes[0] is missing or not a str"),
+])
+def test_fields_the_gate_does_not_judge_are_still_read_as_their_type(fields, error):
+    """A report's ``stages`` or a board's ``dtypes`` of the wrong type is bad input in one line, not a crash."""
+    with pytest.raises(BadInputError, match="malformed") as exc:
+        Report.from_dict({**make_report(), **fields})
+    assert error in str(exc.value)
+
+
+def test_an_older_reports_null_tolerances_and_a_report_built_in_memory_are_read():
+    assert compare_reports({**make_report(), "tolerances": None}, make_report(), CheckTolerance()) == []
+    read = Report.from_dict(make_report())
+    built = dataclasses.replace(read, claimed=None)  # as the pipeline holds it: what it says is what it decided
+    assert built.says_passed and compare_reports(built, read, CheckTolerance()) == []
+    failing = Report.from_dict(make_report(cos=0.5, passed=False))
+    assert compare_reports(dataclasses.replace(failing, claimed=None), read, CheckTolerance())

@@ -64,3 +64,20 @@ def test_a_lowered_op_is_judged_as_the_op_it_replaces(tmp_path):
     (found,) = op_errors(tmp_path / "q.tflite", tmp_path / "f.tflite", x, tmp_path)
     assert found.op == "MAXIMUM (lowered: 2 ops)" and found.tensor == "y"
     assert 0 < found.own < 0.5 * LEAKY_OUT.scale / float(np.sqrt(np.mean(np.where(x > 0, x, 0.1 * x) ** 2)))
+
+
+def test_each_output_of_a_split_is_judged_against_its_own_float_part(tmp_path):
+    """A SPLIT (a C2f block's chunk) writes three parts: each is compared with the float32 file's same part."""
+    def split(dtype: str, q: Quant | None) -> bytes:
+        g = Graph.empty()
+        x = g.add_tensor("x", SHAPE, dtype, q)
+        parts = [g.add_tensor(n, (1, 4, 4, 1), dtype, q) for n in ("p0", "p1", "p2")]
+        axis = g.constant("axis", np.array(3, np.int32), "int32")
+        g.add(g.new_op("SPLIT", [axis, x], parts, "SplitOptions", numSplits=3))
+        return finish(g, [x], parts)
+
+    (tmp_path / "f.tflite").write_bytes(split("float32", None))
+    (tmp_path / "q.tflite").write_bytes(split("int8", Quant(1 / 32, 0)))
+    x = (np.random.default_rng(2).uniform(0, 0.5, (1, 3, 4, 4)) + np.array([0, 1, 2]).reshape(1, 3, 1, 1)).astype(np.float32)
+    found = op_errors(tmp_path / "q.tflite", tmp_path / "f.tflite", x, tmp_path)
+    assert sorted(e.tensor for e in found) == ["p0", "p1", "p2"] and all(e.own < 1e-6 for e in found)

@@ -216,18 +216,17 @@ def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path)
     f_units = [((float_op[qkey(q_outs[n][0])],), tuple(u for u in f.ops[float_op[qkey(q_outs[n][0])]].inputs
                                                         if u >= 0 and f.const(u) is None)) for n in range(len(units))]
     model, values, f_outs = _alone(float_raw, f_units, lambda n, u: grid_real[n][fkey(u)].astype(np.dtype(f.dtype(u))))
-    exact = _run(model, values, work / "op_errors_float_alone.tflite")
-    exact = dict(zip([n for n, out in enumerate(f_outs) for _ in out], exact))
+    exact = iter(_run(model, values, work / "op_errors_float_alone.tflite"))
+    exact = [[next(exact) for _ in out] for out in f_outs]  # per unit, the float op's outputs in order
 
     found = []
     for n, u in enumerate(units):
-        t = q_outs[n][0]
-        name = g.tensor_name(t)
-        want, same, whole = ref[qkey(t)], exact.get(n), reached.get(name)
-        if g.dtype(t) in ("int32", "int64", "bool") or same is None or own[t].shape != want.shape or same.shape != want.shape:
-            continue
         lowered = f" (lowered: {len(u.ops)} ops)" if len(u.ops) > 1 else ""
-        found.append(OpError(u.head, g.name(g.ops[u.head]) + lowered, qkey(t), _relative(_real(own[t], g, t), same, want),
-                             _relative(_real(whole, g, t), want, want) if whole is not None else float("nan")))
-    return sorted(found, key=lambda e: -e.own)
+        for t, same in zip(q_outs[n], exact[n]):  # output by output (a SPLIT's parts are each judged)
+            want, whole = ref.get(qkey(t)), reached.get(g.tensor_name(t))
+            if g.dtype(t) in ("int32", "int64", "bool") or want is None or not own[t].shape == same.shape == want.shape:
+                continue
+            found.append(OpError(u.head, g.name(g.ops[u.head]) + lowered, qkey(t), _relative(_real(own[t], g, t), same, want),
+                                 _relative(_real(whole, g, t), want, want) if whole is not None else float("nan")))
+    return sorted(found, key=lambda e: -e.own if e.own == e.own else 0.0)
 

@@ -103,16 +103,10 @@ class ResultRow:
         variant, runtime = expect(r.get("variant"), str, f"{where}.variant"), expect(r.get("runtime"), str, f"{where}.runtime")
         key = f"{variant}/{runtime}"
         outputs = [_output(o, f"{where}.outputs[{j}]") for j, o in enumerate(expect(r.get("outputs"), list, f"{where}.outputs"))]
-        names = [o["name"] for o in outputs]
-        for name in names:
-            if names.count(name) > 1:
-                raise Malformed(f"{where} ({key}) has two outputs named {name!r}")
+        _unique([o["name"] for o in outputs], lambda name: f"{where} ({key}) has two outputs named {name!r}")
         sections = {s: _section(r.get(s), s, f"{where}.{s}") for s in SECTIONS}
         steps = [_steps(c, f"{where}.steps[{i}]") for i, c in enumerate(expect(r.get("steps", []), list, f"{where}.steps"))]
-        against = [c["against"] for c in steps]
-        for a in against:
-            if against.count(a) > 1:
-                raise Malformed(f"{where}.steps ({key}) has two entries against {shown(a)}")
+        _unique([c["against"] for c in steps], lambda a: f"{where}.steps ({key}) has two entries against {shown(a)}")
         passed = expect(r.get("passed"), bool, f"{where}.passed")
         kept = {f.name: r[f.name] for f in fields(cls) if f.name in r}
         return cls(**{**kept, "variant": variant, "runtime": runtime, "passed": passed, "outputs": tuple(outputs), **sections,
@@ -124,6 +118,14 @@ class ResultRow:
     def not_runnable(cls, variant: str, runtime: str, verdict: Verdict) -> "ResultRow":
         """A file that does not run there (or was never written): a failed row carrying the reasons."""
         return cls(variant=variant, runtime=runtime, passed=False, verdict=verdict)
+
+
+def _unique(values: list, message) -> None:
+    seen = set()
+    for v in values:
+        if v in seen:
+            raise Malformed(message(v))
+        seen.add(v)
 
 
 def _output(o, where: str) -> dict:

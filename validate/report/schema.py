@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from edgeport.errors import BadInputError, ParityGateError
-from edgeport.jsonfile import Malformed, expect, number, shown
+from edgeport.jsonfile import Malformed, expect, number, shown, strings
 from edgeport.text import for_terminal
 from edgeport.validate.parity.result import ResultRow
 
@@ -55,7 +55,7 @@ class BoardSection:
         checks = expect(expect(board, dict, "board").get("checks"), dict, "board.checks")
         for variant, check in checks.items():
             expect(expect(check, dict, f"board.checks.{variant}").get("runnable"), bool, f"board.checks.{variant}.runnable")
-        return cls(board.get("name"), board.get("runtime"), board.get("version"), tuple(board.get("dtypes") or ()),
+        return cls(board.get("name"), board.get("runtime"), board.get("version"), strings(board.get("dtypes") or [], "board.dtypes"),
                    board.get("ram_bytes"), board.get("flash_bytes"), dict(checks))
 
 
@@ -78,6 +78,11 @@ class Report:
     stages: tuple[dict, ...] = ()
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     claimed: bool | None = None  # read back (``from_dict``): the ``passed`` the file says, earned or not
+
+    @property
+    def says_passed(self) -> bool:
+        """What the report says of itself: as read back, or (built in memory) as decided."""
+        return self.claimed if self.claimed is not None else self.passed
 
     @property
     def passed(self) -> bool:
@@ -109,7 +114,7 @@ class Report:
             for section, f in IDENTITY:
                 if f not in expect(data.get(section), dict, section):
                     raise Malformed(f"{section}.{f} is missing: it says which model the report is about")
-            tolerances = expect(data.get("tolerances", {}), dict, "tolerances")
+            tolerances = expect(data.get("tolerances") or {}, dict, "tolerances")  # (null, absent: an older report)
             for variant, tol in tolerances.items():
                 if isinstance(tol, dict) and tol.get("boxes") is not None:
                     b = expect(tol["boxes"], dict, f"tolerances.{variant}.boxes")
@@ -118,9 +123,11 @@ class Report:
                         raise Malformed(f"tolerances.{variant}.boxes is {shown(b)}: a fraction in [0, 1] and a slack >= 0")
             boxes = {v for v, t in tolerances.items() if isinstance(t, dict) and t.get("boxes") is not None}
             rows = [ResultRow.from_dict(r, f"results[{i}]") for i, r in enumerate(expect(data.get("results"), list, "results"))]
+            seen = set()
             for i, row in enumerate(rows):
-                if row.key in (r.key for r in rows[:i]):
+                if row.key in seen:
                     raise Malformed(f"results[{i}] repeats the row {row.key!r}: one row per variant and runtime")
+                seen.add(row.key)
                 if "stable_boxes" in (row.detections or {}) and row.variant not in boxes:
                     raise Malformed(f"results[{i}] counts boxes above the noise floor, and tolerances.{row.variant}.boxes is "
                                     f"missing: nothing says how many it may miss")
@@ -128,7 +135,8 @@ class Report:
             return cls(data["model"], data["inputs"], tuple(rows), tolerances, data.get("versions") or {},
                        data.get("artifacts") or {}, board=BoardSection.from_dict(data.get("board")),
                        **{f: data.get(f) for f in ("board_runtime", "sample", "upsample", "int8_normalised", "converter")},
-                       stages=tuple(data.get("stages") or ()), created=data.get("created", ""), claimed=claimed)
+                       stages=tuple(expect(data.get("stages") or [], list, "stages")), created=data.get("created", ""),
+                       claimed=claimed)
         except Malformed as exc:
             raise BadInputError(f"{what} is a malformed {SCHEMA} report: {exc}; this version of edgeport does not write that, "
                                 f"so the file was written by another version or edited: restore it, or write it again with "
