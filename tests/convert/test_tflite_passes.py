@@ -163,7 +163,8 @@ def _gated(tmp_path, tflite: bytes, int8: bytes | None = None) -> Gated:
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 3, 4, 4))
     graph = helper.make_graph([helper.make_node("Relu", ["images"], ["y"])], "relu", [x], [y])
     tmp_path.mkdir(parents=True)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "model.onnx")
+    # IR 8: what every ONNX Runtime edgeport pins reads (a newer onnx writes a newer IR by default)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), tmp_path / "model.onnx")
     images = np.random.default_rng(0).standard_normal((4, 3, 4, 4)).astype(np.float32)  # negatives: ReLU is not |x|
     prepared = Prepared(model=None, module=torch.nn.ReLU(), reference=torch.nn.ReLU(), imgsz=4, calib=images,
                         calib_source="random", val=images, val_source="random", output_names=("y",), strides=(),
