@@ -81,3 +81,26 @@ def test_each_output_of_a_split_is_judged_against_its_own_float_part(tmp_path):
     x = (np.random.default_rng(2).uniform(0, 0.5, (1, 3, 4, 4)) + np.array([0, 1, 2]).reshape(1, 3, 1, 1)).astype(np.float32)
     found = op_errors(tmp_path / "q.tflite", tmp_path / "f.tflite", x, tmp_path)
     assert sorted(e.tensor for e in found) == ["p0", "p1", "p2"] and all(e.own < 1e-6 for e in found)
+
+
+def test_a_float_output_is_judged_with_the_op_before_its_dequantize(tmp_path):
+    """A quantised file with a float output: its last op writes int8 and a DEQUANTIZE takes the
+    float file's name for the output; the two are judged together, as the float file's last op."""
+    g = Graph.empty()
+    x = g.add_tensor("x", SHAPE, "int8", Quant(1 / 64, 0))
+    a = g.add_tensor("a", SHAPE, "int8", Quant(1 / 64, 0))
+    yq = g.add_tensor("y_int8", SHAPE, "int8", Quant(0.25, -128))
+    y = g.add_tensor("y", SHAPE, "float32")
+    g.add(g.new_op("RELU", [x], [a]))
+    g.add(g.new_op("RELU", [a], [yq]))
+    g.add(g.new_op("DEQUANTIZE", [yq], [y]))
+    (tmp_path / "q.tflite").write_bytes(finish(g, [x], [y]))
+    f = Graph.empty()
+    fx, fa, fy = (f.add_tensor(n, SHAPE, "float32") for n in ("x", "a", "y"))
+    f.add(f.new_op("RELU", [fx], [fa]))
+    f.add(f.new_op("RELU", [fa], [fy]))
+    (tmp_path / "f.tflite").write_bytes(finish(f, [fx], [fy]))
+    x_nchw = np.random.default_rng(3).uniform(-1.9, 1.9, (1, 3, 4, 4)).astype(np.float32)
+    found = op_errors(tmp_path / "q.tflite", tmp_path / "f.tflite", x_nchw, tmp_path)
+    assert [(e.tensor, e.op) for e in found][0] == ("y", "RELU (and DEQUANTIZE)") and found[0].own > 0.05
+    assert [e.tensor for e in found] == ["y", "a"]

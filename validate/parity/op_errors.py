@@ -183,12 +183,15 @@ def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path)
                 alias[_key(g.tensor_name(outs[0]))] = qkey(ins[0])
             continue
         # the op, and the ops a lowering wrote for it (their tensors named under its output's), back to known tensors
+        # (a DEQUANTIZE or QUANTIZE that took the float op's name -- a float output of a quantised
+        # file -- is judged with the op before it: the head's last convolution, say)
+        tail = set(ins) if g.name(op) in IDENTITY_OPS else set()
         ops, frontier, stack, prefix = {i}, [], list(ins), g.tensor_name(outs[0]) + "/"
         while stack and ops is not None:
             t = stack.pop()
             if known(t):
                 frontier += [t] if t not in frontier else []
-            elif t in producer and g.tensor_name(t).startswith(prefix) and producer[t] not in ops and len(ops) < 16:
+            elif t in producer and (t in tail or g.tensor_name(t).startswith(prefix)) and producer[t] not in ops and len(ops) < 16:
                 ops.add(producer[t])
                 stack += activations(g.ops[producer[t]])
             else:
@@ -221,12 +224,16 @@ def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path)
 
     found = []
     for n, u in enumerate(units):
-        lowered = f" (lowered: {len(u.ops)} ops)" if len(u.ops) > 1 else ""
+        head = g.name(g.ops[u.head])
+        if head in IDENTITY_OPS and len(u.ops) > 1:  # a float output: the op before its DEQUANTIZE
+            head = f"{g.name(g.ops[u.ops[-2]])} (and {head})"
+        elif len(u.ops) > 1:
+            head += f" (lowered: {len(u.ops)} ops)"
         for t, same in zip(q_outs[n], exact[n]):  # output by output (a SPLIT's parts are each judged)
             want, whole = ref.get(qkey(t)), reached.get(g.tensor_name(t))
             if g.dtype(t) in ("int32", "int64", "bool") or want is None or not own[t].shape == same.shape == want.shape:
                 continue
-            found.append(OpError(u.head, g.name(g.ops[u.head]) + lowered, qkey(t), _relative(_real(own[t], g, t), same, want),
+            found.append(OpError(u.head, head, qkey(t), _relative(_real(own[t], g, t), same, want),
                                  _relative(_real(whole, g, t), want, want) if whole is not None else float("nan")))
     return sorted(found, key=lambda e: -e.own if e.own == e.own else 0.0)
 
