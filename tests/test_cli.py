@@ -108,7 +108,7 @@ def test_demo_converts_end_to_end_within_targets(demo):
             "board_runtime", "converter", "upsample", "int8_normalised", "results", "sample", "stages"} == set(report)
     for r in report["results"]:
         assert {"variant", "runtime", "passed", "ms_per_image", "outputs", "detections", "map", "verdict", "divergence",
-                "error_histogram", "repeat", "reasons", "reported_runtime", "steps", "same_run_as"} == set(r)
+                "error_histogram", "repeat", "reasons", "reported_runtime", "steps", "same_run_as", "op_errors"} == set(r)
     rows = {r["variant"]: r for r in report["results"]}
     assert set(rows) == {"reference", "folded", "onnx", "float32", "int8"}
     rows = {r["variant"]: r for r in report["results"] if r["runtime"] in ("pytorch", "onnxruntime", "tflite")}
