@@ -56,20 +56,15 @@ def _relative(got: np.ndarray, want: np.ndarray, size: np.ndarray) -> float:
     return err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))
 
 
-def _float_values(float_file: Path, x_nchw: np.ndarray, work: Path) -> dict[str, np.ndarray]:
-    """Every tensor of the float32 file (its input included) by name, for one image."""
-    from edgeport.ops.tflite_graph import Graph
-    from edgeport.ops.tflite_run import run_tflite
+def _float_values(f, raw: bytes, x_nchw: np.ndarray, work: Path) -> dict[str, np.ndarray]:
+    """Every tensor of the float32 file (``f``, its ``raw`` bytes; its input included) by name, for one image."""
     from edgeport.validate.parity.divergence import every_tensor_as_output
 
-    g = Graph(Path(float_file).read_bytes())
-    (inp,) = g.sg.inputs
-    x = to_model_input(x_nchw, g.shape(inp), np.float32, (0.0, 0))
-    model, order = every_tensor_as_output(Path(float_file).read_bytes())
-    every = Path(work) / "op_errors_float.tflite"
-    every.write_bytes(model)
-    values = {_key(g.tensor_name(inp)): x}
-    values.update((_key(name), v) for (_, _, name), v in zip(order, run_tflite(every, x)))
+    (inp,) = f.sg.inputs
+    x = to_model_input(x_nchw, f.shape(inp), np.float32, (0.0, 0))
+    model, order = every_tensor_as_output(raw)
+    values = {_key(f.tensor_name(inp)): x}
+    values.update((_key(name), v) for (_, _, name), v in zip(order, _run(model, [x], work / "op_errors_float.tflite")))
     return values
 
 
@@ -140,13 +135,12 @@ def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path)
 
     work = Path(work)
     x_nchw = np.ascontiguousarray(x_nchw[:1], np.float32)
-    ref = _float_values(float_file, x_nchw, work)
     raw, float_raw = Path(quantised).read_bytes(), Path(float_file).read_bytes()
     g, f = Graph(raw), Graph(float_raw)
+    ref = _float_values(f, float_raw, x_nchw, work)
     (inp,) = g.sg.inputs
     ref.setdefault(_key(g.tensor_name(inp)), ref[_key(f.tensor_name(f.sg.inputs[0]))])  # the input, whatever its name
-    q_in = g.quant(inp)
-    x = to_model_input(x_nchw, g.shape(inp), g.dtype(inp), (q_in.scale, q_in.zero_point) if q_in else (0.0, 0))
+    x = _on_grid(ref[_key(g.tensor_name(inp))], g, inp)  # the image as the quantised file takes it
 
     def fkey(u: int) -> str:  # a float32 file's tensor by the quantised file's name for it (its input may be named otherwise)
         return _key(g.tensor_name(inp)) if u == f.sg.inputs[0] else _key(f.tensor_name(u))
