@@ -85,7 +85,10 @@ def _uint8_kernels(folder: Path, models: dict[str, bytes], said: dict) -> tuple[
         if got.shape != want.shape or got.dtype != want.dtype:
             why[name] = f"returned {got.dtype}{list(got.shape)}, not {want.dtype}{list(want.shape)}"
             continue
-        steps = np.abs(got.astype(np.int32) - want.astype(np.int32))
+        if want.dtype.kind == "f":  # DEQUANTIZE: a float output, in steps of its input's grid
+            steps = np.rint(np.abs(got.astype(np.float64) - want) / uint8_probe.IN.scale).astype(np.int64)
+        else:
+            steps = np.abs(got.astype(np.int32) - want.astype(np.int32))
         if int(steps.max()) > uint8_probe.STEPS:
             why[name] = (f"{int((steps > uint8_probe.STEPS).sum())} of {steps.size} values differ from today's kernels by more "
                          f"than {uint8_probe.STEPS} step (up to {int(steps.max())}: got {got.ravel()[int(steps.argmax())]}, "

@@ -99,6 +99,13 @@ def _fully_connected(g: Graph, x: int) -> int:
     return y
 
 
+def _dequantize(g: Graph, x: int) -> int:
+    # uint8 to float32: where a repaired file's float tail reads the quantised graph (ops/float_tail.py)
+    y = g.add_tensor("y", SHAPE, "float32")
+    g.add(g.new_op("DEQUANTIZE", [x], [y]))
+    return y
+
+
 def _shaped(name: str, out_shape, extra: Callable[[Graph], list[int]], options: str | None = None, **fields):
     def build(g: Graph, x: int) -> int:
         y = g.add_tensor("y", out_shape, "uint8", IN)
@@ -205,6 +212,7 @@ PROBES: dict[str, Callable[[Graph, int], int]] = {
     "LEAKY_RELU": _unary("LEAKY_RELU", "LeakyReluOptions", alpha=0.1),
     "HARD_SWISH": _unary("HARD_SWISH"),
     "QUANTIZE": _unary("QUANTIZE"),
+    "DEQUANTIZE": _dequantize,
     "RESHAPE": _shaped("RESHAPE", (1, 36, 4), lambda g: [int32(g, "shape", [1, 36, 4])], "ReshapeOptions", newShape=[1, 36, 4]),
     "TRANSPOSE": _shaped("TRANSPOSE", (1, 4, 6, 6), lambda g: [int32(g, "perm", [0, 3, 1, 2])], "TransposeOptions"),
     "PAD": _shaped("PAD", (1, 8, 8, 4), lambda g: [int32(g, "pads", [[0, 0], [1, 1], [1, 1], [0, 0]])], "PadOptions"),
