@@ -279,6 +279,24 @@ class Graph:
         at = self.sg.operators.index(op)
         self.sg.operators[at:at + 1] = list(new_ops)
 
+    def prune(self) -> None:
+        """Drop the tensors no operator and no graph input or output names, and empty the buffers
+        only they held (a rewrite that dropped ops: its file keeps no weights nothing reads)."""
+        used = sorted({t for op in self.sg.operators for t in (*op.inputs, *op.outputs) if t >= 0}
+                      | set(self.sg.inputs) | set(self.sg.outputs))
+        index = {old: new for new, old in enumerate(used)}
+        dropped = [t for i, t in enumerate(self.sg.tensors) if i not in index]
+        self.sg.tensors = [self.sg.tensors[i] for i in used]
+        for op in self.sg.operators:
+            op.inputs = [index[t] if t >= 0 else t for t in op.inputs]
+            op.outputs = [index[t] if t >= 0 else t for t in op.outputs]
+        self.set_io([index[t] for t in self.sg.inputs], [index[t] for t in self.sg.outputs])
+        held = {t.buffer for sg in self.model.subgraphs for t in (sg.tensors or ())}
+        held |= {md.buffer for md in self.model.metadata or ()}
+        for t in dropped:
+            if t.buffer not in held and 0 < t.buffer < len(self.model.buffers):
+                self.model.buffers[t.buffer].data = None
+
     def to_bytes(self, *, drop_unused_opcodes: bool = True) -> bytes:
         """The model as a .tflite file; op codes no operator uses are dropped unless asked to stay
         (the board probe's models: a runtime resolves a kernel per op code as it loads a file)."""

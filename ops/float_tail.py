@@ -1,0 +1,150 @@
+"""Selective float as a float tail: a quantised file whose last ops are the float32 file's.
+
+A quantised file that fails its gate often fails on a few ops (``validate/parity/op_errors.py``
+names them). Keeping those in float repairs it, and a board without a QUANTIZE op (TFLite 1.13)
+cannot go back from float to integers: a float op's every consumer must be float too. So the
+float ops form a tail: the ops chosen and everything downstream of them, taken from the float32
+file the same converter wrote (its weights, its ops, lowered for the same board), fed where the
+tail meets the quantised graph by a DEQUANTIZE of the quantised file's tensor of the same name.
+The quantised ops that only fed the dropped part go with it; the file's input stays as the
+quantised file takes it, and its outputs are the float32 file's.
+
+``float_tail`` writes one such file; the search for the fewest ops that pass is the repair pass's
+(``convert/repair_pass.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from edgeport.ops.tflite_graph import Graph
+
+
+def key(name: str) -> str:
+    """A tensor's name as both files give it (a fused op's name may end differently after its first ``;``)."""
+    return name.split(";", 1)[0]
+
+
+@dataclass(frozen=True)
+class Tail:
+    model: bytes
+    float_ops: tuple[int, ...]  # the float32 file's ops the tail runs, in file order
+    fed_at: tuple[str, ...]  # the tensors where it reads the quantised graph (DEQUANTIZE), by name
+
+
+def _producers(g: Graph) -> dict[int, int]:
+    return {t: i for i, op in enumerate(g.ops) for t in op.outputs if t >= 0}
+
+
+def downstream(g: Graph, seeds) -> set[int]:
+    """``seeds`` (op indices) and every op that reads what they write, transitively."""
+    readers: dict[int, list[int]] = {}
+    for i, op in enumerate(g.ops):
+        for t in op.inputs:
+            if t >= 0:
+                readers.setdefault(t, []).append(i)
+    found, stack = set(), list(seeds)
+    while stack:
+        i = stack.pop()
+        if i in found:
+            continue
+        found.add(i)
+        stack += [j for t in g.ops[i].outputs if t >= 0 for j in readers.get(t, ())]
+    return found
+
+
+def tail_ops(f: Graph, seeds, fed) -> tuple[set[int], tuple[int, ...]] | None:
+    """The float32 file's ops a tail from ``seeds`` runs, and the tensors it is fed at: ``seeds``
+    and their downstream, grown upstream where it would be fed at a tensor ``fed(t)`` refuses (one
+    the quantised file lacks, or holds in other units) -- the graph's input is always fed. None
+    where the tail would hold every op (that is the float32 file, not a repair)."""
+    producer = _producers(f)
+    ops = downstream(f, seeds)
+    while True:
+        boundary = {t for j in ops for t in f.ops[j].inputs if t >= 0 and f.const(t) is None and producer.get(t) not in ops}
+        refused = {t for t in boundary if t not in f.sg.inputs and not fed(t)}
+        if not refused:
+            break
+        ops |= downstream(f, {producer[t] for t in refused if t in producer})
+        if any(t not in producer for t in refused):
+            return None
+    if len(ops) == len(f.ops):
+        return None
+    return ops, tuple(sorted(boundary))
+
+
+def _code(q: Graph, f: Graph, op) -> int:
+    """The quantised model's op-code index for the float32 file's ``op`` (added when missing)."""
+    code = f.model.operatorCodes[op.opcodeIndex]
+    if not code.customCode:
+        return q.opcode(f.code_name(code), int(code.version))
+    for i, mine in enumerate(q.model.operatorCodes):
+        if mine.customCode == code.customCode and mine.version == code.version:
+            return i
+    q.model.operatorCodes.append(copy.copy(code))
+    return len(q.model.operatorCodes) - 1
+
+
+def float_tail(quantised: bytes, float_file: bytes, seeds, fed_by) -> Tail | None:
+    """The quantised file with the float32 file's ops from ``seeds`` (the float32 file's op
+    indices) to the outputs in float; ``fed_by(name)``: the quantised file's tensor holding the
+    float tensor ``name`` in the same units (quantised or not), or None. None where no tail short
+    of the whole float32 file exists, or either file has control flow."""
+    q, f = Graph(quantised, what="the quantised file"), Graph(float_file, what="the float32 file")
+    if q.subgraphs != 1 or f.subgraphs != 1 or len(q.sg.inputs) != 1 or len(f.sg.inputs) != 1:
+        return None
+
+    def source(t: int) -> int | None:  # the quantised tensor that feeds float tensor t
+        if t in f.sg.inputs:
+            return q.sg.inputs[0]
+        s = fed_by(key(f.tensor_name(t)))
+        return s if s is not None and q.shape(s) == f.shape(t) else None
+
+    # every output's op is in the tail: the file's outputs are then all the float32 file's (none
+    # left in the quantised file's units, which may divide an output's channels: convert/int8_groups.py)
+    producer_f = _producers(f)
+    seeds = set(seeds) | {producer_f[t] for t in f.sg.outputs if t in producer_f}
+    found = tail_ops(f, seeds, lambda t: source(t) is not None)
+    if found is None:
+        return None
+    ops, boundary = found
+    fed = {t: source(t) for t in boundary}
+    # the quantised ops that compute what the tail is fed, in their order
+    producer, need, stack = _producers(q), set(), [s for s in fed.values()]
+    while stack:
+        t = stack.pop()
+        if t in producer and producer[t] not in need:
+            need.add(producer[t])
+            stack += [u for u in q.ops[producer[t]].inputs if u >= 0]
+    kept = [q.ops[i] for i in sorted(need)]
+    mapped: dict[int, int] = {}
+
+    def take(t: int) -> int:  # the float32 file's tensor t, copied into the quantised model
+        if t not in mapped:
+            tensor = copy.copy(f.tensor(t))
+            tensor.buffer = 0
+            q.sg.tensors.append(tensor)
+            mapped[t] = len(q.sg.tensors) - 1
+            value = f.const(t)
+            if value is not None:
+                q.set_const(mapped[t], value)
+        return mapped[t]
+
+    for t, s in fed.items():
+        if q.dtype(s) == "float32":
+            mapped[t] = s
+            continue
+        out = take(t)
+        kept.append(q.new_op("DEQUANTIZE", [s], [out], version=2 if q.dtype(s) == "int8" else 1))
+    for j in sorted(ops):
+        op = copy.copy(f.ops[j])
+        op.opcodeIndex = _code(q, f, f.ops[j])
+        op.inputs = [take(t) if t >= 0 else t for t in op.inputs]
+        op.outputs = [take(t) if t >= 0 else t for t in op.outputs]
+        kept.append(op)
+    q.sg.operators = kept
+    q.set_io(q.sg.inputs, [take(t) for t in f.sg.outputs])
+    q.model.signatureDefs = None  # they name the quantised file's outputs, which are gone
+    q.prune()
+    return Tail(q.to_bytes(), tuple(sorted(ops)), tuple(f.tensor_name(t) for t in boundary))

@@ -1,0 +1,64 @@
+"""A float tail (ops/float_tail.py): the quantised file up to where the tail is fed, a DEQUANTIZE
+there, and the float32 file's ops from there to the outputs -- computing what the float32 file
+computes on the quantised values it is fed."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgeport.ops.float_tail import downstream, float_tail, key, tail_ops
+from edgeport.ops.tflite_graph import Graph, Quant
+
+from .test_lowering import finish, run
+
+SHAPE = (1, 4, 4, 3)
+FINE, COARSE = Quant(1 / 64, 0), Quant(0.25, -128)
+
+
+def _chain(dtype: str, quants: dict) -> bytes:
+    """x -> RELU -> a -> RELU -> b -> RELU -> y."""
+    g = Graph.empty()
+    t = {n: g.add_tensor(n, SHAPE, dtype, quants.get(n)) for n in ("x", "a", "b", "y")}
+    for src, dst in (("x", "a"), ("a", "b"), ("b", "y")):
+        g.add(g.new_op("RELU", [t[src]], [t[dst]]))
+    return finish(g, [t["x"]], [t["y"]])
+
+
+def _fed_by(quantised: bytes):
+    g = Graph(quantised)
+    names = {key(g.tensor_name(t)): t for op in g.ops for t in op.outputs}
+    return lambda name: names.get(name)
+
+
+def test_a_tail_runs_the_float_ops_on_the_quantised_values_it_is_fed(tmp_path):
+    q = _chain("int8", {"x": FINE, "a": FINE, "b": COARSE, "y": FINE})
+    f = _chain("float32", {})
+    tail = float_tail(q, f, {1}, _fed_by(q))  # from the float32 file's second RELU (b) to the output
+    assert tail is not None and tail.float_ops == (1, 2) and tail.fed_at == ("a",)
+    g = Graph(tail.model)
+    assert [g.name(op) for op in g.ops] == ["RELU", "DEQUANTIZE", "RELU", "RELU"]
+    assert [g.dtype(t) for t in g.sg.inputs] == ["int8"] and [g.dtype(t) for t in g.sg.outputs] == ["float32"]
+    assert len(g.sg.tensors) == 5  # x, a, a as float, b, y: nothing the dropped ops held is kept
+    x = np.random.default_rng(0).integers(-128, 128, SHAPE).astype(np.int8)
+    (got,) = run(tail.model, [x], tmp_path)
+    want = np.maximum(FINE.scale * (x.astype(np.float32) - FINE.zero_point), 0)  # a on its fine grid, then float
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    (pure,) = run(q, [x], tmp_path, "q")
+    assert np.abs(FINE.scale * (pure.astype(np.float32) - FINE.zero_point) - want).max() > 0.1  # b's coarse grid
+
+
+def test_a_tail_is_closed_downstream_and_grows_upstream_where_it_cannot_be_fed():
+    """x -> a -> b1 -> c, a -> b2 -> c (ADD): b1's tail holds c, and is fed at a and b2; where b2
+    cannot be fed, b2's op joins it; where nothing can be fed, the tail is the whole file: None."""
+    g = Graph.empty()
+    t = {n: g.add_tensor(n, SHAPE, "float32") for n in ("x", "a", "b1", "b2", "c")}
+    g.add(g.new_op("RELU", [t["x"]], [t["a"]]))
+    g.add(g.new_op("RELU", [t["a"]], [t["b1"]]))
+    g.add(g.new_op("RELU6", [t["a"]], [t["b2"]]))
+    g.add(g.new_op("ADD", [t["b1"], t["b2"]], [t["c"]], "AddOptions"))
+    f = Graph(finish(g, [t["x"]], [t["c"]]))
+    assert downstream(f, {1}) == {1, 3}
+    every = lambda u: True  # noqa: E731
+    assert tail_ops(f, {1}, every) == ({1, 3}, (t["a"], t["b2"]))
+    assert tail_ops(f, {1}, lambda u: u != t["b2"]) == ({1, 2, 3}, (t["a"],))
+    assert tail_ops(f, {1}, lambda u: False) is None  # back to the input: the float32 file itself
