@@ -1,0 +1,75 @@
+"""Calibration ranges, repaired (convert/ranges.py): a grid far wider than the float32 file's values
+at that tensor is set again, with every tensor tied to it, and the biases that read it re-stated."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgeport.convert.ranges import float_ranges, rerange
+from edgeport.ops.tflite_graph import Graph, Quant
+
+from ..ops.test_lowering import finish, run
+
+SHAPE = (1, 4, 4, 3)
+X = Quant(1 / 32, 0)
+WIDE = Quant(0.5, -128)  # +-64 for ReLU values of 0 to 4: 8 of 256 steps used
+W = np.arange(2 * 3).reshape(2, 1, 1, 3).astype(np.float32) / 6 - 0.4  # a 1x1 convolution, 3 -> 2 channels
+BIAS = np.array([0.25, -0.5], np.float32)
+
+
+def _model(dtype: str, a: Quant | None = None, y: Quant | None = None) -> bytes:
+    """x -> RELU -> a -> RESHAPE -> a2 -> CONV_2D (1x1, with a bias) -> y."""
+    g = Graph.empty()
+    x = g.add_tensor("x", SHAPE, dtype, X if dtype == "int8" else None)
+    ta = g.add_tensor("a", SHAPE, dtype, a)
+    ta2 = g.add_tensor("a2", SHAPE, dtype, a)
+    ty = g.add_tensor("y", (1, 4, 4, 2), dtype, y)
+    if dtype == "int8":
+        ws = float(np.abs(W).max() / 127)
+        w = g.constant("w", np.rint(W / ws).astype(np.int8), "int8", Quant(ws, 0))
+        b = g.constant("b", np.rint(BIAS / (a.scale * ws)).astype(np.int32), "int32", Quant(a.scale * ws, 0))
+    else:
+        w, b = g.constant("w", W), g.constant("b", BIAS)
+    g.add(g.new_op("RELU", [x], [ta]))
+    g.add(g.new_op("RESHAPE", [ta, g.constant("shape", np.array(SHAPE, np.int32), "int32")], [ta2], "ReshapeOptions",
+                   newShape=list(SHAPE)))
+    g.add(g.new_op("CONV_2D", [ta2, w, b], [ty], "Conv2DOptions", padding=g.schema.Padding.VALID, strideW=1, strideH=1,
+                   dilationWFactor=1, dilationHFactor=1))
+    return finish(g, [x], [ty])
+
+
+def test_a_wide_grid_is_set_again_with_what_is_tied_to_it_and_its_readers_bias_restated(tmp_path):
+    (tmp_path / "f.tflite").write_bytes(_model("float32"))
+    y = Quant(0.05, 0)
+    quantised = _model("int8", WIDE, y)
+    images = np.random.default_rng(0).uniform(-4, 4, (4, 3, 4, 4)).astype(np.float32)
+    ranges = float_ranges(tmp_path / "f.tflite", images, tmp_path)
+    assert ranges["a"][0] == 0 and 3.5 < ranges["a"][1] <= 4 and ranges["a"][2] == SHAPE
+    fixed = rerange(quantised, ranges)
+    assert fixed.tensors == ("a", "a2")  # tied by the RESHAPE: one grid; the output's stays
+    g = Graph(fixed.model)
+    names = {g.tensor_name(t): t for t in range(len(g.sg.tensors))}
+    qa, qa2 = g.quant(names["a"]), g.quant(names["a2"])
+    assert qa == qa2 and qa.zero_point == -128 and abs(qa.scale - ranges["a"][1] / 255) < 1e-9
+    assert abs(g.quant(names["y"]).scale - y.scale) < 1e-8
+    # the bias adds what it added: its integers on the new input scale
+    b, was = names["b"], Graph(quantised)
+    old = was.const(b) * was.quant(b).scale
+    assert np.abs(old - BIAS).max() > 1e-4 and np.abs(g.const(b) * g.quant(b).scale - old).max() <= g.quant(b).scale / 2
+    x = np.random.default_rng(1).integers(-128, 128, SHAPE).astype(np.int8)
+    want = np.einsum("nhwc,oc->nhwo", np.maximum(X.scale * x, 0), W[:, 0, 0, :]) + BIAS
+    (before,) = run(quantised, [x], tmp_path, "before")
+    (after,) = run(fixed.model, [x], tmp_path, "after")
+    err = [np.abs(y.scale * (o.astype(np.float32) - y.zero_point) - want).max() for o in (before, after)]
+    assert err[1] < 0.05 < err[0]
+
+
+def test_a_grid_that_fits_its_values_and_one_tied_to_an_output_stay_as_they_are(tmp_path):
+    (tmp_path / "f.tflite").write_bytes(_model("float32"))
+    images = np.random.default_rng(0).uniform(-4, 4, (4, 3, 4, 4)).astype(np.float32)
+    ranges = float_ranges(tmp_path / "f.tflite", images, tmp_path)
+    fits = _model("int8", Quant(4 / 255, -128), Quant(0.02, 0))
+    assert rerange(fits, ranges).tensors == () and rerange(fits, ranges).model == fits
+    # the output's grid far too wide: it stays (a file's outputs keep the grid their readers expect)
+    wide_out = _model("int8", Quant(4 / 255, -128), Quant(2.0, 0))
+    assert rerange(wide_out, ranges).tensors == ()
