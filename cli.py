@@ -58,6 +58,8 @@ def _add_convert_args(p: argparse.ArgumentParser) -> None:
                         "onnx2tf (from the ONNX graph; default) or litert-torch (from the PyTorch model; `edgeport converters "
                         "install litert-torch` first)")
     target.add_argument("--no-int8", action="store_true", help="skip the full-integer int8 model")
+    target.add_argument("--no-repair", action="store_true", help="where a quantised file fails its gate, write no repaired "
+                        "twin (model_int8_repaired.tflite: its worst ops run in float) and fail on the pure file")
     target.add_argument("--opset", type=int_range(*OPSETS), default=17, help=f"ONNX opset, {OPSETS[0]}-{OPSETS[1]} (default 17)")
     target.add_argument("--legacy-resize", action="store_true",
                         help="emit bilinear resizes the way older converters did (half_pixel_centers off): reproduces the board bug")
@@ -147,7 +149,7 @@ def run_convert(args: argparse.Namespace) -> int:
                           console=output.console(), arch=args.arch, imgsz=args.imgsz, calib_dir=args.calib,
                           trust_checkpoint=args.trust_checkpoint, opset=args.opset, int8=not args.no_int8,
                           legacy_resize=args.legacy_resize, head=args.head, outputs=args.outputs, converter=args.converter,
-                          cross_check=args.cross_check)
+                          cross_check=args.cross_check, repair=not args.no_repair)
     return output.finish(out, report.to_dict(), "artifacts and report")
 
 

@@ -15,7 +15,8 @@ from edgeport._lazy import importing
 from edgeport.commands.output import Progress
 from edgeport.runs import staged_output
 
-ARTIFACTS = ("model.onnx", "model_float32.tflite", "model_int8.tflite", "model_uint8.tflite")
+ARTIFACTS = ("model.onnx", "model_float32.tflite", "model_int8.tflite", "model_uint8.tflite", "model_int8_repaired.tflite",
+             "model_uint8_repaired.tflite")
 DEFAULT_RUNS = Path("runs/convert")
 
 
@@ -62,7 +63,7 @@ def convert(checkpoint: Path, *, board, out: Path | None = None, force: bool = F
             artifacts[name] = {"bytes": (stage.result / name).stat().st_size}
         report = build_report(
             validated.parity, model=dict(prepared.describe(), calibration=prepared.calib_source), board=gated.board,
-            artifacts=artifacts, stages=[r.to_dict() for r in records],
+            artifacts=artifacts, stages=[r.to_dict() for r in records], repairs=validated.repairs or None,
             upsample={"legacy_resize": config.legacy_resize, "sites": list(prepared.upsample)},
             # per output: [axis, first channel, end, factor] the int8 file's values are divided by
             int8_normalised=[[list(r) for r in plan] for plan in converted.int8_plans] if converted.int8_plans else None,

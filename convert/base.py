@@ -55,6 +55,8 @@ class ConvertConfig:
     converter: str = "onnx2tf"
     # also convert float32 with the other converter and compare the two files (convert/cross_check_pass.py)
     cross_check: bool = False
+    # a quantised file that fails its gate gets a repaired twin (convert/repair_pass.py); False: the pure files only
+    repair: bool = True
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -165,6 +167,8 @@ class Validated:
 
     gated: Gated
     parity: Any
+    # repair: per quantised variant that failed, what was tried and what the repaired file does (convert/repair_pass.py)
+    repairs: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

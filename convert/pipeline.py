@@ -22,6 +22,7 @@ from edgeport.convert.load_checkpoint_pass import LoadCheckpointPass
 from edgeport.convert.lower_for_board_pass import LowerForBoardPass
 from edgeport.convert.parity_pass import ParityPass
 from edgeport.convert.prepare_inputs_pass import PrepareInputsPass
+from edgeport.convert.repair_pass import RepairPass
 from edgeport.convert.revert_syncbn_pass import RevertSyncBNPass
 from edgeport.convert.rewrite_upsample_pass import RewriteUpsamplePass
 from edgeport.convert.to_tflite_pass import ToTFLitePass
@@ -39,7 +40,7 @@ REWRITE = (RevertSyncBNPass(), FoldBNPass(), RewriteUpsamplePass())
 EXPORT = (ExportOnnxPass(),)
 CONVERT = (ToTFLitePass(), Int8FixesPass(), Uint8Pass(), CrossCheckPass(), LowerForBoardPass())
 GATE = (BoardGatePass(),)
-PARITY = (ParityPass(),)
+PARITY = (ParityPass(), RepairPass())
 
 PIPELINE: tuple[Pass, ...] = (*LOAD, *PREPARE, *REWRITE, *EXPORT, *CONVERT, *GATE, *PARITY)
 # what `edgeport validate` runs before judging the file it was given

@@ -16,6 +16,7 @@ from edgeport.convert.converter import Conversion, Converter
 from edgeport.convert.int8_fixes_pass import Int8FixesPass
 from edgeport.convert.lower_for_board_pass import LowerForBoardPass
 from edgeport.convert.parity_pass import ParityPass
+from edgeport.convert.repair_pass import RepairPass
 from edgeport.convert.to_tflite_pass import ToTFLitePass
 from edgeport.convert.uint8_pass import Uint8Pass
 from edgeport.errors import ConversionError, PassCheckError
@@ -207,3 +208,85 @@ def test_a_failing_quantised_row_names_the_ops_that_carry_its_error(tmp_path):
     for r in failed:
         assert r.op_errors["judged"] == 1 and r.op_errors["worst"][0]["op"] == "RELU" and r.op_errors["worst"][0]["own"] > 0.05
     assert all(r.op_errors is None for r in rows if r.variant != "int8")
+
+
+def _relu_chain(dtype: str, quants: dict, reshape: bool = False) -> bytes:
+    """x -> RELU -> a -> RELU -> b -> RELU (or, ``reshape``, a RESHAPE to the same shape) -> y: a ReLU."""
+    g = Graph.empty()
+    t = {n: g.add_tensor(n, (1, 4, 4, 3), dtype, quants.get(n)) for n in ("x", "a", "b", "y")}
+    for src, dst in (("x", "a"), ("a", "b")):
+        g.add(g.new_op("RELU", [t[src]], [t[dst]]))
+    if reshape:
+        shape = g.constant("shape", np.array([1, 4, 4, 3], np.int32), "int32")
+        g.add(g.new_op("RESHAPE", [t["b"], shape], [t["y"]], "ReshapeOptions", newShape=[1, 4, 4, 3]))
+    else:
+        g.add(g.new_op("RELU", [t["b"]], [t["y"]]))
+    return finish(g, [t["x"]], [t["y"]])
+
+
+FINE, COARSE = Quant(1 / 32, 0), Quant(0.75, -128)  # COARSE: 0.75 a step, for ReLU values of 0 to 3
+
+
+def _repaired(tmp_path, int8: bytes, float32: bytes):
+    gated = _gated(tmp_path / "m", float32, int8=int8)
+    cfg = config(tmp_path)
+    validated = ParityPass().run(gated, cfg).value
+    assert not any(r.passed for r in validated.parity.rows if r.variant == "int8")
+    result = RepairPass().run(validated, cfg)
+    RepairPass().check(validated, result.value, cfg)
+    after = result.value
+    assert after.gated.converted.files["int8"].read_bytes() == int8  # the pure file, as it was
+    repaired = after.gated.converted.files["int8-repaired"]
+    assert repaired.name == "model_int8_repaired.tflite" and after.gated.board.checks["int8-repaired"]["runnable"]
+    rows = {(r.variant, r.runtime): r for r in after.parity.rows}
+    assert rows[("int8-repaired", "tflite")].passed and rows[("int8-repaired", "tflite-ref")].passed
+    assert not rows[("int8", "tflite")].passed
+    return validated, result
+
+
+def test_repair_first_sets_again_a_grid_the_float_values_show_wrong(tmp_path):
+    """int8 whose middle ReLU writes a grid of 0.75 (values 0 to 3: 4 of 256 steps used) fails; the
+    calibration ranges repair gives it the values' own range, and the file passes with no op in float."""
+    validated, result = _repaired(tmp_path, _relu_chain("int8", {"x": FINE, "a": FINE, "b": COARSE, "y": FINE}),
+                                  _relu_chain("float32", {}))
+    info = result.value.repairs["int8"]
+    assert info["passed"] and info["reranged"] == 1 and info["float_ops"] == 0 and info["applied"][0]["examples"] == ["b"]
+    assert result.summary == "int8: 1 grids re-calibrated, passes" and info["latency"]["ratio"] > 0
+    unrepaired = RepairPass().run(validated, config(tmp_path, repair=False))  # without the repair: the pure file's failure
+    assert unrepaired.value is validated and unrepaired.summary == "not asked (--no-repair)"
+
+
+def test_repair_runs_a_float_tail_where_a_grid_cannot_move_and_the_report_names_the_file_to_ship(tmp_path):
+    """The coarse grid is the output's (a RESHAPE ties b to y, and an output's grid stays): the
+    repair runs b's ReLU and the RESHAPE in float, the float32 file's, fed the first ReLU's int8
+    values; the report passes, saying which file to ship."""
+    from edgeport.validate.report.assemble import build_report
+    from edgeport.validate.report.render import MARKDOWN, repair_lines, verdict
+
+    _, result = _repaired(tmp_path, _relu_chain("int8", {"x": FINE, "a": FINE, "b": COARSE, "y": COARSE}, reshape=True),
+                          _relu_chain("float32", {}, reshape=True))
+    after = result.value
+    info = after.repairs["int8"]
+    assert info["passed"] and info["float_ops"] == 2 and info["ops"] == 3 and info["fed_at"] == ["a"] and info["reranged"] == 0
+    assert info["applied"][0] == {"repair": "calibration ranges", "tensors": 0, "kept": False}
+    assert info["applied"][1]["tried"][-1]["passed"] and result.summary == "int8: 2 of 3 ops in float, passes"
+    report = build_report(after.parity, model={"arch": "relu", "weights_sha256": "0" * 64, "outputs": ["y"]},
+                          board=after.gated.board, artifacts={}, repairs=after.repairs)
+    assert report.passed and report.repaired == ["int8"]
+    said = report.to_dict()
+    assert verdict(said) == "PASSED (repaired: ship model_int8_repaired.tflite)"
+    (line,) = repair_lines(said, MARKDOWN)
+    assert "runs 2 of 3 ops in float" in line and "PASSES every row" in line and "calibration ranges: no grid" in line
+
+
+def test_repair_leaves_a_passing_run_and_a_failing_float32_file_alone(tmp_path):
+    cfg = config(tmp_path)
+    passing = ParityPass().run(_gated(tmp_path / "ok", _relu_chain("float32", {}),
+                                      int8=_relu_chain("int8", {n: FINE for n in "xaby"})), cfg).value
+    assert RepairPass().run(passing, cfg).summary == "nothing to repair: every quantised file passes"
+    broken = ParityPass().run(_gated(tmp_path / "abs", unary("ABS", (1, 4, 4, 3)),
+                                     int8=_relu_chain("int8", {"x": FINE, "a": FINE, "b": COARSE, "y": FINE})), cfg).value
+    result = RepairPass().run(broken, cfg)
+    assert result.value.repairs["int8"] == {"repaired": False, "why": "the float32 file fails or was not written: a float tail "
+                                                                      "would carry its error"}
+    assert "int8-repaired" not in result.value.gated.converted.files

@@ -400,3 +400,36 @@ def test_an_older_reports_null_tolerances_and_a_report_built_in_memory_are_read(
     assert built.says_passed and compare_reports(built, read, CheckTolerance()) == []
     failing = Report.from_dict(make_report(cos=0.5, passed=False))
     assert compare_reports(dataclasses.replace(failing, claimed=None), read, CheckTolerance())
+
+
+def _repaired_report(repaired_cos: float, repaired_says: bool = True) -> dict:
+    """float32 passes; int8 fails (cosine 0.95); int8-repaired at ``repaired_cos``, saying it passed
+    (``repaired_says``); the report says it passed where the twin stands in."""
+    report = make_report()
+    q_tol = {"max_abs_rel": None, "min_cosine": 0.99}
+
+    def row(variant: str, cos: float, passed: bool) -> dict:
+        out = dict(report["results"][1]["outputs"][0], cosine=cos, tolerance=q_tol, passed=cos >= 0.99)
+        return {"variant": variant, "runtime": "tflite", "passed": passed, "outputs": [out]}
+
+    report["results"] += [row("int8", 0.95, False), row("int8-repaired", repaired_cos, repaired_says)]
+    report["passed"] = Report.from_dict({**report, "passed": True}).passed
+    return report
+
+
+def test_a_repaired_twin_that_passes_stands_in_for_its_failing_file():
+    report = _repaired_report(0.999)
+    read = Report.from_dict(report)
+    assert report["passed"] and read.repaired == ["int8"] and read.says_passed
+    assert compare_reports(report, copy.deepcopy(report), CheckTolerance()) == []
+    # a twin that fails too stands in for nothing: the run failed
+    failing = _repaired_report(0.95, repaired_says=False)
+    assert not failing["passed"] and Report.from_dict(failing).repaired == []
+
+
+def test_a_repaired_twin_that_claims_a_pass_its_numbers_refuse_stands_in_for_nothing():
+    report = _repaired_report(0.95)  # says it passed, at cosine 0.95 < 0.99
+    report["passed"] = True
+    found = [str(r) for r in compare_reports(report, make_report(), CheckTolerance())]
+    assert any("int8-repaired/tflite: says passed" in f for f in found)
+    assert any(f.startswith("report: passed") and "int8/tflite" in f for f in found)

@@ -13,6 +13,7 @@ import numpy as np
 
 from edgeport.validate.metrics import cosine, relative
 from edgeport.validate.parity.detections import NoiseBound
+from edgeport.validate.parity.result import REPAIRED
 
 
 @dataclass(frozen=True)
@@ -29,11 +30,13 @@ class Tolerance:
 # Float32 converters only reorder float arithmetic; int8 is judged on shape of the signal.
 FLOAT32 = Tolerance(max_abs_rel=1e-4, min_cosine=0.99999)
 INT8 = Tolerance(max_abs_rel=None, min_cosine=0.99)
-TOLERANCES = {"folded": FLOAT32, "onnx": FLOAT32, "float32": FLOAT32, "int8": INT8, "uint8": INT8}
+# a quantised file with a float tail (convert/repair_pass.py) is held to what its pure file is held to
+TOLERANCES = {"folded": FLOAT32, "onnx": FLOAT32, "float32": FLOAT32, "int8": INT8, "uint8": INT8,
+              "int8" + REPAIRED: INT8, "uint8" + REPAIRED: INT8}
 # Every channel of a quantised file on its own: one that PyTorch varies must vary too, and keep
 # this cosine; an output's overall cosine hides a channel that collapsed next to larger ones.
 CHANNEL = Tolerance(max_abs_rel=None, min_cosine=0.98)
-QUANTISED = ("int8", "uint8")
+QUANTISED = ("int8", "uint8", "int8" + REPAIRED, "uint8" + REPAIRED)
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class DetectionTolerance:
 # 6 of PyTorch's 36 boxes; YOLOv8n with a trained-like head (boxes of a few strides, 8 to an image)
 # adds 24 to its 64 (37 %) by surviving NMS; a file adding 86 boxes to 187 (46 %) fails.
 DETECTION_TOLERANCES = {"folded": DetectionTolerance(0.05), "onnx": DetectionTolerance(0.05), "float32": DetectionTolerance(0.05),
-                        "int8": DetectionTolerance(0.4, 2), "uint8": DetectionTolerance(0.4, 2)}
+                        **{v: DetectionTolerance(0.4, 2) for v in QUANTISED}}
 
 # What a change that means nothing moves, per variant (``detections.NoiseBound``): boxes that a
 # perturbation within it moves are NMS's own instability, not the row's. A float file is held to
@@ -65,8 +68,7 @@ DETECTION_TOLERANCES = {"folded": DetectionTolerance(0.05), "onnx": DetectionTol
 # 8-bit file can give it): one full step, so that a rounding at either end of the range is covered.
 FLOAT_NOISE = NoiseBound(FLOAT32.max_abs_rel, "max_abs")
 QUANTISED_NOISE = NoiseBound(1 / 255, "range")
-NOISE_BOUNDS = {"folded": FLOAT_NOISE, "onnx": FLOAT_NOISE, "float32": FLOAT_NOISE, "int8": QUANTISED_NOISE,
-                "uint8": QUANTISED_NOISE}
+NOISE_BOUNDS = {"folded": FLOAT_NOISE, "onnx": FLOAT_NOISE, "float32": FLOAT_NOISE, **{v: QUANTISED_NOISE for v in QUANTISED}}
 
 
 @dataclass(frozen=True)

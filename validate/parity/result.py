@@ -11,6 +11,9 @@ from dataclasses import dataclass, field, fields
 from edgeport.jsonfile import Malformed, count, expect, number, shown, strings
 
 JUDGES = ("emulator", "runtime", "converter")
+# a repaired twin's variant ends so (``int8-repaired``: convert/repair_pass.py); it stands in for its pure
+# file where it passes (``Report.passed``)
+REPAIRED = "-repaired"
 
 # what a row's fields must hold when read back (``from_dict``); NaN and infinities are read, and
 # the gate then reports them as regressions: they mean something broke

@@ -21,7 +21,8 @@ def tolerances() -> dict:
 
 
 def build_report(parity: ParityResult, *, model: dict, board: BoardSection | None, artifacts: dict, stages=(),
-                 upsample: dict | None = None, int8_normalised: list | None = None, converter: dict | None = None) -> Report:
+                 upsample: dict | None = None, int8_normalised: list | None = None, converter: dict | None = None,
+                 repairs: dict | None = None) -> Report:
     """``model``: checkpoint, layout, arch, config, imgsz, weights_sha256, outputs, strides (and what the
     command adds); the head parity resolved joins it."""
     return Report(
@@ -37,5 +38,6 @@ def build_report(parity: ParityResult, *, model: dict, board: BoardSection | Non
         upsample=upsample,
         int8_normalised=int8_normalised,
         converter=converter,
+        repairs=repairs,
         stages=tuple(stages),
     )

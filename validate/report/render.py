@@ -74,7 +74,7 @@ def same_runs(report: dict) -> dict[tuple[str, str], str]:
 
 
 def _artifact_bytes(report: dict, variant: str):
-    name = {"onnx": "model.onnx"}.get(variant, f"model_{variant}.tflite")
+    name = {"onnx": "model.onnx"}.get(variant, f"model_{variant.replace('-', '_')}.tflite")
     entry = report.get("artifacts", {}).get(name)
     return entry["bytes"] if entry else None
 
@@ -154,7 +154,7 @@ def render_markdown(report: dict) -> str:
     lines = [
         "# edgeport parity report",
         "",
-        f"**{'PASSED' if report['passed'] else 'FAILED'}** — schema {md(report['schema'])}, created {md(report['created'])}",
+        f"**{verdict(report)}** — schema {md(report['schema'])}, created {md(report['created'])}",
         "",
         f"Model: {md(model.get('arch'))} from {md(model.get('checkpoint'))} ({md(model.get('layout'))}), "
         f"input {md(report['inputs']['shape'])}; inputs: {md(report['inputs']['source'])}.",
@@ -180,6 +180,7 @@ def render_markdown(report: dict) -> str:
     lines += _section(_board_title(report, MARKDOWN), _board_items(report, MARKDOWN))
     lines += _section("Where it diverges", divergence_lines(report, MARKDOWN))
     lines += _section(OP_ERRORS_TITLE, op_error_lines(report, MARKDOWN))
+    lines += _section(REPAIRS_TITLE, repair_lines(report, MARKDOWN))
     lines += _section(_upsample_title(report), _upsample_items(report, MARKDOWN))
     if report.get("stages"):
         lines += ["", "## Stages", "", "| stage | seconds | changed | summary |", "|---|---|---|---|"]
@@ -249,6 +250,55 @@ def op_error_lines(report: dict, q: Quoting = TERMINAL) -> list[str]:
                           for o in e["worst"])
         out.append(f"{q.code(r['variant'])}, {e['judged']} ops each run alone ({q.text(e['on'])}), largest own error "
                    f"(rms error / rms value) first: {worst or 'none judged'}")
+    return out
+
+
+REPAIRS_TITLE = "Repairs"
+
+
+def verdict(report: dict) -> str:
+    """PASSED, FAILED, or PASSED with the quantised files a repaired twin stands in for (ship that one)."""
+    if not report["passed"]:
+        return "FAILED"
+    stood = report.get("repaired") or []
+    return f"PASSED (repaired: ship {', '.join(f'model_{v}_repaired.tflite' for v in stood)})" if stood else "PASSED"
+
+
+def repair_lines(report: dict, q: Quoting = TERMINAL) -> list[str]:
+    """One line per quantised file that failed: each repair tried and what it did, the file and its cost."""
+    out = []
+    for variant, r in (report.get("repairs") or {}).items():
+        if not isinstance(r, dict):
+            continue
+        tried = []
+        for a in r.get("applied") or ():
+            if not isinstance(a, dict):
+                continue
+            if "error" in a:
+                tried.append(f"{q.text(a.get('repair'))} could not run ({q.text(a['error'])})")
+            elif a.get("repair") == "calibration ranges":
+                tried.append("calibration ranges: no grid the float values show wrong" if not a.get("tensors") else
+                             f"calibration ranges: {a['tensors']} grids set again from the float32 file's values (e.g. "
+                             f"{', '.join(q.code(t) for t in a.get('examples') or ())}), worst cosine {_fmt(a.get('worst_cosine'), '.4f')}"
+                             f"{'' if a.get('kept') else ', not kept'}")
+            else:
+                steps = ", ".join(f"{t['float_ops']} ops {'pass' if t['passed'] else _fmt(t.get('worst_cosine'), '.4f')}"
+                                  for t in a.get("tried") or ())
+                tried.append(f"float tails of {q.text(a.get('on'))} (worst cosine): {steps or 'none possible'}")
+        if not r.get("repaired"):
+            out.append(f"{q.code(variant)} failed its gate and was not repaired ({q.text(r.get('why'))}); tried: "
+                       f"{'; '.join(tried) or 'nothing'}")
+            continue
+        changed = ", ".join(([f"{r['reranged']} grids re-calibrated"] if r.get("reranged") else [])
+                            + ([f"runs {r['float_ops']} of {r.get('ops')} ops in float ("
+                                + ", ".join(f"{q.text(k)} {v}" for k, v in (r.get("float_op_names") or {}).items())
+                                + "), the float32 file's, fed where the tail begins"] if r.get("float_ops") else []))
+        lat = r.get("latency") or {}
+        cost = (f"it takes {lat['ratio']:.2f}x the pure file's time on {q.text(lat['runtime'])} ({lat['ms_per_image']:.2f} vs "
+                f"{lat['pure_ms_per_image']:.2f} ms/img)" if lat else "its time against the pure file was not measured on the same runtime")
+        out.append(f"{q.code(variant)} failed its gate; {q.code(r.get('file'))} {changed or 'changes nothing'} and "
+                   f"{'PASSES every row' if r.get('passed') else 'still FAILS'}: worst cosine {_fmt(r.get('pure_worst_cosine'), '.4f')} "
+                   f"-> {_fmt(r.get('worst_cosine'), '.4f')}; {cost}. Tried: {'; '.join(tried)}")
     return out
 
 
@@ -350,7 +400,7 @@ def render_html(report: dict, figures: dict[str, bytes] | None = None) -> str:
         f'<tr><td>{_h(s["name"])}</td><td>{s["seconds"]:.2f}</td><td class="text">{_h(s["summary"])}</td></tr>'
         for s in report.get("stages", [])
     )
-    verdict = "PASSED" if report["passed"] else "FAILED"
+    said = verdict(report)
     figs = "".join(
         f'<figure><img alt="{_h(name)}" src="data:image/png;base64,{base64.b64encode(png).decode()}"><figcaption>{_h(name)}</figcaption></figure>'
         for name, png in (figures or {}).items() if png
@@ -360,6 +410,7 @@ def render_html(report: dict, figures: dict[str, bytes] | None = None) -> str:
         for title, items in ((_board_title(report, PLAIN), _board_items(report, PLAIN)),
                              ("Where it diverges", divergence_lines(report, PLAIN)),
                              (OP_ERRORS_TITLE, op_error_lines(report, PLAIN)),
+                             (REPAIRS_TITLE, repair_lines(report, PLAIN)),
                              (_upsample_title(report), _upsample_items(report, PLAIN)))
         if title and items
     )
@@ -381,7 +432,7 @@ figure {{ display: inline-block; margin: .5rem; }} figcaption {{ font-size: .8re
 .verdict {{ font-size: 1.4rem; font-weight: 700; color: {'#1a7f37' if report['passed'] else '#b42318'}; }}
 </style></head><body>
 <h1>edgeport parity report</h1>
-<p class="verdict" id="verdict">{verdict}</p>
+<p class="verdict" id="verdict">{_h(said)}</p>
 <p>Model <code>{_h(model.get('arch'))}</code> from <code>{_h(model.get('checkpoint'))}</code>,
 input {_h(report['inputs']['shape'])}; inputs: {_h(report['inputs']['source'])}.<br>
 Reference: {_h(report['reference']['what'])}.</p>
@@ -453,7 +504,7 @@ def print_table(report: dict, console) -> None:
 
     from edgeport.text import for_terminal
 
-    table = Table(title=f"parity: {'PASSED' if report['passed'] else 'FAILED'}", min_width=100)
+    table = Table(title=f"parity: {verdict(report)}", min_width=100)
     for h in HEADER:
         table.add_column(h, justify="left" if h in ("variant", "runtime", "status") else "right")
     for row in rows(report):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from edgeport.errors import BadInputError, ParityGateError
 from edgeport.jsonfile import Malformed, expect, number, shown, strings
 from edgeport.text import for_terminal
-from edgeport.validate.parity.result import ResultRow
+from edgeport.validate.parity.result import REPAIRED, ResultRow
 
 SCHEMA = "edgeport.parity/2"
 # what says which model a report is about
@@ -76,6 +76,7 @@ class Report:
     int8_normalised: list | None = None  # convert: per output, [axis, first, end, factor]
     converter: dict | None = None  # convert: {name, version, writer, notes}
     stages: tuple[dict, ...] = ()
+    repairs: dict | None = None  # convert: per quantised variant that failed, its repair (convert/repair_pass.py)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     claimed: bool | None = None  # read back (``from_dict``): the ``passed`` the file says, earned or not
 
@@ -86,7 +87,21 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.results) and (self.board is None or self.board.runnable)
+        """Every row passed and the board runs every file -- where a quantised file failed and its
+        repaired twin (``<variant>-repaired``) passes every row and runs on the board, the twin
+        stands in for it: the run delivers a file that computes what the model computes."""
+        stands_in = set(self.repaired)
+        checks = self.board.checks.items() if self.board is not None else ()
+        return all(r.passed for r in self.results if r.variant not in stands_in) and \
+            all(c["runnable"] for v, c in checks if v not in stands_in)
+
+    @property
+    def repaired(self) -> list[str]:
+        """The quantised variants whose repaired twin passes every row and runs on the board: the
+        twin stands in for them (``passed``)."""
+        twins = {r.variant[: -len(REPAIRED)] for r in self.results if r.variant.endswith(REPAIRED)}
+        return sorted(v for v in twins if all(r.passed for r in self.results if r.variant == v + REPAIRED)
+                      and (self.board is None or self.board.checks.get(v + REPAIRED, {}).get("runnable", False)))
 
     @property
     def identity(self) -> dict:
@@ -134,7 +149,7 @@ class Report:
             claimed = expect(data.get("passed"), bool, "passed")
             return cls(data["model"], data["inputs"], tuple(rows), tolerances, data.get("versions") or {},
                        data.get("artifacts") or {}, board=BoardSection.from_dict(data.get("board")),
-                       **{f: data.get(f) for f in ("board_runtime", "sample", "upsample", "int8_normalised", "converter")},
+                       **{f: data.get(f) for f in ("board_runtime", "sample", "upsample", "int8_normalised", "converter", "repairs")},
                        stages=tuple(expect(data.get("stages") or [], list, "stages")), created=data.get("created", ""),
                        claimed=claimed)
         except Malformed as exc:
@@ -150,7 +165,7 @@ class Report:
             "results": [r.to_dict() for r in self.results], "sample": self.sample,
             "board": self.board.to_dict() if self.board else None, "board_runtime": self.board_runtime,
             "upsample": self.upsample, "int8_normalised": self.int8_normalised, "converter": self.converter,
-            "stages": list(self.stages),
+            "stages": list(self.stages), "repairs": self.repairs, "repaired": self.repaired,
         }
 
 
