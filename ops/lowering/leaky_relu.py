@@ -6,7 +6,13 @@ requantised (a one-input CONCATENATION, ``base.requantize``), ``a x`` by a MUL w
 the output's own tensor grid -- and TFLite 1.x's uint8 MAXIMUM compares the integers, which on
 one grid orders them as the real numbers. One rounding per branch, as today's kernel makes in
 fixed point: within a step of it. PRELU is the same with one slope per channel (a constant
-broadcast along the last axis); a learned slope outside [0, 1] is left for the gate to name.
+broadcast along the last axis).
+
+A learned slope may lie outside [0, 1] (MTCNN's trained P-Net: -1.28 to 1.01). Then
+``prelu(x) = max(x, 0) + a min(x, 0)``: MAXIMUM and MINIMUM against a zero on ``x``'s own grid
+are exact, ``a min(x, 0)`` is a MUL onto a grid spanning what it can reach, and an ADD rounds
+the sum onto the output's grid: two roundings, measured within a step of today's kernel
+(``PReluUint8Signed``).
 """
 
 from __future__ import annotations
@@ -85,3 +91,48 @@ class PReluUint8(LoweringRule):
     def lower(self, g: Graph, op) -> list:
         x, y = op.inputs[0], op.outputs[0]
         return _as_max(g, x, _slope(g, self._slopes(g, op), f"{g.tensor_name(y)}/slopes"), y)
+
+
+class PReluUint8Signed(LoweringRule):
+    """PRELU on uint8 with any slopes: ``max(x, 0) + a min(x, 0)`` (MAXIMUM, MINIMUM, MUL, ADD)."""
+
+    name = "prelu_uint8_signed"
+    op = "PRELU"
+    dtypes = ("uint8",)
+    proof = "max(x, 0) + a min(x, 0) is prelu for any slope a; the max and min exact on x's grid, then two roundings"
+
+    def _plan(self, g: Graph, op) -> tuple[np.ndarray, Quant, Quant] | None:
+        """The slopes, their grid and the grid of ``a min(x, 0)``, where an old uint8 MUL can compute it."""
+        slopes = PReluUint8()._slopes(g, op)
+        qx = g.quant(op.inputs[0])
+        if slopes is None or qx is None or g.quant(op.outputs[0]) is None:
+            return None
+        lo_a, hi_a = min(float(slopes.min()), 0.0), max(float(slopes.max()), 0.0)
+        qa = Quant((hi_a - lo_a) / 255 or 1.0, int(np.clip(np.rint(-lo_a / ((hi_a - lo_a) / 255 or 1.0)), 0, 255)))
+        x_min = qx.scale * (0 - qx.zero_point)  # the most negative value x's grid holds (<= 0)
+        lo, hi = min(0.0, hi_a * x_min), max(0.0, lo_a * x_min)  # a * min(x, 0) for every slope a
+        if hi - lo <= 0:
+            return None  # x is never negative, or every slope is 0: nothing for this rule to do
+        q_an = Quant((hi - lo) / 255, int(np.clip(np.rint(-lo / ((hi - lo) / 255)), 0, 255)))
+        # an old uint8 MUL aborts unless its multiplier s_x * s_a / s_out is below 1
+        if not float(np.float32(qx.scale) * np.float32(qa.scale) / np.float32(q_an.scale)) < 1.0 - 1e-6:
+            return None
+        return slopes, qa, q_an
+
+    def applies(self, g: Graph, op) -> bool:
+        return self._plan(g, op) is not None
+
+    def lower(self, g: Graph, op) -> list:
+        x, y = op.inputs[0], op.outputs[0]
+        slopes, qa, q_an = self._plan(g, op)
+        name = g.tensor_name(y)
+        qx = g.quant(x)
+        zero = g.constant(f"{name}/zero", np.full([1] * len(g.shape(x)), qx.zero_point, np.uint8), "uint8", qx)
+        a = g.constant(f"{name}/slopes", np.clip(np.rint(slopes / qa.scale) + qa.zero_point, 0, 255).astype(np.uint8), "uint8", qa)
+        # every new tensor named under the output's (op_errors judges them as the op they replace)
+        positive, negative = (g.add_tensor(f"{name}/{what}", g.shape(x), "uint8", qx) for what in ("max(x,0)", "min(x,0)"))
+        scaled = g.like(y, "a*min(x,0)", quant=q_an)
+        return [g.new_op("MAXIMUM", [x, zero], [positive], "MaximumMinimumOptions"),
+                g.new_op("MINIMUM", [x, zero], [negative], "MaximumMinimumOptions"),
+                g.new_op("MUL", [negative, a], [scaled], "MulOptions"),
+                g.new_op("ADD", [positive, scaled], [y], "AddOptions")]

@@ -27,7 +27,7 @@ from edgeport.ops.lowering.fine_input import LogisticFineInput, TanhFineInput
 from edgeport.ops.lowering.fully_connected import FullyConnected
 from edgeport.ops.lowering.grouped_conv import GroupedConv
 from edgeport.ops.lowering.hard_swish import HardSwish, HardSwishUint8
-from edgeport.ops.lowering.leaky_relu import LeakyReluUint8, PReluUint8
+from edgeport.ops.lowering.leaky_relu import LeakyReluUint8, PReluUint8, PReluUint8Signed
 from edgeport.ops.lowering.reduce import MeanAsDepthwise, SumAsDepthwise
 from edgeport.ops.lowering.relu_0_to_1 import Relu0To1
 from edgeport.ops.lowering.requantize import Requantize
@@ -43,6 +43,7 @@ RULES: tuple[LoweringRule, ...] = (
     HardSwishUint8(),
     LeakyReluUint8(),
     PReluUint8(),
+    PReluUint8Signed(),
     Relu0To1(),
     Relu0To1AsRequantize(),
     ReluAsRequantize(),

@@ -63,13 +63,16 @@ def unary(name: str, shape, dtype="float32", qin=None, qout=None, options=None, 
 def _prelu(shape, slopes: np.ndarray, qin: Quant, qout: Quant) -> bytes:
     g = Graph.empty()
     x, y = g.add_tensor("x", shape, "uint8", qin), g.add_tensor("y", shape, "uint8", qout)
-    qa = Quant(float(slopes.max()) / 255, 0)
-    alpha = g.constant("alpha", np.round(slopes / qa.scale).astype(np.uint8), "uint8", qa)
+    lo, hi = min(float(slopes.min()), 0.0), max(float(slopes.max()), 0.0)
+    qa = Quant((hi - lo) / 255, int(round(-lo / ((hi - lo) / 255))))
+    alpha = g.constant("alpha", (np.round(slopes / qa.scale) + qa.zero_point).astype(np.uint8), "uint8", qa)
     g.add(g.new_op("PRELU", [x, alpha], [y]))
     return finish(g, [x], [y])
 
 
 LEAKY_IN, LEAKY_OUT = Quant(8 / 255, 160), Quant(5.5 / 255, 40)
+# slopes as MTCNN's trained P-Net learned them: below 0 and above 1 (max(x, a x) is not prelu there)
+SIGNED_SLOPES = np.array([[[-1.25, -0.3, 0.4, 1.01]]], np.float32)
 
 
 def resize(name: str, shape, k: int, dtype="float32", q=None, half_pixel=True) -> bytes:
@@ -464,6 +467,7 @@ def _one_input_cases():
         ("relu_uint8", unary("RELU", u.shape, "uint8", QIN, Quant(0.03, 0)), u),
         ("leaky_relu_uint8", unary("LEAKY_RELU", u.shape, "uint8", LEAKY_IN, LEAKY_OUT, "LeakyReluOptions", alpha=0.1), u),
         ("prelu_uint8", _prelu(u.shape, np.array([[[0.05, 0.25, 0.5, 0.9]]], np.float32), LEAKY_IN, LEAKY_OUT), u),
+        ("prelu_uint8_signed", _prelu(u.shape, SIGNED_SLOPES, LEAKY_IN, LEAKY_OUT), u),
         ("hard_sigmoid_clamp_uint8", unary("RELU_0_TO_1", u.shape, "uint8", QIN, Quant(1 / 255, 0)), u),
         ("mean_uint8", mean(u.shape), np.concatenate([np.zeros_like(u[..., :1]), np.full_like(u[..., :1], 255), u[..., 2:]], -1)),
         # a window of 32 x 32: TFLite 1.13.1's uint8 AVERAGE_POOL_2D returns zeros there
@@ -599,6 +603,16 @@ def test_uint8_prelu_with_a_slope_per_channel_is_within_a_step_of_todays_kernel(
     model = _prelu(x.shape, slopes, LEAKY_IN, LEAKY_OUT)
     (want,) = run(model, [x], tmp_path, "original")
     (got,) = run(lowered(model, tmp_path, rule="prelu_uint8"), [x], tmp_path)
+    assert steps(got, want) <= 1
+
+
+def test_uint8_prelu_with_slopes_below_0_and_above_1_is_within_a_step_of_todays_kernel(tmp_path):
+    """max(x, 0) + a min(x, 0): the max and min exact on x's grid, a min(x, 0) and the sum rounded once each."""
+    x = np.arange(256, dtype=np.uint8).reshape(1, 8, 8, 4)
+    model = _prelu(x.shape, SIGNED_SLOPES, LEAKY_IN, Quant(8 / 255, 110))
+    assert lower_for_board(model, OLD.lacks).rules == {"prelu_uint8_signed": 1}
+    (want,) = run(model, [x], tmp_path, "original")
+    (got,) = run(lowered(model, tmp_path, rule="prelu_uint8_signed"), [x], tmp_path)
     assert steps(got, want) <= 1
 
 
