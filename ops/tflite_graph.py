@@ -243,10 +243,13 @@ class Graph:
         return index
 
     def like(self, i: int, suffix: str, shape=None, quant: Quant | None | bool = True) -> int:
-        """A new activation tensor shaped (or ``shape``) and typed like ``i``; ``quant`` True keeps
-        its quantisation, a ``Quant`` gives another."""
+        """A new activation tensor shaped (or ``shape``) and typed like ``i``, named ``i``'s name
+        up to its first ``;`` (a converter's fused names) then ``/suffix``: its own name, never read
+        as ``i``'s where tensors are paired by that part (``validate/parity/op_errors.py``); ``quant``
+        True keeps its quantisation, a ``Quant`` gives another."""
         q = self.quant(i) if quant is True else (quant or None)
-        return self.add_tensor(f"{self.tensor_name(i)}/{suffix}", self.shape(i) if shape is None else shape, self.dtype(i), q)
+        base = self.tensor_name(i).split(";", 1)[0]
+        return self.add_tensor(f"{base}/{suffix}", self.shape(i) if shape is None else shape, self.dtype(i), q)
 
     def constant(self, name: str, value: np.ndarray, dtype: str | None = None, quant: Quant | None = None) -> int:
         value = np.asarray(value)

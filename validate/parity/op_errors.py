@@ -180,7 +180,7 @@ def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path)
         # (a DEQUANTIZE or QUANTIZE that took the float op's name -- a float output of a quantised
         # file -- is judged with the op before it: the head's last convolution, say)
         tail = set(ins) if g.name(op) in IDENTITY_OPS else set()
-        ops, frontier, stack, prefix = {i}, [], list(ins), g.tensor_name(outs[0]) + "/"
+        ops, frontier, stack, prefix = {i}, [], list(ins), _key(g.tensor_name(outs[0])) + "/"
         while stack and ops is not None:
             t = stack.pop()
             if known(t):
