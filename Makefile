@@ -15,7 +15,7 @@ CONSTRAINTS := $(if $(filter 312 313,$(PYVER)),constraints-py312.txt,$(if $(filt
 # tests need its fake CUDA device, and torchvision pairs with it.
 TORCH  := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup setup-boards setup-converters test-converters demo demo-legacy test test-fast lint bench demo-weights gpu-check clean
+.PHONY: setup setup-boards setup-converters setup-bench test-converters demo demo-legacy test test-fast lint bench demo-weights gpu-check clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,12 @@ setup-boards: setup
 # own environment in the same home, layered on the venv's packages (about 1 GB, 30 s: convert/litert.py)
 setup-converters: setup
 	$(VENV)/bin/edgeport converters install litert-torch
+
+# A model trained by someone else, for benchmarks/quant_bench.py: facenet-pytorch's wheel ships
+# MTCNN's trained weights (MIT). Its pins are old (torch < 2.3): its model code and weights only,
+# without its dependencies (benchmarks/mtcnn_models.py)
+setup-bench: setup
+	$(PY) -m pip install -qq --no-deps facenet-pytorch==2.6.0
 
 DEMO_OUT ?= runs/demo
 demo: setup

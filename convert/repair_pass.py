@@ -82,10 +82,12 @@ def _candidates(quantised: Path, float_file: Path, images, work: Path):
         j = float_op.get(e.tensor)
         if j is None or j in seeds or e.own != e.own or e.own <= 0:
             continue
+        found = tail_ops(f, {*seeds, j, *outputs}, fed)
+        if found is None:  # its tail is the whole float32 file: not a repair; the next op's may be
+            continue
         seeds.append(j)
-        found = tail_ops(f, {*seeds, *outputs}, fed)
-        if found is not None and (not tails or found[0] != tails[-1][1]):
-            tails.append((errors[[x.tensor for x in errors].index(e.tensor)], found[0]))
+        if not tails or found[0] != tails[-1][1]:
+            tails.append((e, found[0]))
     return tails, lambda ops: float_tail(q_raw, f_raw, ops, fed_by)
 
 
