@@ -43,7 +43,7 @@ class LowerForBoardPass(Pass[Converted, Converted]):
             if result.changed:  # a new file: the converter's stays as it was written
                 files[variant] = config.work_dir / "lowered" / path.name
                 files[variant].parent.mkdir(exist_ok=True)
-                files[variant].write_bytes(_restamped(result.model))
+                files[variant].write_bytes(restamped(result.model))
                 lowered[variant] = result.describe()
                 if result.rules:
                     rules[variant] = dict(result.rules)
@@ -78,7 +78,7 @@ class LowerForBoardPass(Pass[Converted, Converted]):
                                  f"{LOWERED_REL_TOL:g}{where}): {after.lowered.get('float32')}")
 
 
-def _restamped(model: bytes) -> bytes:
+def restamped(model: bytes) -> bytes:
     """The converter's ``min_runtime_version`` metadata describes the file as converted; after
     lowering it is recomputed from the operators now in the file (dropped when one of them is
     not in TFLite's table), so that no lowered file claims a runtime newer than it needs."""

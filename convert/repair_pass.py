@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edgeport.convert.base import ConvertConfig, Pass, PassResult, Validated
+from edgeport.convert.lower_for_board_pass import restamped
 from edgeport.errors import PassCheckError
 from edgeport.validate.parity.compare import QUANTISED, REPAIRED
 
@@ -111,8 +112,10 @@ class RepairPass(Pass[Validated, Validated]):
         subject = subject_of(value.gated, config)
         files, checks, new_rows, repairs = dict(converted.files), dict(value.gated.board.checks), [], {}
         for variant in failing:
-            found = self._repair(variant, converted.files[variant], converted.files["float32"], subject, config, rows,
-                                 converted.prepared.calib)
+            try:
+                found = self._repair(variant, value, subject, config)
+            except Exception as exc:  # noqa: BLE001 - a repair is an aid: the pure files and their report stand
+                found = {"info": {"repaired": False, "why": f"the repair broke: {type(exc).__name__}: {exc}"[:300]}}
             repairs[variant] = found.pop("info")
             if found.get("path") is not None:
                 name = repaired_name(variant)
@@ -125,115 +128,173 @@ class RepairPass(Pass[Validated, Validated]):
         return PassResult(replace(value, gated=gated, parity=parity, repairs=repairs), changed=bool(new_rows),
                           summary="; ".join(said))
 
-    def _repair(self, variant: str, path: Path, float_file: Path, subject, config: ConvertConfig, rows, calib) -> dict:
+    def _repair(self, variant: str, value: Validated, subject, config: ConvertConfig) -> dict:
         from edgeport.convert.ranges import float_ranges, rerange
         from edgeport.validate.board.profiles import board_verdict
         from edgeport.validate.parity.run import run_parity
 
+        converted, rows = value.gated.converted, value.parity.rows
+        path, float_file, calib = converted.files[variant], converted.files["float32"], converted.prepared.calib
         name = repaired_name(variant)
         t0 = time.perf_counter()
+        pure = _Candidate(path, float_file, subject.normalised.get(variant))
         pure_cosine = _worst_cosine([r for r in rows if r.variant == variant])
         applied: list[dict] = []
+        dest = config.work_dir / f"model_{variant}_repaired.tflite"
         with tempfile.TemporaryDirectory(prefix="repair-", dir=config.work_dir) as tmp:
             tmp = Path(tmp)
 
-            def quick(file: Path) -> tuple[bool, float | None]:  # on the TFLite kernels (optimised and reference), no board
-                result = run_parity(replace(subject, tflite={name: file}, folded_module=None, onnx_path=None, board=None,
-                                            not_converted={}, normalised={}, twins={}, twin_gated={}, board_checks={},
-                                            workdir=tmp), divergence=False)
-                judged = [r for r in result.rows if r.variant == name]
-                return all(r.passed for r in judged), _worst_cosine(judged)
+            def judged(c: "_Candidate", board=None, check=None) -> list:
+                """Its rows: on the TFLite kernels (optimised and reference) alone, or every row the pure file has."""
+                result = run_parity(replace(subject, tflite={name: c.file}, folded_module=None, onnx_path=None, board=board,
+                                            not_converted={}, normalised={name: c.plans} if c.plans else {}, twins={},
+                                            twin_gated={}, board_checks={name: check} if check is not None else {},
+                                            workdir=tmp if board is None else subject.workdir), divergence=False)
+                return [r for r in result.rows if r.variant == name]
 
+            def quick(c: "_Candidate") -> tuple[bool, float | None]:
+                """On TFLite's kernels: whether it passes, its worst cosine (a run that breaks: a fail, said)."""
+                try:
+                    found = judged(c)
+                except Exception as exc:  # noqa: BLE001 - a candidate that breaks a runtime is a failed candidate
+                    applied.append({"repair": "judging a candidate", "error": f"{type(exc).__name__}: {exc}"[:300]})
+                    return False, None
+                return all(r.passed for r in found), _worst_cosine(found)
+
+            def final(c: "_Candidate") -> dict | None:
+                """``c`` as the repaired file, on every row the pure file has; None where a row fails (said)."""
+                try:
+                    dest.write_bytes(c.file.read_bytes())
+                    check = board_verdict(dest, subject.board)
+                    mine = judged(replace(c, file=dest), subject.board, check)
+                except Exception as exc:  # noqa: BLE001
+                    applied.append({"repair": "judging a candidate on every row", "error": f"{type(exc).__name__}: {exc}"[:300]})
+                    return None
+                failed = [r.key for r in mine if not r.passed] + ([] if check["runnable"] else ["the board gate"])
+                if failed:
+                    applied.append({"repair": "judging a candidate on every row", "passed": False, "failed": failed[:4],
+                                    "float_ops": len(c.tail.float_ops) if c.tail is not None else 0})
+                    return None
+                names = _names(c.float_file, c.tail.float_ops) if c.tail is not None else {}  # (its donor lives in tmp)
+                return {"candidate": c, "check": check, "rows": mine, "names": names}
+
+            def tried(repair: str, c: "_Candidate", **said) -> dict | None:
+                """Judge ``c`` on TFLite's kernels, then (where it passes) on every row; say what it did; kept
+                as the next repair's start where it helps."""
+                passed, cosine = quick(c)
+                kept = passed or (cosine is not None and cosine > best[1])
+                applied.append({"repair": repair, **said, "passed": passed, "worst_cosine": cosine, "kept": kept})
+                if kept:
+                    best[0], best[1] = c, cosine
+                return final(c) if passed else None
+
+            # the pure file on the same rows the candidates are first judged on: what a repair must beat
+            base = quick(pure)[1]
+            best = [pure, base if base is not None else -1.0]  # the file the next repair starts from
+            done = None
             # 1. calibration ranges: grids the float32 file's values on the calibration images show wrong
-            source, candidates = path, []
             try:
                 reranged = rerange(path.read_bytes(), float_ranges(float_file, calib[:CALIB_IMAGES], tmp))
             except Exception as exc:  # noqa: BLE001 - a repair is an aid: its failure is said, the next is tried
                 applied.append({"repair": "calibration ranges", "error": f"{type(exc).__name__}: {exc}"[:300]})
                 reranged = None
-            if reranged is not None and reranged.tensors:
-                file = tmp / "ranges.tflite"
-                file.write_bytes(reranged.model)
-                passed, cosine = quick(file)
-                kept = passed or (cosine is not None and pure_cosine is not None and cosine > pure_cosine)
-                applied.append({"repair": "calibration ranges", "tensors": len(reranged.tensors),
-                                "examples": list(reranged.tensors[:3]), "passed": passed, "worst_cosine": cosine, "kept": kept})
-                if kept:
-                    source = file
-                if passed:
-                    candidates = [(file, None)]
-            elif reranged is not None:
+            if reranged is not None and not reranged.tensors:
                 applied.append({"repair": "calibration ranges", "tensors": 0, "kept": False})
-            # 2. selective float: the fewest ops, from the worst by their own error, run as a float tail
-            total = len(_ops_of(float_file))
-            if not candidates:
-                try:
-                    tails, write = _candidates(source, float_file, subject.inputs, tmp)
-                except Exception as exc:  # noqa: BLE001
-                    tails, write = [], None
-                    applied.append({"repair": "float tail", "error": f"its ops could not be judged: {type(exc).__name__}: {exc}"[:300]})
-                tried: dict[int, dict] = {}
-
-                def tail(n: int) -> bool:
-                    if n not in tried:
-                        made = write(tails[n][1])
-                        tried[n] = {"float_ops": len(tails[n][1]), "passed": False, "worst_op": tails[n][0].op,
-                                    "worst_tensor": tails[n][0].tensor}
-                        if made is not None:
-                            file = tmp / f"tail{n}.tflite"
-                            file.write_bytes(made.model)
-                            passed, cosine = quick(file)
-                            tried[n].update(passed=passed, worst_cosine=cosine, file=file, tail=made)
-                    return tried[n]["passed"]
-
-                # the first candidate that passes, on the assumption that more float ops never hurt:
-                # doubling until one passes, then halving the gap
-                lo, hi, n = -1, None, 0
-                while tails and len(tried) < QUICK_RUNS:
-                    if tail(n):
-                        hi = n
-                        break
-                    if n == len(tails) - 1:
-                        break
-                    lo, n = n, min(2 * n + 1, len(tails) - 1)
-                while hi is not None and hi - lo > 1 and len(tried) < QUICK_RUNS:
-                    mid = (lo + hi) // 2
-                    lo, hi = (lo, mid) if tail(mid) else (mid, hi)
-                if tails:
-                    applied.append({"repair": "float tail", "ops": total, "on": "the file above" if source != path else "the pure file",
-                                    "tried": [{k: v for k, v in tried[n].items() if k not in ("file", "tail")} for n in sorted(tried)]})
-                if hi is not None:
-                    candidates = [(tried[n]["file"], tried[n]["tail"]) for n in range(hi, min(hi + FULL_RUNS, len(tails)))
-                                  if n == hi or tail(n)]
-            if not candidates:
-                why = "; ".join(f"{a['repair']}: " + (a["error"] if "error" in a else "no tensor's grid is wrong" if not a.get("tensors", 1)
-                                                      else "does not pass") for a in applied) or "no repair applies"
-                return {"info": {"repaired": False, "why": why, "applied": applied, "seconds": round(time.perf_counter() - t0, 2)}}
-            # the first candidate that passes every row the pure file has: the board's emulator and its own runtime included
-            dest = config.work_dir / f"model_{variant}_repaired.tflite"
-            for file, made in candidates:  # noqa: B007 - the tail of the one taken, after the loop
-                dest.write_bytes(file.read_bytes())
-                check = board_verdict(dest, subject.board)
-                result = run_parity(replace(subject, tflite={name: dest}, folded_module=None, onnx_path=None, not_converted={},
-                                            normalised={}, twins={}, twin_gated={}, board_checks={name: check}))
-                judged = [r for r in result.rows if r.variant == name]
-                passed = check["runnable"] and all(r.passed for r in judged)
-                if passed:
+            elif reranged is not None:
+                (tmp / "ranges.tflite").write_bytes(reranged.model)
+                done = tried("calibration ranges", replace(pure, file=tmp / "ranges.tflite", reranged=len(reranged.tensors)),
+                             tensors=len(reranged.tensors), examples=list(reranged.tensors[:3]))
+            # 2. cross-layer equalisation, then 3. bias correction, on the PyTorch model (the best so far), converted again
+            for repair, pairs in (("equalisation", True), ("bias correction", False)):
+                if done is not None:
                     break
-        mine = _board_row(judged, name)
-        pure = _board_row(rows, variant, mine.runtime) if mine is not None else None
+                try:
+                    c, said = _equalised(variant, converted, best[0], config, tmp / repair.replace(" ", "-"), pairs=pairs)
+                except Exception as exc:  # noqa: BLE001
+                    c, said = None, {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                if c is None:
+                    applied.append({"repair": repair, **said, "kept": False})
+                else:
+                    done = tried(repair, c, **said)
+            # 4. selective float: the fewest ops, from the worst by their own error, run as a float tail --
+            # searched from the best file so far and, where a repair above was kept, from the pure file too
+            # (a file a little closer is not always one a shorter tail repairs): the fewer float ops wins
+            total = len(_ops_of(pure.float_file))
+            if done is None:
+                found = [self._tails(source, subject, tmp, quick, applied) for source in [best[0]] + ([pure] if best[0] is not pure else [])]
+                for c in sorted((c for f in found for c in f), key=lambda c: len(c.tail.float_ops))[:FULL_RUNS]:
+                    done = final(c)
+                    if done is not None:
+                        break
+        if done is None:
+            dest.unlink(missing_ok=True)
+            why = "; ".join(f"{a['repair']}: " + (a["error"] if "error" in a else "nothing to change"
+                                                  if 0 in (a.get("tensors"), a.get("pairs"), a.get("biases")) else "does not pass")
+                            for a in applied)
+            return {"info": {"repaired": False, "why": why or "no repair applies", "applied": applied, "ops": total,
+                             "seconds": round(time.perf_counter() - t0, 2)}}
+        chosen, mine_rows = done["candidate"], done["rows"]
+        mine = _board_row(mine_rows, name)
+        pure_row = _board_row(rows, variant, mine.runtime) if mine is not None else None
         latency = None
-        if pure is not None:
-            latency = {"runtime": mine.runtime, "ms_per_image": mine.ms_per_image, "pure_ms_per_image": pure.ms_per_image,
-                       "ratio": round(mine.ms_per_image / pure.ms_per_image, 3)}
-        info = {"repaired": True, "passed": passed, "file": dest.name, "from": f"model_{variant}.tflite", "ops": total,
-                "float_ops": len(made.float_ops) if made is not None else 0,
-                "reranged": next((a["tensors"] for a in applied if a["repair"] == "calibration ranges" and a.get("kept")), 0),
-                "fed_at": list(made.fed_at)[:8] if made is not None else [],
-                "float_op_names": _names(float_file, made.float_ops) if made is not None else {},
-                "worst_cosine": _worst_cosine(judged), "pure_worst_cosine": pure_cosine, "latency": latency,
+        if pure_row is not None:
+            latency = {"runtime": mine.runtime, "ms_per_image": mine.ms_per_image, "pure_ms_per_image": pure_row.ms_per_image,
+                       "ratio": round(mine.ms_per_image / pure_row.ms_per_image, 3)}
+        made = chosen.tail
+        info = {"repaired": True, "passed": True, "file": dest.name, "from": f"model_{variant}.tflite", "ops": total,
+                "float_ops": len(made.float_ops) if made is not None else 0, "reranged": chosen.reranged,
+                "equalised": chosen.equalised, "fed_at": list(made.fed_at)[:8] if made is not None else [],
+                "float_op_names": done["names"],
+                "int8_normalised": [[list(r) for r in plan] for plan in chosen.plans] if chosen.plans else None,
+                "worst_cosine": _worst_cosine(mine_rows), "pure_worst_cosine": pure_cosine, "latency": latency,
                 "applied": applied, "seconds": round(time.perf_counter() - t0, 2)}
-        return {"info": info, "path": dest, "check": check, "rows": judged}
+        return {"info": info, "path": dest, "check": done["check"], "rows": mine_rows}
+
+    @staticmethod
+    def _tails(source: "_Candidate", subject, tmp: Path, quick, applied: list) -> list:
+        """The float tails of ``source`` that pass on the TFLite kernels, fewest ops first (up to
+        ``FULL_RUNS``); what was tried goes into ``applied``."""
+        tag = f"{len(applied)}"
+        try:
+            tails, write = _candidates(source.file, source.float_file, subject.inputs, tmp)
+        except Exception as exc:  # noqa: BLE001 - a repair is an aid: its failure is said
+            applied.append({"repair": "float tail", "on": source.describe(),
+                            "error": f"its ops could not be judged: {type(exc).__name__}: {exc}"[:300]})
+            return []
+        runs: dict[int, dict] = {}
+
+        def tail(n: int) -> bool:
+            if n not in runs:
+                made = write(tails[n][1])
+                runs[n] = {"float_ops": len(tails[n][1]), "passed": False, "worst_op": tails[n][0].op,
+                           "worst_tensor": tails[n][0].tensor}
+                if made is not None:
+                    file = tmp / f"tail{tag}-{n}.tflite"
+                    file.write_bytes(restamped(made.model))  # its min_runtime_version: of the ops now in it
+                    c = _Candidate(file, source.float_file, None, source.reranged, source.equalised, made)
+                    passed, cosine = quick(c)
+                    runs[n].update(passed=passed, worst_cosine=cosine, candidate=c)
+            return runs[n]["passed"]
+
+        # the first candidate that passes, on the assumption that more float ops never hurt:
+        # doubling until one passes, then halving the gap
+        lo, hi, n = -1, None, 0
+        while tails and len(runs) < QUICK_RUNS:
+            if tail(n):
+                hi = n
+                break
+            if n == len(tails) - 1:
+                break
+            lo, n = n, min(2 * n + 1, len(tails) - 1)
+        while hi is not None and hi - lo > 1 and len(runs) < QUICK_RUNS:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if tail(mid) else (mid, hi)
+        if tails:
+            applied.append({"repair": "float tail", "ops": len(_ops_of(source.float_file)), "on": source.describe(),
+                            "tried": [{k: v for k, v in runs[n].items() if k != "candidate"} for n in sorted(runs)]})
+        if hi is None:
+            return []
+        return [runs[n]["candidate"] for n in range(hi, min(hi + FULL_RUNS, len(tails))) if n == hi or tail(n)]
 
     def check(self, before: Validated, after: Validated, config: ConvertConfig) -> None:
         files_before, files_after = before.gated.converted.files, after.gated.converted.files
@@ -244,9 +305,69 @@ class RepairPass(Pass[Validated, Validated]):
                 raise PassCheckError(f"the repaired file {v} has no board verdict or no rows")
 
 
+@dataclass(frozen=True)
+class _Candidate:
+    """A file a repair made: the float32 file it pairs with (its float tail's donor), how its
+    outputs are scaled (``convert/int8_groups.py``: a file keeping the quantised outputs), and what
+    made it."""
+
+    file: Path
+    float_file: Path
+    plans: object = None
+    reranged: int = 0
+    equalised: dict | None = None  # {pairs, biases}
+    tail: object = None  # ops/float_tail.Tail
+    module: object = None  # the PyTorch model it was converted from, where a repair changed it
+
+    def describe(self) -> str:
+        said = ([f"{self.reranged} grids re-calibrated"] if self.reranged else []) + (
+            [f"{self.equalised['pairs']} convolution pairs equalised"] if (self.equalised or {}).get("pairs") else []) + (
+            [f"{self.equalised['biases']} biases corrected"] if (self.equalised or {}).get("biases") else [])
+        return "the pure file" if not said else f"the file with {' and '.join(said)}"
+
+
+def _equalised(variant: str, converted, source: _Candidate, config: ConvertConfig, tmp: Path, *,
+               pairs: bool) -> tuple[_Candidate | None, dict]:
+    """The model ``source`` was converted from (the prepared model, or one a repair changed),
+    equalised (``pairs``) or its biases corrected (``convert/equalise.py``), exported and converted
+    again by the same passes: its quantised file, with the float32 file of the same model."""
+    import torch
+
+    from edgeport.convert.equalise import equalise
+    from edgeport.convert.export_onnx_pass import ExportOnnxPass
+    from edgeport.convert.int8_fixes_pass import Int8FixesPass
+    from edgeport.convert.lower_for_board_pass import LowerForBoardPass
+    from edgeport.convert.to_tflite_pass import ToTFLitePass
+    from edgeport.convert.uint8_pass import Uint8Pass
+
+    prepared = converted.prepared
+    t0 = time.perf_counter()
+    done = equalise(source.module if source.module is not None else prepared.module,
+                    torch.from_numpy(prepared.calib[:CALIB_IMAGES]), per_channel=variant == "int8", pairs=pairs, biases=not pairs)
+    said = {"pairs": done.pairs} if pairs else {"biases": done.biases}
+    if not done.pairs and not done.biases:
+        return None, said
+    cfg = replace(config, work_dir=tmp, cross_check=False)
+    cfg.work_dir.mkdir()
+    value = replace(prepared, module=done.module)
+    for p in (ExportOnnxPass(), ToTFLitePass(), Int8FixesPass(), Uint8Pass(), LowerForBoardPass()):
+        result = p.run(value, cfg)
+        p.check(value, result.value, cfg)
+        value = result.value
+    said["seconds"] = round(time.perf_counter() - t0, 2)
+    if variant not in value.files or "float32" not in value.files:
+        return None, {**said, "error": f"the converter wrote no {variant} file: {value.not_written.get(variant, '')}"[:300]}
+    before = source.equalised or {"pairs": 0, "biases": 0}
+    return _Candidate(value.files[variant], value.files["float32"], value.int8_plans,
+                      equalised={"pairs": before["pairs"] + done.pairs, "biases": before["biases"] + done.biases},
+                      module=done.module), said
+
+
 def _what(info: dict) -> str:
     """What a repaired file changed: "3 grids re-calibrated, 15 of 289 ops in float"."""
     said = [f"{info['reranged']} grids re-calibrated"] if info.get("reranged") else []
+    said += [f"{info['equalised']['pairs']} convolution pairs equalised"] if (info.get("equalised") or {}).get("pairs") else []
+    said += [f"{info['equalised']['biases']} biases corrected"] if (info.get("equalised") or {}).get("biases") else []
     said += [f"{info['float_ops']} of {info['ops']} ops in float"] if info.get("float_ops") else []
     return ", ".join(said) or "unchanged"
 

@@ -269,7 +269,10 @@ def test_repair_runs_a_float_tail_where_a_grid_cannot_move_and_the_report_names_
     info = after.repairs["int8"]
     assert info["passed"] and info["float_ops"] == 2 and info["ops"] == 3 and info["fed_at"] == ["a"] and info["reranged"] == 0
     assert info["applied"][0] == {"repair": "calibration ranges", "tensors": 0, "kept": False}
-    assert info["applied"][1]["tried"][-1]["passed"] and result.summary == "int8: 2 of 3 ops in float, passes"
+    # a ReLU has no convolution to equalise or correct: nothing to convert again
+    assert info["applied"][1:3] == [{"repair": "equalisation", "pairs": 0, "kept": False},
+                                    {"repair": "bias correction", "biases": 0, "kept": False}]
+    assert info["applied"][3]["tried"][-1]["passed"] and result.summary == "int8: 2 of 3 ops in float, passes"
     report = build_report(after.parity, model={"arch": "relu", "weights_sha256": "0" * 64, "outputs": ["y"]},
                           board=after.gated.board, artifacts={}, repairs=after.repairs)
     assert report.passed and report.repaired == ["int8"]
@@ -277,6 +280,7 @@ def test_repair_runs_a_float_tail_where_a_grid_cannot_move_and_the_report_names_
     assert verdict(said) == "PASSED (repaired: ship model_int8_repaired.tflite)"
     (line,) = repair_lines(said, MARKDOWN)
     assert "runs 2 of 3 ops in float" in line and "PASSES every row" in line and "calibration ranges: no grid" in line
+    assert "equalisation: nothing to change; bias correction: nothing to change; float tails of the pure file" in line
 
 
 def test_repair_leaves_a_passing_run_and_a_failing_float32_file_alone(tmp_path):

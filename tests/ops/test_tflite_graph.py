@@ -90,7 +90,7 @@ def test_replace_puts_new_ops_where_the_old_one_was_and_unused_op_codes_go():
 
 
 def test_a_lowered_file_claims_the_runtime_its_operators_need(tmp_path):
-    from edgeport.convert.lower_for_board_pass import _restamped
+    from edgeport.convert.lower_for_board_pass import restamped
     from edgeport.validate.board.profiles import min_runtime_of
 
     g = Graph.empty()
@@ -100,12 +100,12 @@ def test_a_lowered_file_claims_the_runtime_its_operators_need(tmp_path):
     stale = g.to_bytes()
     assert Graph(stale).metadata_text("min_runtime_version") == "2.3.0"
     g.set_version(op, 1)
-    restamped = Graph(_restamped(g.to_bytes()))
-    assert restamped.metadata_text("min_runtime_version") == min_runtime_of({("CONV_2D", 1)}) == "1.5.0"
-    assert read_tflite(_write(tmp_path, _restamped(g.to_bytes()))).min_runtime_version == "1.5.0"
+    stamped = Graph(restamped(g.to_bytes()))
+    assert stamped.metadata_text("min_runtime_version") == min_runtime_of({("CONV_2D", 1)}) == "1.5.0"
+    assert read_tflite(_write(tmp_path, restamped(g.to_bytes()))).min_runtime_version == "1.5.0"
     # an operator TFLite's table does not know: no claim at all rather than a wrong one
     g.set_version(op, 99)
-    assert Graph(_restamped(g.to_bytes())).metadata_text("min_runtime_version") is None
+    assert Graph(restamped(g.to_bytes())).metadata_text("min_runtime_version") is None
     assert min_runtime_of({("CONV_2D", 99)}) is None
 
 

@@ -276,6 +276,11 @@ def repair_lines(report: dict, q: Quoting = TERMINAL) -> list[str]:
                 continue
             if "error" in a:
                 tried.append(f"{q.text(a.get('repair'))} could not run ({q.text(a['error'])})")
+            elif a.get("repair") in ("equalisation", "bias correction"):
+                what = (f"{a['pairs']} convolution pairs" if "pairs" in a else f"{a.get('biases')} biases")
+                tried.append(f"{a['repair']}: nothing to change" if not (a.get("pairs") or a.get("biases")) else
+                             f"{a['repair']}: {what}, converted again, worst cosine {_fmt(a.get('worst_cosine'), '.4f')}"
+                             f"{'' if a.get('kept') else ', not kept'}")
             elif a.get("repair") == "calibration ranges":
                 tried.append("calibration ranges: no grid the float values show wrong" if not a.get("tensors") else
                              f"calibration ranges: {a['tensors']} grids set again from the float32 file's values (e.g. "
@@ -289,7 +294,10 @@ def repair_lines(report: dict, q: Quoting = TERMINAL) -> list[str]:
             out.append(f"{q.code(variant)} failed its gate and was not repaired ({q.text(r.get('why'))}); tried: "
                        f"{'; '.join(tried) or 'nothing'}")
             continue
+        eq = r.get("equalised") if isinstance(r.get("equalised"), dict) else {}
         changed = ", ".join(([f"{r['reranged']} grids re-calibrated"] if r.get("reranged") else [])
+                            + ([f"{eq['pairs']} convolution pairs equalised"] if eq.get("pairs") else [])
+                            + ([f"{eq['biases']} biases corrected"] if eq.get("biases") else [])
                             + ([f"runs {r['float_ops']} of {r.get('ops')} ops in float ("
                                 + ", ".join(f"{q.text(k)} {v}" for k, v in (r.get("float_op_names") or {}).items())
                                 + "), the float32 file's, fed where the tail begins"] if r.get("float_ops") else []))
