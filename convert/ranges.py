@@ -27,6 +27,12 @@ from edgeport.ops.float_tail import key
 from edgeport.ops.tflite_graph import Graph, Quant
 
 WASTE = 16  # a grid this many times wider than its values leaves 4 of its 8 bits unused
+# beyond convert/tflite_fixes.SAME_SCALE_OPS: ops whose quantised kernels compare or move integers
+# across their inputs and output (TFLite's quantisation spec ties them), with their data inputs
+TIED = {"MAXIMUM": None, "MINIMUM": None, "AVERAGE_POOL_2D": (0,), "PADV2": (0,), "MIRROR_PAD": (0,), "SELECT": (1, 2),
+        "SELECT_V2": (1, 2), "SPACE_TO_BATCH_ND": (0,), "BATCH_TO_SPACE_ND": (0,), "REDUCE_MAX": (0,), "REDUCE_MIN": (0,)}
+# ops whose old uint8 kernels abort unless input scale x weight scale / output scale is below 1 (TFLite 1.x)
+MULTIPLIED = {"CONV_2D": (0, 1), "DEPTHWISE_CONV_2D": (0, 1), "FULLY_CONNECTED": (0, 1), "MUL": (0, 1)}
 BIASED = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "TRANSPOSE_CONV": 3}  # op -> its bias input
 LIMITS = {"int8": (-128, 127), "uint8": (0, 255)}
 
@@ -89,7 +95,8 @@ def rerange(quantised: bytes, ranges: dict, *, waste: float = WASTE) -> Reranged
         outs = [t for t in op.outputs if t >= 0]
         if name in FIXED_OUTPUT_OPS:
             locked.update(outs)
-        tied = SAME_SCALE_OPS.get(name) or (((0,), False) if name in RESIZE_OPS else None)
+        tied = SAME_SCALE_OPS.get(name) or (((0,), False) if name in RESIZE_OPS else None) or \
+            ((TIED[name], False) if name in TIED else None)
         if tied is not None:
             data = [op.inputs[i] for i in (range(len(op.inputs)) if tied[0] is None else tied[0])
                     if i < len(op.inputs) and op.inputs[i] >= 0]
@@ -100,16 +107,21 @@ def rerange(quantised: bytes, ranges: dict, *, waste: float = WASTE) -> Reranged
     for t in range(len(g.sg.tensors)):
         members.setdefault(groups.find(t), []).append(t)
     new: dict[int, Quant] = {}
+
+    def known(t: int):  # the float32 file's range at tensor t, where it has the tensor
+        found = ranges.get(key(g.tensor_name(t)))
+        return found if found is not None and found[2] == g.shape(t) else None
+
     for group in members.values():
         if any(t in locked or g.const(t) is not None or g.dtype(t) not in LIMITS or g.quant(t) is None for t in group):
             continue
         if len({g.quant(t) for t in group}) != 1 or len({g.dtype(t) for t in group}) != 1:
             continue
-        known = [ranges[key(g.tensor_name(t))] for t in group
-                 if key(g.tensor_name(t)) in ranges and ranges[key(g.tensor_name(t))][2] == g.shape(t)]
-        if not known:
+        # every member paired with the float32 file: a tensor it lacks (one a lowering wrote) keeps its grid
+        if any(known(t) is None for t in group):
             continue
-        lo, hi = min(0.0, *(k[0] for k in known)), max(0.0, *(k[1] for k in known))
+        known_ = [known(t) for t in group]
+        lo, hi = min(0.0, *(k[0] for k in known_)), max(0.0, *(k[1] for k in known_))
         q, (qmin, qmax) = g.quant(group[0]), LIMITS[g.dtype(group[0])]
         grid_lo, grid_hi = q.scale * (qmin - q.zero_point), q.scale * (qmax - q.zero_point)
         width = grid_hi - grid_lo
@@ -130,10 +142,36 @@ def rerange(quantised: bytes, ranges: dict, *, waste: float = WASTE) -> Reranged
             return None
         return op.inputs[2 if g.name(op) == "TRANSPOSE_CONV" else 0], op.inputs[at]
 
-    for op in g.ops:  # a bias another op reads too, or not an int32 constant: its input's group keeps its grid
+    def drop(t: int) -> None:
+        nonlocal new
+        new = {u: q for u, q in new.items() if groups.find(u) != groups.find(t)}
+
+    for op in g.ops:
         pair = biased(op)
+        # a bias another op reads too, or not an int32 constant: its input's group keeps its grid
         if pair is not None and pair[0] in new and (readers[pair[1]] > 1 or g.const(pair[1]) is None or g.dtype(pair[1]) != "int32"):
-            new = {t: q for t, q in new.items() if groups.find(t) != groups.find(pair[0])}
+            drop(pair[0])
+        # weights that are an activation (a FULLY_CONNECTED of two activations): its bias would be stale
+        if pair is not None:
+            for t in op.inputs[1:]:
+                if t >= 0 and t != pair[1] and t in new:
+                    drop(t)
+    changed = True
+    while changed and new:  # an old uint8 kernel aborts where a multiplier reaches 1: those groups keep their grids
+        changed = False
+        for op in g.ops:
+            ins = MULTIPLIED.get(g.name(op))
+            outs = [t for t in op.outputs if t >= 0]
+            if ins is None or len(op.inputs) < 2 or not outs or g.dtype(outs[0]) != "uint8":
+                continue
+            scale = {t: (new[t].scale if t in new else (g.quant(t).scale if g.quant(t) else None)) for t in [*op.inputs[:2], outs[0]]}
+            if any(v is None for v in scale.values()):
+                continue
+            if scale[op.inputs[0]] * scale[op.inputs[1]] / scale[outs[0]] >= 1.0 - 1e-6:
+                for t in [*op.inputs[:2], outs[0]]:
+                    if t in new:
+                        drop(t)
+                        changed = True
     for op in g.ops:  # a bias is stated on its op's input scale: the same real numbers on the new one
         pair = biased(op)
         if pair is None or pair[0] not in new:

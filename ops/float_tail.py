@@ -136,6 +136,7 @@ def float_tail(quantised: bytes, float_file: bytes, seeds, fed_by) -> Tail | Non
             mapped[t] = s
             continue
         out = take(t)
+        q.tensor(out).name = f"{key(f.tensor_name(t))}/dequantized".encode()  # not the quantised tensor's name twice
         kept.append(q.new_op("DEQUANTIZE", [s], [out], version=2 if q.dtype(s) == "int8" else 1))
     for j in sorted(ops):
         op = copy.copy(f.ops[j])

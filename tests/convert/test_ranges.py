@@ -73,3 +73,33 @@ def test_a_grid_that_fits_its_values_and_one_tied_to_an_output_stay_as_they_are(
     # the output's grid far too wide: it stays (a file's outputs keep the grid their readers expect)
     wide_out = _model("int8", Quant(4 / 255, -128), Quant(2.0, 0))
     assert rerange(wide_out, ranges).tensors == ()
+
+
+def _concat(dtype: str, grid: Quant | None = None, *, rename: bool = False) -> bytes:
+    """x -> RELU -> a, x -> RELU6 -> b, CONCATENATION(a, b) -> c -> RELU -> y: a, b and c tied by
+    the CONCATENATION (an int8 CONCATENATION moves integers); ``rename``: b named as no float tensor is."""
+    g = Graph.empty()
+    x = g.add_tensor("x", SHAPE, dtype, X if dtype == "int8" else None)
+    a = g.add_tensor("a", SHAPE, dtype, grid)
+    b = g.add_tensor("b/lowered" if rename else "b", SHAPE, dtype, grid)
+    c = g.add_tensor("c", (1, 4, 4, 6), dtype, grid)
+    y = g.add_tensor("y", (1, 4, 4, 6), dtype, Quant(10 / 255, -128) if dtype == "int8" else None)
+    g.add(g.new_op("RELU", [x], [a]))
+    g.add(g.new_op("RELU6", [x], [b]))
+    g.add(g.new_op("CONCATENATION", [a, b], [c], "ConcatenationOptions", axis=3))
+    g.add(g.new_op("RELU", [c], [y]))
+    return finish(g, [x], [y])
+
+
+def test_tensors_tied_by_an_op_move_together_to_the_range_of_all_of_them(tmp_path):
+    (tmp_path / "f.tflite").write_bytes(_concat("float32"))
+    images = np.random.default_rng(0).uniform(-8, 8, (4, 3, 4, 4)).astype(np.float32)
+    ranges = float_ranges(tmp_path / "f.tflite", images, tmp_path)
+    assert ranges["a"][1] > 7 and ranges["b"][1] == 6  # a ReLU to about 8, a ReLU6 to 6
+    fixed = rerange(_concat("int8", Quant(1.0, -128)), ranges)  # 0 to 255: 30 times the values' range
+    assert fixed.tensors == ("a", "b", "c")
+    g = Graph(fixed.model)
+    grids = {g.tensor_name(t): g.quant(t) for t in range(len(g.sg.tensors))}
+    assert grids["a"] == grids["b"] == grids["c"] and abs(grids["a"].scale - ranges["c"][1] / 255) < 1e-6
+    # one member the float32 file lacks (a lowering's tensor): the group keeps its grid
+    assert rerange(_concat("int8", Quant(1.0, -128), rename=True), ranges).tensors == ()

@@ -62,3 +62,33 @@ def test_a_tail_is_closed_downstream_and_grows_upstream_where_it_cannot_be_fed()
     assert tail_ops(f, {1}, every) == ({1, 3}, (t["a"], t["b2"]))
     assert tail_ops(f, {1}, lambda u: u != t["b2"]) == ({1, 2, 3}, (t["a"],))
     assert tail_ops(f, {1}, lambda u: False) is None  # back to the input: the float32 file itself
+
+
+def _residual(dtype: str, q: Quant | None) -> bytes:
+    """x -> RELU -> a; ADD(a, x) -> b; ADD(b, c) -> y, c a constant (its float value, or on a grid)."""
+    g = Graph.empty()
+    x, a, b, y = (g.add_tensor(n, SHAPE, dtype, q) for n in ("x", "a", "b", "y"))
+    value = np.linspace(-1, 1, 3, dtype=np.float32).reshape(1, 1, 1, 3)
+    c = g.constant("c", value) if dtype == "float32" else \
+        g.constant("c", np.rint(value / q.scale + q.zero_point).astype(np.uint8), "uint8", q)
+    g.add(g.new_op("RELU", [x], [a]))
+    g.add(g.new_op("ADD", [a, x], [b], "AddOptions"))
+    g.add(g.new_op("ADD", [b, c], [y], "AddOptions"))
+    return finish(g, [x], [y])
+
+
+def test_a_uint8_tail_is_fed_at_the_graph_input_too_and_carries_the_float_weights(tmp_path):
+    q = Quant(1 / 32, 128)
+    quantised, f = _residual("uint8", q), _residual("float32", None)
+    tail = float_tail(quantised, f, {1}, _fed_by(quantised))
+    assert tail.float_ops == (1, 2) and set(tail.fed_at) == {"a", "x"}
+    g = Graph(tail.model)
+    dq = [op for op in g.ops if g.name(op) == "DEQUANTIZE"]
+    assert len(dq) == 2 and {g.version(op) for op in dq} == {1}  # uint8 -> float32: version 1, as TFLite 1.13 runs it
+    assert {g.tensor_name(op.outputs[0]) for op in dq} == {"a/dequantized", "x/dequantized"}
+    (c,) = [t for t in range(len(g.sg.tensors)) if g.tensor_name(t) == "c"]
+    np.testing.assert_array_equal(g.const(c), np.linspace(-1, 1, 3, dtype=np.float32).reshape(1, 1, 1, 3))
+    x = np.random.default_rng(1).integers(0, 256, SHAPE).astype(np.uint8)
+    real = q.scale * (x.astype(np.float32) - q.zero_point)
+    (got,) = run(tail.model, [x], tmp_path)
+    np.testing.assert_allclose(got, np.maximum(real, 0) + real + np.linspace(-1, 1, 3).reshape(1, 1, 1, 3), atol=1e-5)

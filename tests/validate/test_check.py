@@ -433,3 +433,16 @@ def test_a_repaired_twin_that_claims_a_pass_its_numbers_refuse_stands_in_for_not
     found = [str(r) for r in compare_reports(report, make_report(), CheckTolerance())]
     assert any("int8-repaired/tflite: says passed" in f for f in found)
     assert any(f.startswith("report: passed") and "int8/tflite" in f for f in found)
+
+
+def test_only_a_quantised_file_with_a_twin_on_every_runtime_is_stood_in_for():
+    # a float32 "twin" stands in for nothing: float32 is not repaired
+    report = make_report()
+    report["results"][1]["passed"] = False
+    report["results"].append(dict(copy.deepcopy(report["results"][1]), variant="float32-repaired", passed=True))
+    assert Report.from_dict({**report, "passed": False}).repaired == []
+    # a twin judged on fewer runtimes than its pure file stands in for nothing
+    partial = _repaired_report(0.999)
+    partial["results"].append(dict(copy.deepcopy(partial["results"][2]), runtime="board:default"))
+    read = Report.from_dict({**partial, "passed": False})
+    assert read.repaired == [] and not read.passed

@@ -18,6 +18,8 @@ from edgeport.jsonfile import Malformed, expect, number, shown, strings
 from edgeport.text import for_terminal
 from edgeport.validate.parity.result import REPAIRED, ResultRow
 
+QUANTISED_FILES = ("int8", "uint8")  # the variants a repaired twin may stand in for
+
 SCHEMA = "edgeport.parity/2"
 # what says which model a report is about
 IDENTITY = (("model", "arch"), ("model", "weights_sha256"), ("model", "outputs"), ("inputs", "shape"))
@@ -97,11 +99,16 @@ class Report:
 
     @property
     def repaired(self) -> list[str]:
-        """The quantised variants whose repaired twin passes every row and runs on the board: the
-        twin stands in for them (``passed``)."""
-        twins = {r.variant[: -len(REPAIRED)] for r in self.results if r.variant.endswith(REPAIRED)}
-        return sorted(v for v in twins if all(r.passed for r in self.results if r.variant == v + REPAIRED)
-                      and (self.board is None or self.board.checks.get(v + REPAIRED, {}).get("runnable", False)))
+        """The quantised variants (int8, uint8) whose repaired twin has a row on every runtime the
+        variant has, passes every one and runs on the board: the twin stands in for them (``passed``)."""
+        out = []
+        for v in QUANTISED_FILES:
+            twin = [r for r in self.results if r.variant == v + REPAIRED]
+            runtimes = {r.runtime for r in self.results if r.variant == v}
+            if twin and runtimes <= {r.runtime for r in twin} and all(r.passed for r in twin) and \
+                    (self.board is None or self.board.checks.get(v + REPAIRED, {}).get("runnable", False)):
+                out.append(v)
+        return out
 
     @property
     def identity(self) -> dict:
