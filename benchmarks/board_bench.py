@@ -2,7 +2,7 @@
 TensorFlow Lite 1.13.1 -- ms per image, interleaved in one run, and mAP@0.5 of each against the
 labels of a synthetic validation set.
 
-Each demo checkpoint (nearest and bilinear neck) is converted with ``--board tflite-1.13``
+Each demo checkpoint (nearest and bilinear neck, and LeakyReLU with SPP) is converted with ``--board tflite-1.13``
 (float32 and uint8, lowered for the board), then ``validate`` runs each file on the board's own
 runtime with ``--data`` for mAP; the speed is timed apart, both files in turn, several rounds
 of the same images, on the runtime `make setup-boards` installs (one thread, as its Python
@@ -28,7 +28,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 DEMOS = {"nearest": REPO / "models" / "weights" / "pdet_n_person.pt",
-         "bilinear": REPO / "models" / "weights" / "pdet_n_bilinear_person.pt"}
+         "bilinear": REPO / "models" / "weights" / "pdet_n_bilinear_person.pt",
+         # the write-up's kind (LeakyReLU, SPP): its uint8 LEAKY_RELU lowered for 1.13.1 (ops/lowering/leaky_relu.py)
+         "leaky-spp": REPO / "models" / "weights" / "pdet_n_leaky_spp_person.pt"}
 IMGSZ = 160  # what the demo detectors were trained at (`make demo`)
 
 
@@ -84,7 +86,9 @@ def main() -> None:
             row: dict = {"demo": neck, "checkpoint": str(ckpt.relative_to(REPO))}
             report = json.loads((out / "report.json").read_text())
             row["lowered"] = {s["name"]: s["summary"] for s in report["stages"]}.get("lower_for_board")
-            files = {v: out / f"model_{v}.tflite" for v in ("float32", "uint8")}
+            # and the repaired twin, where the uint8 file failed its gate (convert/repair_pass.py)
+            files = {v: out / f"model_{v}.tflite" for v in ("float32", "uint8", "uint8_repaired")
+                     if (out / f"model_{v}.tflite").is_file()}
             for variant, path in files.items():
                 val = _cli("validate", str(ckpt), "--tflite", str(path), "--board", "tflite-1.13", "--data", str(work / "data"),
                            "--out", str(work / f"validate-{neck}-{variant}"))

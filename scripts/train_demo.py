@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/train_demo.py                      # pdet-n -> pdet_n_person.pt (make demo)
     .venv/bin/python scripts/train_demo.py --arch pdet-n-bilinear  # -> pdet_n_bilinear_person.pt (make demo-legacy)
+    .venv/bin/python scripts/train_demo.py --arch pdet-n-leaky-spp  # -> pdet_n_leaky_spp_person.pt (benchmarks/board_bench.py)
 
 About 7-8 minutes each on two cores. Writes a synthetic person dataset to runs/demo-data/,
 trains into runs/demo-train-ARCH/, and copies best.pt to models/weights/.
@@ -18,7 +19,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "runs" / "demo-data"
-TARGETS = {"pdet-n": "pdet_n_person.pt", "pdet-n-bilinear": "pdet_n_bilinear_person.pt"}
+TARGETS = {"pdet-n": "pdet_n_person.pt", "pdet-n-bilinear": "pdet_n_bilinear_person.pt",
+           "pdet-n-leaky-spp": "pdet_n_leaky_spp_person.pt"}  # the write-up's kind: LeakyReLU, SPP
 TRAIN_ARGS = [
     "--imgsz", "160", "--epochs", "30", "--world-size", "2", "--syncBN",
     "--batch-size", "16", "--accumulate", "2", "--optimizer", "adamw", "--lr", "0.004", "--lrf", "0.05",
