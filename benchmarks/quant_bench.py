@@ -123,7 +123,9 @@ def table(results: list[dict]) -> str:
                          ([f"{r['float_ops']}/{r['ops']} ops float"] if r.get("float_ops") else []))
         fixed = ("-" if not r else f"not repaired ({(r.get('why') or '')[:60]})" if not r.get("repaired")
                  else f"{'passes' if r['rows_pass'] else 'FAILS'} ({what})")
-        cost = f"{r['latency']['ratio']:.2f} ({r['latency']['runtime']})" if r.get("latency") else "-"
+        lat = r.get("latency") or {}
+        cost = (f"{lat['ratio']:.2f} ({lat['runtime']})" + (f"; XNNPACK {lat['tflite_ratio']:.2f}" if "tflite_ratio" in lat else "")
+                if lat else "-")
         lines.append(f"| {m['model']} ({m['imgsz']} px) | {m['board']} {m['variant']} | {'passes' if m['float32_passes'] else 'FAILS'} "
                      f"| {q} | {cos} | {lat} | {op} | {fixed} | {_f(r.get('worst_cosine'))} | {cost} |")
     return "\n".join(lines)

@@ -303,7 +303,9 @@ def repair_lines(report: dict, q: Quoting = TERMINAL) -> list[str]:
                                 + "), the float32 file's, fed where the tail begins"] if r.get("float_ops") else []))
         lat = r.get("latency") or {}
         cost = (f"it takes {lat['ratio']:.2f}x the pure file's time on {q.text(lat['runtime'])} ({lat['ms_per_image']:.2f} vs "
-                f"{lat['pure_ms_per_image']:.2f} ms/img)" if lat else "its time against the pure file was not measured on the same runtime")
+                f"{lat['pure_ms_per_image']:.2f} ms/img)" + (f", {lat['tflite_ratio']:.2f}x on today's optimised kernels (XNNPACK)"
+                                                              if isinstance(lat.get("tflite_ratio"), (int, float)) else "")
+                if lat else "its time against the pure file was not measured on the same runtime")
         out.append(f"{q.code(variant)} failed its gate; {q.code(r.get('file'))} {changed or 'changes nothing'} and "
                    f"{'PASSES every row' if r.get('passed') else 'still FAILS'}: worst cosine {_fmt(r.get('pure_worst_cosine'), '.4f')} "
                    f"-> {_fmt(r.get('worst_cosine'), '.4f')}; {cost}. Tried: {'; '.join(tried)}")
