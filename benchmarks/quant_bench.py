@@ -123,9 +123,9 @@ def table(results: list[dict]) -> str:
                          ([f"{r['float_ops']}/{r['ops']} ops float"] if r.get("float_ops") else []))
         fixed = ("-" if not r else f"not repaired ({(r.get('why') or '')[:60]})" if not r.get("repaired")
                  else f"{'passes' if r['rows_pass'] else 'FAILS'} ({what})")
-        lat = r.get("latency") or {}
-        cost = (f"{lat['ratio']:.2f} ({lat['runtime']})" + (f"; XNNPACK {lat['tflite_ratio']:.2f}" if "tflite_ratio" in lat else "")
-                if lat else "-")
+        took = r.get("latency") or {}
+        cost = (f"{took['ratio']:.2f} ({took['runtime']})" + (f"; XNNPACK {took['tflite_ratio']:.2f}" if "tflite_ratio" in took else "")
+                if took else "-")
         lines.append(f"| {m['model']} ({m['imgsz']} px) | {m['board']} {m['variant']} | {'passes' if m['float32_passes'] else 'FAILS'} "
                      f"| {q} | {cos} | {lat} | {op} | {fixed} | {_f(r.get('worst_cosine'))} | {cost} |")
     return "\n".join(lines)
@@ -142,16 +142,21 @@ def main() -> None:
         print("facenet-pytorch is not installed (`make setup-bench`): MTCNN's trained P-Net is left out", file=sys.stderr)
     ap.add_argument("--models", default=",".join([*zoo_models.ZOO, *trained]))
     ap.add_argument("--boards", default=",".join(BOARDS))
+    ap.add_argument("--merge", action="store_true", help="measure --models again and keep the saved JSON's other cells")
     args = ap.parse_args()
+    dest = REPO / "benchmarks" / "results" / "quant_bench.json"
     results = []
     with tempfile.TemporaryDirectory(prefix="edgeport-quant-") as tmp:
         for name in args.models.split(","):
             for board in args.boards.split(","):
                 results.append(measure(name, board, Path(tmp)))
                 print(json.dumps(results[-1]), flush=True)
+    if args.merge and dest.is_file():
+        again = {(m["model"], m["board"]) for m in results}
+        results = [m for m in json.loads(dest.read_text())["results"] if (m["model"], m["board"]) not in again] + results
     print(table(results))
     counts = {}
-    for board in args.boards.split(","):
+    for board in BOARDS:
         float_ok = [m for m in results if m["board"] == board and m.get("float32_passes")]
         counts[board] = {"float32_passes": len(float_ok), "no_passing_quantised_file": sum(not m["passes"] for m in float_ok),
                          "no_passing_file_after_repair": sum(not m.get("passes_after") for m in float_ok)}
@@ -161,7 +166,6 @@ def main() -> None:
     counts["repair_latency_ratio_median"] = statistics.median(costs) if costs else None
     print(f"repairs that pass: {len(costs)}, median time against the pure file on the board's runtime: "
           f"{counts['repair_latency_ratio_median']}")
-    dest = REPO / "benchmarks" / "results" / "quant_bench.json"
     dest.write_text(json.dumps({"python": platform.python_version(), "counts": counts, "results": results}, indent=2) + "\n")
     print(f"saved {dest.relative_to(REPO)}")
 
