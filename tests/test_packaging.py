@@ -44,7 +44,8 @@ def test_the_wheel_holds_exactly_the_package_and_its_data(source, tmp_path):
     parts = {n.split("/")[1] for n in names if n.count("/") > 1}
     assert parts == {"commands", "convert", "models", "ops", "train", "validate"}
     data = sorted(n for n in names if not n.endswith(".py"))
-    assert data == ["edgeport/models/weights/pdet_n_bilinear_person.pt", "edgeport/models/weights/pdet_n_person.pt",
+    assert data == ["edgeport/models/weights/pdet_n_bilinear_person.pt", "edgeport/models/weights/pdet_n_leaky_spp_person.pt",
+                    "edgeport/models/weights/pdet_n_person.pt",
                     "edgeport/validate/board_profiles/default.ops.toml",
                     "edgeport/validate/board_profiles/default.toml", "edgeport/validate/board_profiles/op_min_runtime.toml",
                     "edgeport/validate/board_profiles/tflite-1.13.ops.toml", "edgeport/validate/board_profiles/tflite-1.13.toml",
