@@ -39,6 +39,9 @@ BOARDS = ("default", "tflite-1.13")
 
 # models trained by someone else, with real weights: name -> (--arch, --imgsz); `make setup-bench`
 TRAINED = {"mtcnn_pnet": ("mtcnn_models:PNet", 96)}
+# edgeport's own trained detectors, as shipped (their checkpoints name their architecture): name -> (file, --imgsz)
+SHIPPED = {"pdet_n_person (shipped)": ("models/weights/pdet_n_person.pt", 160),
+           "pdet_n_leaky_spp_person (LeakyReLU and SPP)": ("models/weights/pdet_n_leaky_spp_person.pt", 160)}
 
 
 def _trained_checkpoint(name: str, folder: Path) -> Path:
@@ -56,9 +59,12 @@ def measure(name: str, board: str, work: Path) -> dict:
     import test_zoo
     import zoo_models
 
-    folder = work / f"{name}-{board}"
+    folder = work / f"{name.split()[0]}-{board}"
     folder.mkdir()
-    if name in TRAINED:
+    if name in SHIPPED:
+        ckpt, size = REPO / SHIPPED[name][0], SHIPPED[name][1]
+        extra, cwd, arch = [], REPO, None
+    elif name in TRAINED:
         (arch, size), extra, cwd = TRAINED[name], [], REPO / "benchmarks"
         ckpt = _trained_checkpoint(name, folder)
     else:
@@ -66,7 +72,7 @@ def measure(name: str, board: str, work: Path) -> dict:
         arch, cwd = f"zoo_models:{name}", ZOO
         ckpt = test_zoo._checkpoint(name, folder, trained_head=framework == "ultralytics")
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "edgeport.cli", "convert", str(ckpt), "--arch", arch,
+    proc = subprocess.run([sys.executable, "-m", "edgeport.cli", "convert", str(ckpt), *(["--arch", arch] if arch else []),
                            "--imgsz", str(size), "--board", board, "--out", str(folder / "out"), *extra],
                           cwd=cwd, capture_output=True, text=True)
     out = {"model": name, "board": board, "imgsz": size, "exit": proc.returncode, "seconds": round(time.perf_counter() - t0, 1)}
@@ -140,7 +146,7 @@ def main() -> None:
     trained = [n for n in TRAINED if importlib.util.find_spec("facenet_pytorch") is not None]
     if not trained:
         print("facenet-pytorch is not installed (`make setup-bench`): MTCNN's trained P-Net is left out", file=sys.stderr)
-    ap.add_argument("--models", default=",".join([*zoo_models.ZOO, *trained]))
+    ap.add_argument("--models", default=",".join([*zoo_models.ZOO, *trained, *SHIPPED]))
     ap.add_argument("--boards", default=",".join(BOARDS))
     ap.add_argument("--merge", action="store_true", help="measure --models again and keep the saved JSON's other cells")
     args = ap.parse_args()
