@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeport.ops.float_tail import key
 from edgeport.ops.tflite_graph import Graph, Quant
+from edgeport.ops.tflite_graph import name_key as key
 
 WASTE = 16  # a grid this many times wider than its values leaves 4 of its 8 bits unused
 # beyond convert/tflite_fixes.SAME_SCALE_OPS: ops whose quantised kernels compare or move integers

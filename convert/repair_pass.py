@@ -1,25 +1,25 @@
 """Pass: a quantised file that fails its gate gets a repaired twin, judged like any other file.
 
 Tried only where a quantised file's row fails and the float32 file passes every row (a float tail
-from a failing float32 file would carry that file's error). Two repairs, in a fixed order, each
-kept only if it helps:
+from a failing float32 file would carry that file's error). Four repairs, in a fixed order, each
+kept where it raises the worst cosine on TFLite's kernels, the next starting from it:
 
 1. **Calibration ranges** (``convert/ranges.py``): activation grids that the float32 file's values
    on the calibration images show badly wrong are set again. Same ops, same cost.
-2. **Selective float, as a float tail** (``ops/float_tail.py``): the ops whose own quantisation
+2. **Cross-layer equalisation** and 3. **bias correction** (``convert/equalise.py``) on the
+   PyTorch model, exported and converted again by the same passes.
+4. **Selective float, as a float tail** (``ops/float_tail.py``): the ops whose own quantisation
    carries the most error (``validate/parity/op_errors.py``), and everything downstream of them,
    run in float, taken from the float32 file. The candidates nest: the worst op's tail, then the
-   two worst ops', and so on. The search takes the first that passes on the TFLite kernels
-   (doubling, then halving the gap: a few quick runs, not one per op).
+   two worst ops', and so on; the search doubles until one passes on TFLite's kernels, then
+   halves the gap (a few quick runs, not one per op).
 
-The file found is then judged on every row the pure file has -- the board's emulator and its own
-runtime included -- and the next larger candidate is taken if a row still fails.
-
-The pure file stays as it was, under its own name, with its rows: the repaired file is
-``model_<variant>_repaired.tflite``, variant ``<variant>-repaired``, with its own rows and its own
-board verdict. What the report says of it (``Validated.repairs``): each repair tried and what it
-did to the worst cosine, which ops run in float, and its latency against the pure file on the
-board's runtime.
+A file that passes TFLite's kernels is judged on every row the pure file has -- the board's
+emulator and its own runtime included; where a row fails, the next repair or larger tail is. A
+repair that breaks is said in the report and the next is tried: the pure files and their report
+stand. The pure file stays as it was, under its own name, with its rows; the repaired file,
+written only where one passes, is ``model_<variant>_repaired.tflite``, variant
+``<variant>-repaired``, with its own rows and board verdict (docs/convert.md).
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ def _worst_cosine(rows) -> float | None:
 def _candidates(quantised: Path, float_file: Path, images, work: Path):
     """The nested tails to try, smallest first (each a set of the float32 file's ops), and how to
     write one; from each op's own error, worst first, on the first image."""
-    from edgeport.ops.float_tail import float_tail, key, tail_ops
+    from edgeport.ops.float_tail import float_tail, tail_ops
     from edgeport.ops.tflite_graph import Graph
+    from edgeport.ops.tflite_graph import name_key as key
     from edgeport.validate.parity.op_errors import op_errors
 
     errors = op_errors(quantised, float_file, images[:1], work)

@@ -19,11 +19,7 @@ import copy
 from dataclasses import dataclass
 
 from edgeport.ops.tflite_graph import Graph
-
-
-def key(name: str) -> str:
-    """A tensor's name as both files give it (a fused op's name may end differently after its first ``;``)."""
-    return name.split(";", 1)[0]
+from edgeport.ops.tflite_graph import name_key as key
 
 
 @dataclass(frozen=True)

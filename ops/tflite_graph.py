@@ -40,6 +40,13 @@ def _inline_buffers(model, raw: bytes) -> None:
             b.offset, b.size = 0, 0
 
 
+def name_key(name: str) -> str:
+    """A tensor's name as two files of one graph both give it: up to its first ``;`` (a converter's
+    fused names end differently). What tensors are paired by (``validate/parity/op_errors.py``,
+    ``ops/float_tail.py``, ``convert/ranges.py``), and what ``Graph.like`` names a new tensor under."""
+    return name.split(";", 1)[0]
+
+
 @dataclass(frozen=True)
 class Quant:
     """Per-tensor affine quantisation: real = scale * (q - zero_point)."""
@@ -248,8 +255,7 @@ class Graph:
         as ``i``'s where tensors are paired by that part (``validate/parity/op_errors.py``); ``quant``
         True keeps its quantisation, a ``Quant`` gives another."""
         q = self.quant(i) if quant is True else (quant or None)
-        base = self.tensor_name(i).split(";", 1)[0]
-        return self.add_tensor(f"{base}/{suffix}", self.shape(i) if shape is None else shape, self.dtype(i), q)
+        return self.add_tensor(f"{name_key(self.tensor_name(i))}/{suffix}", self.shape(i) if shape is None else shape, self.dtype(i), q)
 
     def constant(self, name: str, value: np.ndarray, dtype: str | None = None, quant: Quant | None = None) -> int:
         value = np.asarray(value)

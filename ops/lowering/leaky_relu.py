@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgeport.ops.lowering.base import LoweringRule, requantize
-from edgeport.ops.tflite_graph import Graph, Quant
+from edgeport.ops.tflite_graph import Graph, Quant, name_key
 
 
 def _as_max(g: Graph, x: int, slope: int, y: int) -> list:
@@ -125,7 +125,7 @@ class PReluUint8Signed(LoweringRule):
     def lower(self, g: Graph, op) -> list:
         x, y = op.inputs[0], op.outputs[0]
         slopes, qa, q_an = self._plan(g, op)
-        name = g.tensor_name(y).split(";", 1)[0]  # as Graph.like names a tensor under y's
+        name = name_key(g.tensor_name(y))  # as Graph.like names a tensor under y's
         qx = g.quant(x)
         zero = g.constant(f"{name}/zero", np.full([1] * len(g.shape(x)), qx.zero_point, np.uint8), "uint8", qx)
         a = g.constant(f"{name}/slopes", np.clip(np.rint(slopes / qa.scale) + qa.zero_point, 0, 255).astype(np.uint8), "uint8", qa)

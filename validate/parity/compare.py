@@ -13,7 +13,7 @@ import numpy as np
 
 from edgeport.validate.metrics import cosine, relative
 from edgeport.validate.parity.detections import NoiseBound
-from edgeport.validate.parity.result import REPAIRED
+from edgeport.validate.parity.result import QUANTISED_FILES, REPAIRED
 
 
 @dataclass(frozen=True)
@@ -31,12 +31,11 @@ class Tolerance:
 FLOAT32 = Tolerance(max_abs_rel=1e-4, min_cosine=0.99999)
 INT8 = Tolerance(max_abs_rel=None, min_cosine=0.99)
 # a quantised file with a float tail (convert/repair_pass.py) is held to what its pure file is held to
-TOLERANCES = {"folded": FLOAT32, "onnx": FLOAT32, "float32": FLOAT32, "int8": INT8, "uint8": INT8,
-              "int8" + REPAIRED: INT8, "uint8" + REPAIRED: INT8}
+QUANTISED = (*QUANTISED_FILES, *(v + REPAIRED for v in QUANTISED_FILES))
+TOLERANCES = {"folded": FLOAT32, "onnx": FLOAT32, "float32": FLOAT32, **{v: INT8 for v in QUANTISED}}
 # Every channel of a quantised file on its own: one that PyTorch varies must vary too, and keep
 # this cosine; an output's overall cosine hides a channel that collapsed next to larger ones.
 CHANNEL = Tolerance(max_abs_rel=None, min_cosine=0.98)
-QUANTISED = ("int8", "uint8", "int8" + REPAIRED, "uint8" + REPAIRED)
 
 
 @dataclass(frozen=True)

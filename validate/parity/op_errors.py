@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeport.ops.tflite_graph import name_key
 from edgeport.validate.parity.tensors import dequantize, quantize, to_model_input
 
 IDENTITY_OPS = ("QUANTIZE", "DEQUANTIZE")
@@ -45,10 +46,6 @@ class OpError:
         return asdict(self)
 
 
-def _key(name: str) -> str:
-    return name.split(";", 1)[0]
-
-
 def _relative(got: np.ndarray, want: np.ndarray, size: np.ndarray) -> float:
     """rms(got - want) / rms(size): an error on the scale of the float model's own value."""
     scale = float(np.sqrt(np.mean(size.astype(np.float64) ** 2))) if size.size else 0.0
@@ -63,8 +60,8 @@ def _float_values(f, raw: bytes, x_nchw: np.ndarray, work: Path) -> dict[str, np
     (inp,) = f.sg.inputs
     x = to_model_input(x_nchw, f.shape(inp), np.float32, (0.0, 0))
     model, order = every_tensor_as_output(raw)
-    values = {_key(f.tensor_name(inp)): x}
-    values.update((_key(name), v) for (_, _, name), v in zip(order, _run(model, [x], work / "op_errors_float.tflite")))
+    values = {name_key(f.tensor_name(inp)): x}
+    values.update((name_key(name), v) for (_, _, name), v in zip(order, _run(model, [x], work / "op_errors_float.tflite")))
     return values
 
 
@@ -139,18 +136,18 @@ def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path)
     g, f = Graph(raw), Graph(float_raw)
     ref = _float_values(f, float_raw, x_nchw, work)
     (inp,) = g.sg.inputs
-    ref.setdefault(_key(g.tensor_name(inp)), ref[_key(f.tensor_name(f.sg.inputs[0]))])  # the input, whatever its name
-    x = _on_grid(ref[_key(g.tensor_name(inp))], g, inp)  # the image as the quantised file takes it
+    ref.setdefault(name_key(g.tensor_name(inp)), ref[name_key(f.tensor_name(f.sg.inputs[0]))])  # the input, whatever its name
+    x = _on_grid(ref[name_key(g.tensor_name(inp))], g, inp)  # the image as the quantised file takes it
 
     def fkey(u: int) -> str:  # a float32 file's tensor by the quantised file's name for it (its input may be named otherwise)
-        return _key(g.tensor_name(inp)) if u == f.sg.inputs[0] else _key(f.tensor_name(u))
+        return name_key(g.tensor_name(inp)) if u == f.sg.inputs[0] else name_key(f.tensor_name(u))
 
     float_op = {fkey(t): j for j, op in enumerate(f.ops) for t in op.outputs if t >= 0}
     alias: dict[str, str] = {}  # a requantisation's output -> the float tensor it stands for
     bad: set[int] = set()  # tensors in other units (after an op the float32 file does not have)
 
     def qkey(t: int) -> str:  # the float32 file's name for a quantised file's tensor
-        return alias.get(_key(g.tensor_name(t)), _key(g.tensor_name(t)))
+        return alias.get(name_key(g.tensor_name(t)), name_key(g.tensor_name(t)))
 
     def known(t: int) -> bool:
         return t not in bad and ref.get(qkey(t), np.empty(0)).shape == g.shape(t)
@@ -174,13 +171,13 @@ def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path)
             # anything else (int8's own output scaling: other units) is not judged, nor what follows it
             requantises = len(ins) == 1 and (g.name(op) in IDENTITY_OPS or g.name(op) == "CONCATENATION" and len(op.inputs) == 1)
             if requantises and known(ins[0]):
-                alias[_key(g.tensor_name(outs[0]))] = qkey(ins[0])
+                alias[name_key(g.tensor_name(outs[0]))] = qkey(ins[0])
             continue
         # the op, and the ops a lowering wrote for it (their tensors named under its output's), back to known tensors
         # (a DEQUANTIZE or QUANTIZE that took the float op's name -- a float output of a quantised
         # file -- is judged with the op before it: the head's last convolution, say)
         tail = set(ins) if g.name(op) in IDENTITY_OPS else set()
-        ops, frontier, stack, prefix = {i}, [], list(ins), _key(g.tensor_name(outs[0])) + "/"
+        ops, frontier, stack, prefix = {i}, [], list(ins), name_key(g.tensor_name(outs[0])) + "/"
         while stack and ops is not None:
             t = stack.pop()
             if known(t):
@@ -209,7 +206,7 @@ def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path)
     # ... and the float32 file's same op on the real values of those very integers
     # (where a lowering requantised an input for itself, the float op reads the input as the file held it)
     grid_real = [{qkey(t): _real(_on_grid(ref[qkey(t)], g, t), g, t)
-                  for t in sorted(u.frontier, key=lambda t: _key(g.tensor_name(t)) == qkey(t))} for u in units]
+                  for t in sorted(u.frontier, key=lambda t: name_key(g.tensor_name(t)) == qkey(t))} for u in units]
     f_units = [((float_op[qkey(q_outs[n][0])],), tuple(u for u in f.ops[float_op[qkey(q_outs[n][0])]].inputs
                                                         if u >= 0 and f.const(u) is None)) for n in range(len(units))]
     model, values, f_outs = _alone(float_raw, f_units, lambda n, u: grid_real[n][fkey(u)].astype(np.dtype(f.dtype(u))))

@@ -16,9 +16,7 @@ from dataclasses import dataclass, field
 from edgeport.errors import BadInputError, ParityGateError
 from edgeport.jsonfile import Malformed, expect, number, shown, strings
 from edgeport.text import for_terminal
-from edgeport.validate.parity.result import REPAIRED, ResultRow
-
-QUANTISED_FILES = ("int8", "uint8")  # the variants a repaired twin may stand in for
+from edgeport.validate.parity.result import QUANTISED_FILES, REPAIRED, ResultRow
 
 SCHEMA = "edgeport.parity/2"
 # what says which model a report is about
