@@ -47,8 +47,8 @@ NAME_MAX = 255  # bytes in one path component on the file systems edgeport write
 # What each command writes into its output folder (relative paths, glob patterns): the folder
 # a command claims is recognised by these; what it may replace is only what its manifest lists.
 OUTPUTS: dict[str, tuple[str, ...]] = {
-    "convert": ("model.onnx", "model_float32.tflite", "model_int8.tflite", "model_uint8.tflite", "report.json", "report.md",
-                "report.html", "edgeport.log"),
+    "convert": ("model.onnx", "model_float32.tflite", "model_int8.tflite", "model_uint8.tflite", "model_int8_repaired.tflite",
+                "model_uint8_repaired.tflite", "report.json", "report.md", "report.html", "edgeport.log"),
     "validate": ("report.json", "report.md", "report.html", "edgeport.log"),
     "train": ("args.json", "best.pt", "last.pt", "metrics.csv", "metrics.png", "summary.json"),
     "data": ("images", "labels", "annotations", "images/train", "images/val", "labels/train", "labels/val",

@@ -13,10 +13,9 @@ from pathlib import Path
 
 from edgeport._lazy import importing
 from edgeport.commands.output import Progress
-from edgeport.runs import staged_output
+from edgeport.runs import OUTPUTS, staged_output
 
-ARTIFACTS = ("model.onnx", "model_float32.tflite", "model_int8.tflite", "model_uint8.tflite", "model_int8_repaired.tflite",
-             "model_uint8_repaired.tflite")
+ARTIFACTS = tuple(n for n in OUTPUTS["convert"] if n.startswith("model"))  # what the pipeline's files may ship as
 DEFAULT_RUNS = Path("runs/convert")
 
 
