@@ -56,6 +56,7 @@ def _convert(ckpt, tmp_path, passes, **cfg):
     from edgeport.validate.report.assemble import build_report
 
     cfg.setdefault("board", load_board("default"))
+    cfg.setdefault("repair", False)  # what is injected is to be caught and located, not repaired (its own tests: test_tflite_passes)
     config = ConvertConfig(checkpoint=ckpt, work_dir=tmp_path, imgsz=cfg.pop("imgsz", 96), max_calib=8, max_validate=2, **cfg)
     validated, _ = run_pipeline(config, passes)
     prepared = validated.gated.converted.prepared
