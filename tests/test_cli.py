@@ -110,9 +110,14 @@ def test_demo_converts_end_to_end_within_targets(demo):
     assert report["repairs"] is None and report["repaired"] == []  # its int8 passes: nothing to repair
     for r in report["results"]:
         assert {"variant", "runtime", "passed", "ms_per_image", "outputs", "detections", "map", "verdict", "divergence",
-                "error_histogram", "repeat", "reasons", "reported_runtime", "steps", "same_run_as", "op_errors"} == set(r)
+                "error_histogram", "repeat", "reasons", "reported_runtime", "steps", "same_run_as", "op_errors", "images"} == set(r)
     rows = {r["variant"]: r for r in report["results"]}
     assert set(rows) == {"reference", "folded", "onnx", "float32", "int8"}
+    # the default board runs XNNPACK: its rows are the tflite runs, the reference kernels a diagnostic on two images
+    by = {(r["variant"], r["runtime"]): r for r in report["results"]}
+    for variant in ("float32", "int8"):
+        assert by[(variant, "board:default")]["same_run_as"] == "tflite" and by[(variant, "board:default")]["images"] is None
+        assert by[(variant, "tflite-ref")]["images"] == 2 and by[(variant, "tflite-ref")]["map"] is None
     rows = {r["variant"]: r for r in report["results"] if r["runtime"] in ("pytorch", "onnxruntime", "tflite")}
     for o in rows["float32"]["outputs"]:
         assert o["max_abs"] <= 1e-4 * o["ref_max_abs"], o

@@ -200,6 +200,8 @@ def test_a_board_given_by_name_is_one_of_the_shipped_ones(workspace, run_inproc,
     (BASE + 'op_table = "/dev/zero"\n', "op_table '/dev/zero' is not a file name NAME.ops.toml"),
     (BASE + 'op_table = "../../etc/x.ops.toml"\n', "is not a file name"),
     (BASE + 'op_table = "nowhere.ops.toml"\n', "neither beside the profile nor one of the shipped tables"),
+    (BASE + 'kernels = "xnnpack; id"\n', "kernels 'xnnpack; id' is not one of reference, optimized"),
+    (BASE.replace('"tflite"', '"tflm"') + 'kernels = "optimized"\n', "optimized\" only for runtime = \"tflite\""),
 ])
 def test_a_profile_holds_only_known_keys_with_checked_values(workspace, run_inproc, text, needle):
     (workspace / "p.toml").write_text(text)
@@ -212,3 +214,6 @@ def test_the_shipped_profiles_pass_their_own_rules():
     from edgeport.validate.board.profiles import board_names
 
     assert {load_board(n).name for n in board_names()} == {"default", "tflite-1.13", "tflm-m4-256k"}
+    # a current TFLite runs its optimised kernels; the old board's emulator, the reference ones with its differences
+    assert {n: load_board(n).kernels for n in board_names()} == {"default": "optimized", "tflite-1.13": "reference",
+                                                                "tflm-m4-256k": "reference"}

@@ -53,6 +53,19 @@ def test_missing_rows_and_fewer_passing_rows():
     assert "row" in metrics and "passing rows" in metrics
 
 
+def test_a_row_judged_on_fewer_images_than_the_baselines_proves_less():
+    """A diagnostic row on its sample (``ResultRow.images``) is held to a baseline judged on as many or fewer."""
+    sampled = make_report()
+    sampled["results"][-1]["images"] = 2
+    found = [str(r) for r in compare_reports(sampled, make_report(), CheckTolerance())]
+    assert found == ["float32/tflite: images judged all -> 2"]
+    assert compare_reports(sampled, sampled, CheckTolerance()) == []
+    assert compare_reports(make_report(), sampled, CheckTolerance()) == [], "more images than the baseline's is no regression"
+    fewer = copy.deepcopy(sampled)
+    fewer["results"][-1]["images"] = 1
+    assert [r.metric for r in compare_reports(fewer, sampled, CheckTolerance())] == ["images judged"]
+
+
 def test_a_row_that_fails_its_own_tolerance_fails_whatever_it_says():
     now = make_report(cos=0.9)  # says passed, but cosine 0.9 < its own 0.99999
     regressions = [str(r) for r in compare_reports(now, make_report(), CheckTolerance())]
@@ -214,6 +227,8 @@ def test_a_steps_entry_that_is_not_a_check_is_malformed(entry, error):
     (lambda row: row["verdict"].update(reasons="none"), "verdict.reasons is missing or not a list"),
     (lambda row: row.update(reasons=[1]), "results[2].reasons[0] is missing or not a str"),
     (lambda row: row.update(reasons=None), "results[2].reasons is missing or not a list"),
+    (lambda row: row.update(images=2.0), "results[2].images is 2.0, not a non-negative integer or null"),
+    (lambda row: row.update(images=-1), "results[2].images is -1, not a non-negative integer or null"),
 ])
 def test_row_checks_that_are_not_checks_are_malformed(mutate, error):
     report = board_report()

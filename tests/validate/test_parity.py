@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -377,3 +378,63 @@ def test_a_row_that_shows_another_rows_run_says_which(tmp_path):
                                                         ("float32", FakeRunner("other"), None, None)])
     rows = report["results"][1:]
     assert [r["same_run_as"] for r in rows] == [None, "tflite-ref", None]
+
+
+class Counting(FakeRunner):
+    """Records how many images each run was given."""
+
+    def __init__(self, runtime: str, images=None, key=None, scale: float = 2.0):
+        super().__init__(runtime, scale)
+        self.images, self.key, self.given = images, key, []
+
+    @property
+    def cache_key(self):
+        return self.key if self.key is not None else id(self)
+
+    def run(self, inputs, stop=None):
+        self.given.append(inputs.shape[0])
+        return super().run(inputs, stop)
+
+
+def test_a_diagnostic_row_runs_and_is_judged_on_its_sample_only(tmp_path):
+    """A runner that needs the first two inputs computes two of the four, and its row says so: its
+    numbers are the sample's against the reference's same images, and no mAP on so few."""
+    sampled, full = Counting("tflite-ref", images=2, scale=2.5), Counting("tflite")
+    report = _run(_subject(tmp_path), lambda s, shapes: [("float32", full, None, None), ("float32", sampled, None, None)])
+    assert full.given == [4] and sampled.given == [2]
+    by = {r["runtime"]: r for r in report["results"]}
+    assert by["tflite"]["images"] is None and by["tflite-ref"]["images"] == 2
+    assert not by["tflite-ref"]["passed"], "a sample still fails on what it computes wrong"
+    ref = 2.0 * _subject(tmp_path).inputs[:2, :1]  # the two real images: the sample holds no random input
+    assert by["tflite-ref"]["outputs"][0]["max_abs"] == pytest.approx(float(np.abs(0.25 * ref).max()), rel=1e-6)
+    assert by["tflite-ref"]["map"] is None
+
+
+def test_a_run_shared_by_a_sampled_row_and_a_full_one_computes_every_input(tmp_path):
+    """The board's emulator on the reference kernels (an unchanged file) is the tflite-ref run: the
+    run computes what its most demanding row needs, and the diagnostic row is then judged on all."""
+    diagnostic, board = Counting("tflite-ref", images=2, key="same"), Counting("board:b", key="same")
+    report = _run(_subject(tmp_path), lambda s, shapes: [("float32", diagnostic, None, None), ("float32", board, None, None)])
+    assert diagnostic.given + board.given == [4]
+    assert all(r["images"] is None for r in report["results"][1:])
+
+
+def test_the_default_boards_emulator_is_the_optimised_kernels_run(tmp_path):
+    """The default board is a current TFLite: its emulator runs the file on the optimised kernels, so
+    its row is the tflite row's run; the reference kernels' row is a diagnostic on the sample."""
+    from edgeport.validate.board.profiles import load_board
+    from edgeport.validate.parity.run import DIAGNOSTIC_IMAGES, plan_rows
+
+    from ..ops.test_lowering import unary
+
+    model = tmp_path / "m.tflite"
+    model.write_bytes(unary("RELU", (1, 8, 8, 1)))  # planned, never run here
+    subject = _subject(tmp_path, board=load_board("default"))
+    subject = ParitySubject(**{**subject.__dict__, "tflite": {"float32": model}})
+    rows = {r.runtime: r.runner for r in plan_rows(subject, [(1, 1, 8, 8)])}
+    assert rows["board:default"].cache_key == rows["tflite"].cache_key
+    assert rows["tflite-ref"].images == DIAGNOSTIC_IMAGES and rows["tflite"].images is None
+    old = {r.runtime: r.runner for r in plan_rows(replace(subject, board=load_board("tflite-1.13")), [(1, 1, 8, 8)])}
+    emulated = old["board:tflite-1.13 (emulated)"]
+    assert emulated.kernels == "reference" and emulated.images is None, "an old board's emulator: every image"
+    assert old["tflite-ref"].images is None, "a board that runs the reference kernels: their rows on every image too"

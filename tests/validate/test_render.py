@@ -133,6 +133,26 @@ def test_a_board_row_that_reuses_the_reference_kernels_run_says_so():
     assert "float32 | tflite \u2020 |" in render_markdown(said)
 
 
+def test_a_row_judged_on_a_sample_says_so_in_every_rendering():
+    import io
+
+    from rich.console import Console
+
+    from edgeport.validate.report.render import print_table
+
+    report = _with_board_rows(same_run=False)
+    report["results"][-2]["images"] = 2  # the reference kernels' row, a diagnostic (run.DIAGNOSTIC_IMAGES)
+    report["inputs"].update(count=8, random=2)
+    md, page = render_markdown(report), render_html(report)
+    assert "| float32 | tflite-ref \u2021 | PASS |" in md and "| float32 | board:default | PASS |" in md
+    said = "\u2021 judged on the first 2 images of the 10 inputs only"
+    assert said in md and said in page
+    console = Console(file=io.StringIO(), width=240)
+    print_table(report, console)
+    assert "tflite-ref (first 2 images)" in console.file.getvalue()
+    assert "\u2021" not in render_markdown(_with_board_rows(same_run=False))
+
+
 @pytest.mark.parametrize("reference, candidate, says", [
     ([], [], "sample image: no detections, from PyTorch or from int8 / board:default"),
     ([{"box": [1, 1, 5, 5], "score": 0.9, "class": 0}], [], "sample image: PyTorch (green) vs int8 / board:default: no detections"),

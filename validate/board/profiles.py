@@ -36,6 +36,7 @@ from edgeport.validate.board import uint8_probe
 
 BOARDS_DIR = Path(__file__).parents[1] / "board_profiles"  # validate/board_profiles/: the profiles and op tables (data)
 RUNTIMES = ("tflite", "tflm")
+KERNELS = ("reference", "optimized")  # a tflite board's kernels (``BoardProfile.kernels``)
 # index and shape tensors: every runtime has them whatever arithmetic it runs
 INDEX_DTYPES = {"int32", "int64", "bool"}
 # What a kernel older than the version an op needs does with it (``OpUse.needs``: the version
@@ -192,7 +193,7 @@ DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "boo
 _OP_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 _VERSION = re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,6}){0,3}")
 PROFILE_KEYS = ("name", "description", "runtime", "version", "dtypes", "ram_bytes", "flash_bytes", "ops", "overrides",
-                "differences", "op_table", "install", "runner")
+                "differences", "op_table", "install", "runner", "kernels")
 INSTALL_KEYS = ("python", "packages")
 RUNNER_KEYS = ("url", "port", "identity", "known_hosts", "connect_timeout_s", "python", "timeout_s", "workdir", "max_reply_mb")
 MAX_DESCRIPTION = 300
@@ -291,6 +292,10 @@ class BoardProfile:
     install: InstallSpec | None = None
     runner: RunnerSpec | None = None
     shipped: bool = False  # one of edgeport's own profiles (validate/board_profiles/), not a file the user passed
+    # a ``tflite`` board's kernels, which its emulator runs: "reference" (BUILTIN_REF: an unknown or an
+    # old runtime, the plainest arithmetic, its differences applied) or "optimized" (a current TFLite's
+    # own: XNNPACK and the optimised builtins, what this process's LiteRT runs for the ``tflite`` rows)
+    kernels: str = "reference"
 
     @property
     def uint8(self) -> QuantisedKernels | None:
@@ -423,13 +428,16 @@ def load_board(name_or_path: str) -> BoardProfile:
         unknown = [d for d in differences if d not in DIFFERENCES]
         if unknown:
             raise ValueError(f"unknown differences {unknown}; valid: {', '.join(DIFFERENCES)}")
+        kernels = raw.get("kernels", "reference")
+        if kernels not in KERNELS or (kernels != "reference" and runtime != "tflite"):
+            raise ProfileError(f"kernels {kernels!r} is not one of {', '.join(KERNELS)} (and \"optimized\" only for runtime = \"tflite\")")
         return BoardProfile(
             name=name, description=description, runtime=runtime,
             version=raw["version"], dtypes=tuple(dtypes), ram_bytes=int(_number(raw["ram_bytes"], "ram_bytes", 0, 2**50, whole=True)),
             flash_bytes=int(_number(raw["flash_bytes"], "flash_bytes", 0, 2**50, whole=True)),
             ops=tuple(ops) if ops is not None else None, overrides=overrides,
             differences=tuple(differences), op_table=op_table, install=install, runner=runner,
-            shipped=path.resolve().parent == BOARDS_DIR.resolve(),
+            shipped=path.resolve().parent == BOARDS_DIR.resolve(), kernels=kernels,
         )
     except BadInputError as exc:  # a value it may not hold, in its own words
         raise BadInputError(f"board profile {str(path)!r} is invalid: {exc}; see docs/boards.md") from exc

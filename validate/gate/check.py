@@ -28,7 +28,8 @@ while the gate says it passed.
   (recall) or box precision against PyTorch, or mAP, falling by more than ``recall`` / ``map``;
   a file the board could run that it no longer can (the board's checks, or a row's verdict); a
   baseline step check gone, or its steps grown past one (a diagnostic may not worsen, gated or
-  not: one step is a rounding apart, more is a different computation); a repeat check gone;
+  not: one step is a rounding apart, more is a different computation); a repeat check gone; a
+  row judged on fewer images than the baseline's (a diagnostic's sample, ``ResultRow.images``);
   fewer passing rows; a report that claims to pass while something in it fails. Timings are
   never compared.
 """
@@ -293,6 +294,8 @@ def _compare_checks(key: str, now: ResultRow, base: ResultRow) -> list[Regressio
             out.append(Regression(key, f"runnable (the {now.verdict.judge}'s verdict)", True, False))
     if base.repeat is not None and now.repeat is None:
         out.append(Regression(key, "repeat (each image invoked twice)", "present", "missing"))
+    if now.images is not None and (base.images is None or now.images < base.images):  # judged on fewer images: it proves less
+        out.append(Regression(key, "images judged", "all" if base.images is None else base.images, now.images))
     return out
 
 

@@ -1,7 +1,8 @@
 """The reference board emulator: what the board would compute, or why it cannot run.
 
-- a ``tflite`` board: the profile's op-version gate, then TFLite's reference kernels
-  (BUILTIN_REF) on the model as the board would see it (its named differences applied);
+- a ``tflite`` board: the profile's op-version gate, then the kernels the profile says it runs
+  (``kernels``: TFLite's reference kernels, BUILTIN_REF, or a current TFLite's optimised ones) on
+  the model as the board would see it (its named differences applied);
 - a ``tflm`` board: the gate, then TensorFlow Lite Micro with the arena sized to the
   board's RAM; arena bytes used are reported against RAM and model bytes against flash.
 """
@@ -65,4 +66,4 @@ def emulate(path: Path, board: BoardProfile, expected_nchw, workdir: Path, gate:
     emulated = Path(name)
     emulated.write_bytes(model)
     verdict = Verdict("emulator", True, (), differences=differences, model_bytes=gate["size_bytes"])
-    return Emulation(TFLiteRunner(emulated, expected_nchw, kernels="reference", runtime=label), verdict, emulated)
+    return Emulation(TFLiteRunner(emulated, expected_nchw, kernels=board.kernels, runtime=label), verdict, emulated)

@@ -84,6 +84,8 @@ class ResultRow:
     # a failing quantised row: the ops whose quantisation carries the error, each measured alone
     # (validate/parity/op_errors.py): {judged, worst: [{index, op, tensor, own, reached}], on} or {error}
     op_errors: dict | None = None
+    # judged on the first ``images`` inputs only (a diagnostic row: ``run.DIAGNOSTIC_IMAGES``); None: on every input
+    images: int | None = None
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -116,7 +118,8 @@ class ResultRow:
         return cls(**{**kept, "variant": variant, "runtime": runtime, "passed": passed, "outputs": tuple(outputs), **sections,
                       "reasons": strings(r["reasons"], f"{where}.reasons") if "reasons" in r else (),
                       "repeat": _repeat(r.get("repeat"), f"{where}.repeat"), "steps": tuple(steps),
-                      "verdict": Verdict.from_dict(r.get("verdict"), f"{where}.verdict")})
+                      "verdict": Verdict.from_dict(r.get("verdict"), f"{where}.verdict"),
+                      "images": count(r.get("images"), f"{where}.images", nullable=True)})
 
     @classmethod
     def not_runnable(cls, variant: str, runtime: str, verdict: Verdict) -> "ResultRow":

@@ -50,6 +50,11 @@ from edgeport.validate.parity.result import ResultRow, Verdict
 from edgeport.validate.parity.runners import Runner, RunOutput, RuntimeRefused, TorchRunner
 
 RANDOM_INPUTS = 2
+# the reference kernels' rows where the board runs other kernels (a current TFLite runs its optimised
+# ones, and so does its emulator) or none is named: a diagnostic, judged on the first images only,
+# which the row says (``ResultRow.images``). On YOLOv8n they take 0.2 s an image at 320 px and 0.8 s at
+# 640, on one core: two rows of ten images each cost more than the conversion
+DIAGNOSTIC_IMAGES = 2
 # quantised outputs compared in steps with a run that should compute the same integers: a uint8
 # file against its int8 twin on the reference kernels (the same arithmetic shifted by 128: edgeport's
 # own rewrite, bit-exact where no lowering rule changed the graph) is held to this; a board's
@@ -129,9 +134,12 @@ def plan_rows(subject: ParitySubject, expected_shapes) -> list[PlannedRow]:
         rows.append(PlannedRow("folded", "pytorch", TorchRunner(subject.folded_module), subject.onnx_path))
     if subject.onnx_path is not None:
         rows.append(PlannedRow("onnx", "onnxruntime", OnnxRuntimeRunner(subject.onnx_path), subject.onnx_path))
+    # the reference kernels' rows: on every input for a board that runs those kernels (an old runtime's
+    # emulator: its uint8 rows are held to the int8 twin there), else a diagnostic on the sample
+    sample = None if subject.board is not None and subject.board.kernels == "reference" else DIAGNOSTIC_IMAGES
     for variant, path in subject.tflite.items():
         for kernels in ("optimized", "reference"):
-            runner = TFLiteRunner(path, expected_shapes, kernels=kernels)
+            runner = TFLiteRunner(path, expected_shapes, kernels=kernels, images=sample if kernels == "reference" else None)
             rows.append(PlannedRow(variant, runner.runtime, runner, path))
         if subject.board is None:
             continue
@@ -176,16 +184,21 @@ def execute(runners: list[Runner], inputs: np.ndarray) -> dict[object, Future]:
     of 11 on two cores. Each image is still timed on its own, but beside another run: on a small
     machine the reference kernels' ms/img reads up to a fifth higher than alone. A run's refusal
     (``RuntimeRefused``: the runtime's verdict) waits in its future for its row."""
+    needed: dict[object, int | None] = {}  # run -> how many of the first inputs it computes (None: all)
+    for runner in runners:
+        known = needed.get(runner.cache_key, 0)
+        needed[runner.cache_key] = None if known is None or runner.images is None else max(known, runner.images)
     runs: dict[object, Future] = {}
     for runner in runners:
         if not runner.side_by_side and runner.cache_key not in runs:
-            runs[runner.cache_key] = _settled(lambda r=runner: r.run(inputs))
+            runs[runner.cache_key] = _settled(lambda r=runner: r.run(inputs[: needed[r.cache_key]]))
     workers = _workers()
     shared: dict[object, list] = {}  # run -> (runner, image indices) per share
     for runner in runners:
         if runner.cache_key not in runs and runner.cache_key not in shared:
-            pieces = runner.split(min(workers, inputs.shape[0]))
-            shared[runner.cache_key] = list(zip(pieces, np.array_split(np.arange(inputs.shape[0]), len(pieces))))
+            count = len(inputs[: needed[runner.cache_key]])
+            pieces = runner.split(min(workers, count))
+            shared[runner.cache_key] = list(zip(pieces, np.array_split(np.arange(count), len(pieces))))
     stop = threading.Event()
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edgeport-parity")
     try:
@@ -249,6 +262,17 @@ class _Reference:
     head: Head | None = None
     tensors: object = None  # every intermediate of the reference ONNX, on the first image, when a row fails
     floors: dict = field(default_factory=dict)  # NoiseBound -> Stability, measured once per bound
+    samples: dict = field(default_factory=dict)  # n -> the reference on the first n inputs (``first``)
+
+    def first(self, n: int) -> "_Reference":
+        """The reference on the first ``n`` inputs only: what a row judged on a sample is held to."""
+        if n >= self.outputs[0].shape[0]:
+            return self
+        if n not in self.samples:
+            real = min(n, self.n_real)
+            self.samples[n] = _Reference([o[:n] for o in self.outputs], real,
+                                         self.detections[:real] if self.detections is not None else None, self.head)
+        return self.samples[n]
 
     def floor(self, variant: str) -> Stability | None:
         """The reference's boxes under changes that mean nothing for ``variant`` (``NOISE_BOUNDS``)."""
@@ -281,6 +305,8 @@ def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, r
                     located[key] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             c["first_parting"] = located[key]
     outputs = run.outputs
+    full, images = ref, outputs[0].shape[0] if outputs else inputs.shape[0]
+    ref = full.first(images)  # a diagnostic row's sample (``DIAGNOSTIC_IMAGES``), or every input
     if subject.normalised.get(row.variant):
         from edgeport.validate.parity.tensors import denormalise
 
@@ -306,11 +332,11 @@ def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, r
     found = None
     if divergence and not passed and row.analysis_file is not None:
         # where it stops computing what the trained model computes: only for rows that fail
-        if ref.tensors is None:
-            ref.tensors = _reference_tensors(subject, inputs[:1]) or False
+        if full.tensors is None:
+            full.tensors = _reference_tensors(subject, inputs[:1]) or False
         if row.analysis_file not in located:
-            located[row.analysis_file] = (_divergence(ref.tensors, row.analysis_file, inputs[:1], TOLERANCES[row.variant])
-                                          if ref.tensors else None)
+            located[row.analysis_file] = (_divergence(full.tensors, row.analysis_file, inputs[:1], TOLERANCES[row.variant])
+                                          if full.tensors else None)
         found = dict(located[row.analysis_file]) if located[row.analysis_file] is not None else None
         if found is not None and row.runner is not None and row.runner.board_runtime:
             found["located_on"] = "the emulator: the board's runtime exposes no intermediate tensors"
@@ -325,10 +351,11 @@ def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, r
     verdict = Verdict("runtime", True) if row.runner is not None and row.runner.board_runtime else row.verdict
     result = ResultRow(
         row.variant, row.runtime, passed, ms_per_image=run.ms_per_image, outputs=tuple(c.to_dict() for c in compared),
-        detections=agreement.to_dict() if agreement is not None else None, map=_map_vs_truth(subject, head, real),
+        detections=agreement.to_dict() if agreement is not None else None,
+        map=_map_vs_truth(subject, head, real) if ref is full else None,  # mAP on a sample of two images says nothing
         verdict=verdict, divergence=found, error_histogram=error_histogram(ref.outputs, outputs), repeat=repeat,
         reasons=tuple(reasons), reported_runtime=run.reported,
-        steps=tuple(step_checks), op_errors=op_errors)
+        steps=tuple(step_checks), op_errors=op_errors, images=images if ref is not full else None)
     return result, dets
 
 
@@ -347,7 +374,10 @@ class _Steps:
         check = {"against": self.against, "max_steps": None, "allowed": STEPS_ALLOWED if self.gated else None}
         if self.outputs is None:
             return {**check, "passed": not self.gated, "reason": f"{self.against} did not run ({self.refused}): nothing to check it against"}
-        diffs = [np.abs(o.astype(np.float64) - t).max() / s if o.size and s > 0 else 0.0
+        n = min(len(outputs[0]), len(self.outputs[0])) if outputs and self.outputs else 0  # the images both computed
+        if outputs and n < len(outputs[0]):
+            check["images"] = n  # against a diagnostic's sample: said, as its row says it
+        diffs = [np.abs(o[:n].astype(np.float64) - t[:n]).max() / s if o[:n].size and s > 0 else 0.0
                  for o, t, s in zip(outputs, self.outputs, self.steps, strict=True)]
         if not all(np.isfinite(d) for d in diffs):  # NaN or infinity on either side: no step count means anything
             return {**check, "passed": not self.gated, "reason": f"non-finite outputs: no step count against {self.against}"}

@@ -61,6 +61,9 @@ class Runner(abc.ABC):
     board_runtime: ClassVar[bool] = False
     #: report any difference between an image's two invokes (a runtime, not the reference)
     repeats: ClassVar[bool] = True
+    #: how many of the inputs (the first ones) its row needs; None: all. A run shared by several rows
+    #: (``cache_key``) computes what the most demanding of them needs (``run.execute``)
+    images: int | None = None
 
     @property
     def cache_key(self) -> object:

@@ -13,10 +13,11 @@ class TFLiteRunner(Runner):
     """Loads its interpreter on first use; ``cache_key`` says when two runners compute the same
     thing (the same bytes on the same kernels: an emulator that changes nothing in the file)."""
 
-    def __init__(self, path: Path, expected_nchw: list[tuple[int, ...]], *, kernels: str = "optimized", runtime: str | None = None):
+    def __init__(self, path: Path, expected_nchw: list[tuple[int, ...]], *, kernels: str = "optimized", runtime: str | None = None,
+                 images: int | None = None):
         import hashlib
 
-        self.path, self.expected, self.kernels = Path(path), expected_nchw, kernels
+        self.path, self.expected, self.kernels, self.images = Path(path), expected_nchw, kernels, images
         self.runtime = runtime or ("tflite-ref" if kernels == "reference" else "tflite")
         self._key = (kernels, hashlib.sha256(self.path.read_bytes()).hexdigest())
         self.interp = None

@@ -61,6 +61,7 @@ def rows(report: dict) -> list[dict]:
                 "ms": r.get("ms_per_image"),
                 "bytes": _artifact_bytes(report, r["variant"]),
                 "same_run_as": shared.get((r["variant"], r["runtime"])),
+                "images": r.get("images"),
             }
         )
     return out
@@ -83,13 +84,22 @@ HEADER = ["variant", "runtime", "status", "size KiB", "max_abs", "max_abs rel", 
 
 
 SAME_RUN = "\u2020"  # the dagger: this row is another row's run (``same_runs``)
+SAMPLED = "\u2021"  # the double dagger: this row was judged on the first images only (``ResultRow.images``)
+
+
+def _runtime_cell(row: dict, marks: bool) -> str:
+    """The runtime, marked where the legend explains it (report files); a sampled row says so everywhere."""
+    if not marks:
+        return row["runtime"] + (f" (first {row['images']} images)" if row.get("images") is not None else "")
+    return " ".join([row["runtime"], *([SAME_RUN] if row.get("same_run_as") else []),
+                     *([SAMPLED] if row.get("images") is not None else [])])
 
 
 def _cells(row: dict, *, marks: bool = False) -> list[str]:
     """The row's cells; ``marks``: the runtime marked where the legend explains it (report files)."""
     return [
         row["variant"],
-        f"{row['runtime']} {SAME_RUN}" if marks and row.get("same_run_as") else row["runtime"],
+        _runtime_cell(row, marks),
         row["status"],
         _fmt(row["bytes"] / 1024, ".0f") if row["bytes"] else "-",
         _fmt(row["max_abs"]),
@@ -132,8 +142,15 @@ def legend(report: dict) -> list[str]:
     shared = sorted(set(same_runs(report).values()))
     if shared:
         lines.append(f"{SAME_RUN} same run as {', '.join(shared)}: the board's emulator runs this file unchanged on the "
-                     "reference kernels, so parity ran it once; the row repeats that run's numbers, it is no second "
+                     "kernels its profile names, so parity ran it once; the row repeats that run's numbers, it is no second "
                      "measurement.")
+    sampled = sorted({r["images"] for r in report["results"] if r.get("images") is not None})
+    if sampled:
+        total = report.get("inputs", {})
+        of = f" of the {total['count'] + total['random']} inputs" if {"count", "random"} <= set(total) else ""
+        lines.append(f"{SAMPLED} judged on the first {', '.join(map(str, sampled))} images{of} only: the reference kernels "
+                     "where no board row runs them, a diagnostic (which op parts from the optimised kernels' arithmetic); "
+                     "mAP is not computed on so few.")
     return lines
 
 
