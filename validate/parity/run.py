@@ -52,8 +52,9 @@ from edgeport.validate.parity.runners import Runner, RunOutput, RuntimeRefused, 
 RANDOM_INPUTS = 2
 # the reference kernels' rows where the board runs other kernels (a current TFLite runs its optimised
 # ones, and so does its emulator) or none is named: a diagnostic, judged on the first images only,
-# which the row says (``ResultRow.images``). On YOLOv8n they take 0.2 s an image at 320 px and 0.8 s at
-# 640, on one core: two rows of ten images each cost more than the conversion
+# which the row says (``ResultRow.images``). On YOLOv8n float32 they take 13 times XNNPACK's time an
+# image at 320 px, 15 times at 640 (each image invoked twice): on all ten images, half of parity's
+# time (zoo_bench: parity 25.0 s -> 12.7 s at 320 px, 103.5 s -> 54.8 s at 640)
 DIAGNOSTIC_IMAGES = 2
 # quantised outputs compared in steps with a run that should compute the same integers: a uint8
 # file against its int8 twin on the reference kernels (the same arithmetic shifted by 128: edgeport's
