@@ -229,6 +229,7 @@ def test_a_steps_entry_that_is_not_a_check_is_malformed(entry, error):
     (lambda row: row.update(reasons=None), "results[2].reasons is missing or not a list"),
     (lambda row: row.update(images=2.0), "results[2].images is 2.0, not a non-negative integer or null"),
     (lambda row: row.update(images=-1), "results[2].images is -1, not a non-negative integer or null"),
+    (lambda row: row.update(images=0), "results[2].images is 0: a row is judged on at least one image"),
 ])
 def test_row_checks_that_are_not_checks_are_malformed(mutate, error):
     report = board_report()

@@ -119,12 +119,20 @@ class ResultRow:
                       "reasons": strings(r["reasons"], f"{where}.reasons") if "reasons" in r else (),
                       "repeat": _repeat(r.get("repeat"), f"{where}.repeat"), "steps": tuple(steps),
                       "verdict": Verdict.from_dict(r.get("verdict"), f"{where}.verdict"),
-                      "images": count(r.get("images"), f"{where}.images", nullable=True)})
+                      "images": _images(r.get("images"), f"{where}.images")})
 
     @classmethod
     def not_runnable(cls, variant: str, runtime: str, verdict: Verdict) -> "ResultRow":
         """A file that does not run there (or was never written): a failed row carrying the reasons."""
         return cls(variant=variant, runtime=runtime, passed=False, verdict=verdict)
+
+
+def _images(value, where: str) -> int | None:
+    """A row's sample: null (every input) or a count of at least one image (a row judged on none proves nothing)."""
+    n = count(value, where, nullable=True)
+    if n == 0:
+        raise Malformed(f"{where} is 0: a row is judged on at least one image (null: on every input)")
+    return n
 
 
 def _unique(values: list, message) -> None:
