@@ -219,10 +219,13 @@ def main() -> None:
                     help="also time edgeport run by these interpreters (another venv: .venv312/bin/python, onnx2tf 2.x)")
     ap.add_argument("--before", type=Path, metavar="DIR",
                     help="also time edgeport from DIR/edgeport, a checkout of an earlier commit (git worktree add DIR/edgeport REV)")
-    ap.add_argument("--skip", nargs="*", default=[], metavar="NAME", help="leave these commands out (edgeport_litert_torch, ...)")
+    ap.add_argument("--skip", nargs="*", default=[], metavar="NAME",
+                    help="leave these edgeport commands out (edgeport_litert_torch, ...); the peer always runs")
     ap.add_argument("--recipe", action="store_true", help="also time the route Ultralytics took up to 8.3, by hand (once per size)")
     ap.add_argument("--out", type=Path, help="default: benchmarks/results/zoo_bench_SIZES.json")
     args = ap.parse_args()
+    if "ultralytics_export" in args.skip:
+        ap.error("ultralytics_export is the peer every ratio is taken against: it cannot be skipped")
     args.out = args.out or REPO / "benchmarks" / "results" / f"zoo_bench_{'_'.join(map(str, args.imgsz))}.json"
     with tempfile.TemporaryDirectory(prefix="zoo-bench-") as tmp:
         sizes = [measure_size(imgsz, args.rounds, args.recipe, Path(tmp), args.also_python, args.before, tuple(args.skip)) for imgsz in args.imgsz]
