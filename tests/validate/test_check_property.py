@@ -133,6 +133,10 @@ def drop_section(r, draw):
 def fewer_boxes(r, draw):
     rows = [i for i, row in enumerate(r["results"]) if row.get("detections")]
     d = r["results"][draw(st.sampled_from(rows))]["detections"]
+    if "stable_boxes" in d:  # judged above the noise floor: boxes lost or added beyond what NMS alone moves
+        field = draw(st.sampled_from(["missed_stable", "extra_beyond"]))
+        d[field] = d[field] + max(1, math.ceil((TOL.recall * 1.01) * max(d["stable_boxes"], 1)) + draw(st.integers(0, 5)))
+        return
     if draw(st.booleans()):
         d["recall"] = max(0.0, d["recall"] - draw(st.floats(TOL.recall * 1.01, 1.0))) if d["recall"] > TOL.recall * 1.01 else "nan"
     else:
