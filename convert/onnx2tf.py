@@ -141,11 +141,16 @@ def installed_backend() -> Onnx2tfBackend:
 
 
 def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: str, backend: Onnx2tfBackend | None = None,
-                    python: str = sys.executable, granularity: str = "per-channel", lean: bool = True) -> list[str]:
-    """``lean=False``: onnx2tf itself, with every file it writes (benchmarks' peers)."""
+                    python: str = sys.executable, granularity: str = "per-channel", lean: bool = True,
+                    ships: tuple[str, ...] | None = None) -> list[str]:
+    """``lean=False``: onnx2tf itself, with every file it writes (benchmarks' peers). ``ships``: the
+    variants the run's caller takes (the lean driver skips the others' work); default, all asked for."""
+    from edgeport.convert.onnx2tf_lean import SHIPS
+
     backend = backend or installed_backend()
     cmd = [
         python, "-m", LEAN_MODULE if lean else "onnx2tf",
+        *([SHIPS, ",".join(ships)] if lean and ships is not None else []),
         "-i", str(onnx_path),
         "-o", str(out_dir),
         "-coion",  # keep the ONNX input/output names
@@ -200,17 +205,19 @@ class Onnx2tfRun:
     """
 
     def __init__(self, onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str,
-                 backend: Onnx2tfBackend | None = None, granularity: str = "per-channel"):
+                 backend: Onnx2tfBackend | None = None, granularity: str = "per-channel", ships: tuple[str, ...] | None = None):
+        """``ships``: the variants taken from this run (default: float32, and int8 when asked for)."""
         work.mkdir(parents=True, exist_ok=True)
         write_calibration(work, calib)
         self.work = work.resolve()
         self.int8 = int8
+        self.ships = ships or (("float32", "int8") if int8 else ("float32",))
         self.log = self.work / "onnx2tf.log"
         self.backend = backend or installed_backend()
         self.failure: Onnx2tfFailed | None = None  # what failed in a run whose files were still taken
         onnx_path = self.backend.prepare(onnx_path.resolve(), self.work, int8=int8)
         cmd = onnx2tf_command(onnx_path, self.work / "tf", int8=int8, input_name=input_name, backend=self.backend,
-                              granularity=granularity)
+                              granularity=granularity, ships=self.ships)
         self.t0 = time.perf_counter()
         job = {"argv": cmd[3:], "cwd": str(self.work), "log": str(self.log)}  # (cmd: python -m LEAN_MODULE ...)
         self.proc = take_started([*cmd[:3], AWAIT_JOB], json.dumps(job)) if cmd[1:3] == ["-m", LEAN_MODULE] else None
@@ -230,7 +237,7 @@ class Onnx2tfRun:
             self.kill()
             raise ConversionError(f"onnx2tf did not finish within {timeout_s:.0f} s; the model may be too large") from exc
         elapsed = time.perf_counter() - self.t0
-        wanted = {k: self.work / "tf" / v for k, v in ONNX2TF_OUTPUTS.items() if self.int8 or k == "float32"}
+        wanted = {k: self.work / "tf" / v for k, v in ONNX2TF_OUTPUTS.items() if k in self.ships}
         written = {k: p for k, p in wanted.items() if p.is_file()}
         missing = [k for k in (wanted if require is None else require) if k not in written]
         if missing or (returncode != 0 and not self.backend.keeps_validated_files):
@@ -247,9 +254,10 @@ class Onnx2tfRun:
 
 def run_onnx2tf(onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str, timeout_s: float,
                 backend: Onnx2tfBackend | None = None, require: tuple[str, ...] | None = None,
-                granularity: str = "per-channel") -> tuple[dict[str, Path], float]:
+                granularity: str = "per-channel", ships: tuple[str, ...] | None = None) -> tuple[dict[str, Path], float]:
     """Convert; return {variant: tflite path} and onnx2tf's wall time in seconds (``Onnx2tfRun``)."""
-    run = Onnx2tfRun(onnx_path, calib, work, int8=int8, input_name=input_name, backend=backend, granularity=granularity)
+    run = Onnx2tfRun(onnx_path, calib, work, int8=int8, input_name=input_name, backend=backend, granularity=granularity,
+                     ships=ships)
     try:
         return run.finish(timeout_s, require)
     finally:
@@ -275,7 +283,7 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
     try:
         if int8_onnx is not None and not together:
             runs.append(Onnx2tfRun(int8_onnx, calib, work / "onnx2tf-int8", int8=True, input_name=input_name,
-                                   backend=backend, granularity=granularities[0]))
+                                   backend=backend, granularity=granularities[0], ships=("int8",)))
         try:
             files, seconds = runs[0].finish(timeout_s, require=("float32",))
         except Onnx2tfFailed as exc:
@@ -296,7 +304,7 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
             try:
                 more, more_s = run_onnx2tf(int8_onnx, calib, work / f"onnx2tf-int8-{granularity}", int8=True,
                                            input_name=input_name, timeout_s=timeout_s, backend=backend,
-                                           require=("int8",), granularity=granularity)
+                                           require=("int8",), granularity=granularity, ships=("int8",))
                 files["int8"], seconds = more["int8"], seconds + more_s
                 notes["int8"] = f"{granularity} ({granularities[0]} failed: {why})"
                 why = None

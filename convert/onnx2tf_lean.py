@@ -1,22 +1,30 @@
 """onnx2tf without the work on files edgeport never ships; what it ships is byte for byte plain onnx2tf's.
 
 Asked for int8 (``-oiqt``), onnx2tf writes six or seven files; edgeport ships two: float32
-and full-integer int8. On the 1.28 line (TensorFlow) this driver declines the others' work
-where onnx2tf's own code offers a way out, and changes nothing else
-(``tests/convert/test_onnx2tf_lean.py`` compares the shipped files with plain onnx2tf's):
-dynamic-range quantisation, and integer quantisation with int16 activations, twice (with float
-and with int16 inputs; each calibrates again), cost a TensorFlow conversion each; on YOLOv8n at
-320 px those three take 17 s of a 37 s run. onnx2tf runs each in its own ``try`` block that
-warns on ``RuntimeError`` and goes on, so the driver declines exactly those three before
-TensorFlow starts them. On the 2.x line (``flatbuffer_direct``) it declines nothing: skipping its
-int16 variants measured 0.035 s of 0.9 s on the demo, within noise.
+and full-integer int8 -- and where int8 is converted from its own graph (output groups scaled
+apart: ``int8_groups.py``), one run ships float32 and the other int8 alone (``--ships``, the
+driver's own flag). On the 1.28 line (TensorFlow) this driver skips the others' work and
+changes nothing else (``tests/convert/test_onnx2tf_lean.py`` compares the shipped files with
+plain onnx2tf's). Each unshipped variant costs a TensorFlow conversion; on YOLOv8n at 320 px,
+the int8 run's took 15 s of 24 (1.28.8, a quiet machine):
+
+- declined, where onnx2tf runs the variant in its own ``try`` block that warns on
+  ``RuntimeError`` and goes on: dynamic-range quantisation, and integer quantisation with int16
+  activations, twice (with float and with int16 inputs; each calibrates again);
+- converted to nothing (an empty file, removed when onnx2tf ends), where onnx2tf has no way out:
+  float16 and an unshipped float32, which it converts outside any ``try``, and integer
+  quantisation with float input and output (6 s: it calibrates again), in the same ``try`` as
+  the full-integer file that edgeport ships.
+
+On the 2.x line (``flatbuffer_direct``) it skips nothing: skipping its int16 variants measured
+0.035 s of 0.9 s on the demo, within noise.
 
 On both lines the driver imports onnx2tf with the cyclic garbage collector paused, and freezes
 what the import leaves (``_lazy.importing``): the conversion's own collections then no longer
 walk TensorFlow's or onnx2tf's objects again and again (1.28 on the demo: 6.7 s -> 4.4 s; 2.x:
 1.05 s -> 0.9 s).
 
-    python -m edgeport.convert.onnx2tf_lean ONNX2TF_ARGUMENTS...
+    python -m edgeport.convert.onnx2tf_lean [--ships float32,int8] ONNX2TF_ARGUMENTS...
     python -m edgeport.convert.onnx2tf_lean --await-job   # then one JSON line on stdin
 
 ``--await-job`` (``onnx2tf.warm_converter``): import first, while the caller is still importing
@@ -35,6 +43,9 @@ import sys
 from edgeport.convert.onnx2tf import AWAIT_JOB
 
 DECLINED = "declined by edgeport, which does not ship this file"
+# the driver's own flag, taken off before onnx2tf reads its arguments: the variants this run ships
+# (``ONNX2TF_OUTPUTS``' names); without it, every variant onnx2tf is asked for
+SHIPS = "--ships"
 
 
 def declined(converter) -> str | None:
@@ -49,35 +60,76 @@ def declined(converter) -> str | None:
     return None
 
 
-def _lean(converter):
+def unshipped(converter, ships: set[str]) -> str | None:
+    """1.28: the variant ``converter`` is set up to write where onnx2tf gives no way out, when this
+    run does not ship it, or None: float16, float32 (no optimisation), and integer quantisation
+    with float input and output (calibrated, with float edges; the full-integer file follows it
+    in the same ``try``)."""
+    import tensorflow as tf
+
+    if not converter.optimizations:
+        return None if "float32" in ships else "float32"
+    if tf.float16 in set(converter.target_spec.supported_types):
+        return "float16"
+    if converter.representative_dataset is not None and converter.inference_input_type == tf.float32 \
+            and converter.inference_output_type == tf.float32:
+        return "integer quantisation with float input and output"
+    return None
+
+
+def _lean(converter, ships: set[str]):
     convert = converter.convert
 
     def lean_convert():
         what = declined(converter)
         if what is not None:
             raise RuntimeError(f"{what}: {DECLINED}")
+        if unshipped(converter, ships) is not None:
+            return b""  # onnx2tf writes it as an empty file: removed when it ends (``remove_unshipped``)
         return convert()
 
     converter.convert = lean_convert
     return converter
 
 
-def install_tensorflow() -> None:
-    """1.28: make every TFLite converter onnx2tf creates decline the unshipped variants."""
+def install_tensorflow(ships: set[str]) -> None:
+    """1.28: make every TFLite converter onnx2tf creates skip the variants this run does not ship."""
     import tensorflow as tf
 
     cls = tf.lite.TFLiteConverter
     for name in ("from_saved_model", "from_concrete_functions", "from_keras_model"):
         make = getattr(cls, name)
-        setattr(cls, name, staticmethod(lambda *a, _make=make, **k: _lean(_make(*a, **k))))
+        setattr(cls, name, staticmethod(lambda *a, _make=make, **k: _lean(_make(*a, **k), ships)))
 
 
-def install() -> None:
-    """1.28: decline the unshipped variants; 2.x: nothing to decline."""
+def install(ships: set[str]) -> bool:
+    """1.28: skip the unshipped variants (True); 2.x: nothing to skip (False)."""
     from edgeport.convert.onnx2tf import installed_backend
 
-    if installed_backend().generation < 2:
-        install_tensorflow()
+    if installed_backend().generation >= 2:
+        return False
+    install_tensorflow(ships)
+    return True
+
+
+def take_ships(argv: list[str]) -> tuple[frozenset[str], list[str]]:
+    """The variants ``--ships`` names (every one, without it) and onnx2tf's own arguments."""
+    from edgeport.convert.onnx2tf import ONNX2TF_OUTPUTS
+
+    if argv[:1] != [SHIPS]:
+        return frozenset(ONNX2TF_OUTPUTS), argv
+    return frozenset(argv[1].split(",")), argv[2:]
+
+
+def remove_unshipped(argv: list[str]) -> None:
+    """The empty files onnx2tf wrote for the variants converted to nothing, in its output folder (``-o``)."""
+    from pathlib import Path
+
+    if "-o" not in argv[:-1]:
+        return
+    for path in Path(argv[argv.index("-o") + 1]).glob("*.tflite"):
+        if path.is_file() and path.stat().st_size == 0:
+            path.unlink()
 
 
 def take_job(job: dict) -> list[str]:
@@ -99,16 +151,24 @@ def main() -> None:
     from edgeport._lazy import importing, one_shot_process
 
     one_shot_process()  # one conversion, then exit: imports pause the collector and freeze what they leave
+    ships = set()  # filled once the job is known; the converters read it when onnx2tf converts
     with importing():
-        install()
+        skips = install(ships)
         importlib.import_module("onnx2tf.onnx2tf")  # the converter itself (2.x loads it on first use)
-    if sys.argv[1:2] == [AWAIT_JOB]:
+    argv = sys.argv[1:]
+    if argv[:1] == [AWAIT_JOB]:
         line = sys.stdin.readline()
         if not line.strip():
             return  # not needed after all
-        sys.argv[1:] = take_job(json.loads(line))
-    sys.argv[0] = "onnx2tf"
-    runpy.run_module("onnx2tf", run_name="__main__", alter_sys=True)
+        argv = take_job(json.loads(line))
+    shipped, argv = take_ships(argv)
+    ships.update(shipped)
+    sys.argv[:] = ["onnx2tf", *argv]
+    try:
+        runpy.run_module("onnx2tf", run_name="__main__", alter_sys=True)
+    finally:
+        if skips:
+            remove_unshipped(argv)
 
 
 if __name__ == "__main__":

@@ -71,11 +71,13 @@ def test_onnx2tf_failure_is_condensed(tmp_path):
 FAKE_ONNX2TF = """
 import json, pathlib, sys
 out, behaviour, what, granularity = pathlib.Path(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+ships = sys.argv[5].split(",")
 out.mkdir(parents=True, exist_ok=True)
 if behaviour.get("float32") == "fail":
     print("ValueError: Unsupported op Foo")
     sys.exit(1)
-(out / "model_float32.tflite").write_bytes(b"float32")
+if "float32" in ships:  # as the lean driver: an unshipped float32 is not written
+    (out / "model_float32.tflite").write_bytes(b"float32")
 if what == "int8":
     if behaviour.get(granularity) == "ok":
         (out / "model_full_integer_quant.tflite").write_bytes(granularity.encode())
@@ -106,9 +108,11 @@ def fake_onnx2tf(tmp_path, monkeypatch):
     calls = []
 
     def use(**behaviour):
-        def command(onnx_path, out_dir, *, int8, input_name, backend=None, python=sys.executable, granularity="per-channel"):
-            calls.append(("int8" if int8 else "float32", granularity))
-            return [sys.executable, str(script), str(out_dir), json.dumps(behaviour), "int8" if int8 else "float32", granularity]
+        def command(onnx_path, out_dir, *, int8, input_name, backend=None, python=sys.executable, granularity="per-channel",
+                    ships=None):
+            calls.append(("int8" if int8 else "float32", granularity, ",".join(ships)))
+            return [sys.executable, str(script), str(out_dir), json.dumps(behaviour), "int8" if int8 else "float32", granularity,
+                    ",".join(ships)]
 
         monkeypatch.setattr(onnx2tf, "onnx2tf_command", command)
         return onnx_path, calls
@@ -127,7 +131,7 @@ def _convert(onnx_path, tmp_path, line, int8_onnx="same"):
 def test_1_28_writes_both_in_one_run(fake_onnx2tf, tmp_path):
     onnx_path, calls = fake_onnx2tf(**{"per-channel": "ok"})
     got = _convert(onnx_path, tmp_path, "1.28.8")
-    assert calls == [("int8", "per-channel")] and sorted(got.files) == ["float32", "int8"]
+    assert calls == [("int8", "per-channel", "float32,int8")] and sorted(got.files) == ["float32", "int8"]
     assert got.not_written == {} and got.notes == {}
 
 
@@ -135,7 +139,7 @@ def test_1_28_writes_both_in_one_run(fake_onnx2tf, tmp_path):
 def test_an_int8_1_28_cannot_write_leaves_float32_and_says_why(fake_onnx2tf, tmp_path):
     onnx_path, calls = fake_onnx2tf(exit=0)  # 1.28: the int8 failure is a warning
     got = _convert(onnx_path, tmp_path, "1.28.8")
-    assert calls == [("int8", "per-channel")], "1.28 has no other granularity to try"
+    assert calls == [("int8", "per-channel", "float32,int8")], "1.28 has no other granularity to try"
     assert list(got.files) == ["float32"]
     assert got.not_written == {"int8": "onnx2tf failed (wrote no int8): StrictFullIntegerQuantizationError: per-channel fails"}
 
@@ -144,7 +148,8 @@ def test_an_int8_1_28_cannot_write_leaves_float32_and_says_why(fake_onnx2tf, tmp
 def test_2x_keeps_the_float32_of_a_failed_run_and_tries_int8_per_tensor(fake_onnx2tf, tmp_path):
     onnx_path, calls = fake_onnx2tf(**{"per-tensor": "ok"})
     got = _convert(onnx_path, tmp_path, "2.6.9")
-    assert calls == [("int8", "per-channel"), ("int8", "per-tensor")]
+    # the retry ships int8 alone: the first run's float32 is kept
+    assert calls == [("int8", "per-channel", "float32,int8"), ("int8", "per-tensor", "int8")]
     assert got.files["int8"].read_bytes() == b"per-tensor" and got.files["float32"].read_bytes() == b"float32"
     assert got.not_written == {}
     assert got.notes == {"int8": "per-tensor (per-channel failed: onnx2tf failed (exit 1): "
@@ -167,7 +172,9 @@ def test_a_normalised_int8_graph_is_converted_beside_float32(fake_onnx2tf, tmp_p
     normalised.parent.mkdir()
     normalised.write_bytes(onnx_path.read_bytes())
     got = _convert(onnx_path, tmp_path, "1.28.8", int8_onnx=normalised)
-    assert calls == [("float32", "per-channel"), ("int8", "per-channel")] and sorted(got.files) == ["float32", "int8"]
+    # each run ships one file: the int8 run's float32 (of the normalised graph) is never written
+    assert calls == [("float32", "per-channel", "float32"), ("int8", "per-channel", "int8")]
+    assert sorted(got.files) == ["float32", "int8"] and got.files["float32"].parent.parent.name == "onnx2tf"
     assert got.files["int8"].parent.parent.name == "onnx2tf-int8"
 
 

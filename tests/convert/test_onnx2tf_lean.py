@@ -16,29 +16,58 @@ from edgeport.convert.converter import offline_env
 from edgeport.convert.onnx2tf import ONNX2TF_OUTPUTS, installed_backend, onnx2tf_command, write_calibration
 
 GENERATION = installed_backend().generation
-# what plain onnx2tf writes with -oiqt and the driver declines: on 1.28 only (2.x's cost little)
-UNSHIPPED = ("integer_quant_with_int16_act", "full_integer_quant_with_int16_act", "dynamic_range_quant") if GENERATION < 2 else ()
+# what plain onnx2tf writes with -oiqt and the driver skips: on 1.28 only (2.x's cost little)
+UNSHIPPED = ("integer_quant_with_int16_act", "full_integer_quant_with_int16_act", "dynamic_range_quant",
+             "float16", "integer_quant") if GENERATION < 2 else ()
+
+
+def _convert(tmp_path, onnx_path, name: str, *, lean: bool, ships=None) -> tuple[dict[str, bytes], str]:
+    out = tmp_path / name
+    cmd = onnx2tf_command(onnx_path, out, int8=True, input_name="images", lean=lean, ships=ships)
+    proc = subprocess.run(cmd, cwd=tmp_path, env=offline_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return {p.name: p.read_bytes() for p in Path(out).glob("*.tflite")}, proc.stdout + proc.stderr
 
 
 @pytest.mark.slow
 def test_the_shipped_files_are_plain_onnx2tfs_byte_for_byte(tmp_path, small_onnx):
     onnx_path, calib = small_onnx
     write_calibration(tmp_path, calib)
-    written, logs = {}, {}
-    for lean in (True, False):
-        out = tmp_path / ("lean" if lean else "plain")
-        cmd = onnx2tf_command(onnx_path, out, int8=True, input_name="images", lean=lean)
-        proc = subprocess.run(cmd, cwd=tmp_path, env=offline_env(), capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        written[lean] = {p.name: p.read_bytes() for p in Path(out).glob("*.tflite")}
-        logs[lean] = proc.stdout + proc.stderr
+    plain, _ = _convert(tmp_path, onnx_path, "plain", lean=False)
+    lean, _ = _convert(tmp_path, onnx_path, "lean", lean=True)
+    # the int8 run of a model whose int8 is converted from its own graph: int8 alone
+    int8_only, _ = _convert(tmp_path, onnx_path, "int8", lean=True, ships=("int8",))
     for name in ONNX2TF_OUTPUTS.values():
-        assert written[True][name] == written[False][name], f"{name} differs from plain onnx2tf's"
+        assert lean[name] == plain[name], f"{name} differs from plain onnx2tf's"
+    assert int8_only[ONNX2TF_OUTPUTS["int8"]] == plain[ONNX2TF_OUTPUTS["int8"]], "int8 alone differs from plain onnx2tf's"
     for variant in UNSHIPPED:
-        assert f"model_{variant}.tflite" in written[False], "plain onnx2tf writes it"
-        assert f"model_{variant}.tflite" not in written[True], "declined: nothing reads it"
-    for variant in ("float16", "integer_quant"):  # no way out in onnx2tf's code: they must still be written
-        assert f"model_{variant}.tflite" in written[True], f"{variant} was declined"
+        assert f"model_{variant}.tflite" in plain, "plain onnx2tf writes it"
+        assert f"model_{variant}.tflite" not in lean, "skipped: nothing reads it"
+    if GENERATION < 2:
+        assert sorted(lean) == sorted(ONNX2TF_OUTPUTS.values()), "only what edgeport ships, and no empty file left"
+        assert sorted(int8_only) == [ONNX2TF_OUTPUTS["int8"]], "float32 is not shipped from this run"
+
+
+def test_ships_is_the_drivers_own_flag_and_onnx2tf_never_sees_it():
+    from edgeport.convert.onnx2tf_lean import SHIPS, take_ships
+
+    assert take_ships([SHIPS, "int8", "-i", "m.onnx"]) == (frozenset({"int8"}), ["-i", "m.onnx"])
+    assert take_ships(["-i", "m.onnx"]) == (frozenset(ONNX2TF_OUTPUTS), ["-i", "m.onnx"]), "without it: every variant"
+    cmd = onnx2tf_command(Path("m.onnx"), Path("tf"), int8=True, input_name="images", ships=("int8",))
+    assert cmd[3:5] == [SHIPS, "int8"], "first, where the driver takes it off"
+    assert SHIPS not in onnx2tf_command(Path("m.onnx"), Path("tf"), int8=True, input_name="images", lean=False, ships=("int8",))
+
+
+def test_the_driver_removes_the_empty_files_it_left_and_nothing_else(tmp_path):
+    from edgeport.convert.onnx2tf_lean import remove_unshipped
+
+    out = tmp_path / "tf"
+    out.mkdir()
+    (out / "model_float16.tflite").write_bytes(b"")
+    (out / "model_float32.tflite").write_bytes(b"TFL3")
+    (out / "notes.txt").write_bytes(b"")
+    remove_unshipped(["-i", "m.onnx", "-o", str(out), "-n"])
+    assert sorted(p.name for p in out.iterdir()) == ["model_float32.tflite", "notes.txt"]
 
 
 def _source(module: str) -> str:
@@ -57,9 +86,10 @@ def test_the_names_the_1_28_driver_relies_on_are_still_there():
     these fails here, in a fraction of a second, not in a conversion."""
     lite = _source("tensorflow.lite.python.lite")
     for name in ("def from_saved_model", "def from_concrete_functions", "def from_keras_model",
-                 "EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8", "representative_dataset", "supported_types"):
+                 "EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8", "representative_dataset", "supported_types",
+                 "inference_input_type", "inference_output_type"):
         assert name in lite + _source("tensorflow.lite.python.lite_constants") + _source("tensorflow.lite.python.convert"), name
     driver = _source("onnx2tf.onnx2tf")
     for name in ("tf.lite.TFLiteConverter.from_concrete_functions", "EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8",
-                 "except RuntimeError"):
+                 "except RuntimeError", "converter.inference_input_type = inf_type_input", "_integer_quant.tflite"):
         assert name in driver, name
