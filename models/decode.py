@@ -72,6 +72,10 @@ def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def nms(boxes: np.ndarray, scores: np.ndarray, iou_thres: float) -> np.ndarray:
     """Greedy non-maximum suppression; returns kept indices, highest score first."""
     order = np.argsort(-scores, kind="stable")
+    if iou_thres >= 1.0:
+        # no IoU exceeds 1, so nothing is suppressed: every candidate, in order (the loop below
+        # would compare each with all the others to find that out: the noise floor's candidates)
+        return order.astype(np.int64)
     keep: list[int] = []
     while order.size:
         i = int(order[0])

@@ -37,6 +37,19 @@ def test_nms_suppresses_overlaps_and_keeps_order():
     assert nms(boxes, scores, 0.99).tolist() == [1, 0, 2]
 
 
+def test_nms_at_an_iou_threshold_of_1_keeps_every_box_as_the_greedy_loop_does():
+    rng = np.random.default_rng(0)
+    xy = rng.random((300, 2), dtype=np.float32) * 50
+    boxes = np.concatenate([xy, xy + 1 + rng.random((300, 2), dtype=np.float32) * 20], axis=1)
+    boxes[1] = boxes[0]  # identical boxes: IoU exactly 1, still kept
+    scores = rng.random(300, dtype=np.float32)
+    scores[7] = scores[8]  # a tie keeps its order
+    got = nms(boxes, scores, 1.0)
+    assert got.dtype == np.int64 and got.tolist() == np.argsort(-scores, kind="stable").tolist()
+    # the loop itself, at a threshold only a hair under: the identical pair is all it suppresses
+    assert set(got.tolist()) - set(nms(boxes, scores, 1.0 - 1e-7).tolist()) == {int(np.argsort(-scores[:2], kind="stable")[1])}
+
+
 def test_class_aware_nms_keeps_overlapping_boxes_of_other_classes():
     raw = _empty(c=7)
     raw[0, 4, 1, 1] = 10.0

@@ -58,3 +58,23 @@ def test_pytorch_is_timed_warm_on_one_thread_and_keeps_no_repeat_check():
     assert torch.get_num_threads() == threads, "PyTorch's threads are given back"
     assert max(run.image_ms) < COLD_S * 1e3 / 4, run.image_ms
     assert run.repeat_max_abs is None, "PyTorch is the reference: no repeat check"
+
+
+def test_pytorch_is_timed_on_its_first_images_and_computes_every_one():
+    module = SlowFirstCall()
+    threads = torch.get_num_threads()
+    x = np.random.default_rng(1).random((TorchRunner.timed_images + 2, 3, 4, 4), dtype=np.float32)
+    run = TorchRunner(module).run(x)
+    assert module.threads == [threads, 1] * TorchRunner.timed_images + [threads, threads], \
+        "a second, timed invoke for the first images only"
+    assert len(run.image_ms) == TorchRunner.timed_images
+    np.testing.assert_array_equal(run.outputs[0], x[:, :1] * 2.0)
+
+
+def test_a_runtime_that_checks_repeats_invokes_every_image_twice_whatever_it_times():
+    class Checked(ColdStart):
+        timed_images = 1  # ignored: a repeat check needs every image's second invoke
+
+    x = np.random.default_rng(2).random((3, 3, 4, 4), dtype=np.float32)
+    run = Checked().run(x)
+    assert len(run.image_ms) == 3 and run.repeat_max_abs == 0.0
