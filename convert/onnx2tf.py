@@ -47,6 +47,9 @@ ONNX2TF_OUTPUTS = {"float32": "model_float32.tflite", "int8": "model_full_intege
 LEAN_MODULE = "edgeport.convert.onnx2tf_lean"
 # the lean driver's flag: import first, then take one job from standard input (``warm_converter``)
 AWAIT_JOB = "--await-job"
+# the lean driver's own flag, taken off before onnx2tf reads its arguments: the variants the run
+# ships (``ONNX2TF_OUTPUTS``' names); without it, every variant onnx2tf is asked for
+SHIPS = "--ships"
 
 
 def write_calibration(work: Path, calib_nchw: np.ndarray) -> Path:
@@ -145,8 +148,6 @@ def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: s
                     ships: tuple[str, ...] | None = None) -> list[str]:
     """``lean=False``: onnx2tf itself, with every file it writes (benchmarks' peers). ``ships``: the
     variants the run's caller takes (the lean driver skips the others' work); default, all asked for."""
-    from edgeport.convert.onnx2tf_lean import SHIPS
-
     backend = backend or installed_backend()
     cmd = [
         python, "-m", LEAN_MODULE if lean else "onnx2tf",

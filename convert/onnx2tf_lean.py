@@ -40,12 +40,9 @@ import json
 import runpy
 import sys
 
-from edgeport.convert.onnx2tf import AWAIT_JOB
+from edgeport.convert.onnx2tf import AWAIT_JOB, SHIPS
 
 DECLINED = "declined by edgeport, which does not ship this file"
-# the driver's own flag, taken off before onnx2tf reads its arguments: the variants this run ships
-# (``ONNX2TF_OUTPUTS``' names); without it, every variant onnx2tf is asked for
-SHIPS = "--ships"
 
 
 def declined(converter) -> str | None:

@@ -49,7 +49,8 @@ def test_the_shipped_files_are_plain_onnx2tfs_byte_for_byte(tmp_path, small_onnx
 
 
 def test_ships_is_the_drivers_own_flag_and_onnx2tf_never_sees_it():
-    from edgeport.convert.onnx2tf_lean import SHIPS, take_ships
+    from edgeport.convert.onnx2tf import SHIPS
+    from edgeport.convert.onnx2tf_lean import take_ships
 
     assert take_ships([SHIPS, "int8", "-i", "m.onnx"]) == (frozenset({"int8"}), ["-i", "m.onnx"])
     assert take_ships(["-i", "m.onnx"]) == (frozenset(ONNX2TF_OUTPUTS), ["-i", "m.onnx"]), "without it: every variant"
