@@ -108,6 +108,15 @@ class Onnx2tfBackend:
         return ["-tb", "flatbuffer_direct"] if self.generation >= 2 else []
 
     @property
+    def checks_layouts_slowly(self) -> bool:
+        """1.28's strict mode settles each ambiguous op's layout by running the TensorFlow graph up
+        to that op and comparing with ONNX Runtime: once per such op, so its cost grows with the
+        square of the depth (YOLOv9t at 128 px: 73 s of float32 conversion, 19 s without, the same
+        file's outputs; YOLOv8n at 320 px, int8: 15.6 s -> 13.7 s). 2.x (``flatbuffer_direct``) has
+        no such pass: its ``-dsm`` changes nothing (YOLOv9t: 5.0 s and 4.8 s, byte for byte)."""
+        return self.generation < 2
+
+    @property
     def keeps_validated_files(self) -> bool:
         """2.x checks each quantised file in an interpreter and moves it into place before it
         starts the next variant, so a later variant's failure (its int16-activation files,
@@ -145,9 +154,10 @@ def installed_backend() -> Onnx2tfBackend:
 
 def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: str, backend: Onnx2tfBackend | None = None,
                     python: str = sys.executable, granularity: str = "per-channel", lean: bool = True,
-                    ships: tuple[str, ...] | None = None) -> list[str]:
+                    ships: tuple[str, ...] | None = None, fast: bool = False) -> list[str]:
     """``lean=False``: onnx2tf itself, with every file it writes (benchmarks' peers). ``ships``: the
-    variants the run's caller takes (the lean driver skips the others' work); default, all asked for."""
+    variants the run's caller takes (the lean driver skips the others' work); default, all asked for.
+    ``fast``: without 1.28's strict mode (``-dsm``), whose files the caller checks (``FAST_CHECK``)."""
     backend = backend or installed_backend()
     cmd = [
         python, "-m", LEAN_MODULE if lean else "onnx2tf",
@@ -158,6 +168,7 @@ def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: s
         "-nuo",  # the graph is already simplified by onnxslim
         "-n",
         *backend.extra_flags(),
+        *(["-dsm"] if fast and backend.checks_layouts_slowly else []),
     ]
     if int8:
         # inputs are already in [0, 1]: mean 0, std 1 so onnx2tf does not renormalise
@@ -183,6 +194,37 @@ class Onnx2tfFailed(ConversionError):
         return ConversionError(f"{self}; full log: {log}")
 
 
+class FastRunDiffers(ConversionError):
+    """A run without strict mode wrote a float32 file that computes something else than ONNX
+    Runtime on the same graph, or that cannot be checked: the conversion is done again, strict."""
+
+
+# a fast run's float32 file against ONNX Runtime on the graph it was converted from: on the first
+# images of the calibration set, to parity's float32 tolerance. A layout onnx2tf guessed wrong moves
+# every value after it; its float32 and int8 files are one TensorFlow graph, so the float32 file
+# answers for both
+FAST_CHECK_IMAGES = 2
+
+
+def fast_run_differs(onnx_path: Path, tflite: Path, images: np.ndarray) -> str | None:
+    """Why ``tflite`` (float32) cannot stand for the graph ``onnx_path``, or None."""
+    from edgeport.validate.parity.compare import FLOAT32, compare_tensors
+    from edgeport.validate.parity.runners import OnnxRuntimeRunner
+    from edgeport.validate.parity.tflite_runner import TFLiteRunner
+
+    x = np.ascontiguousarray(images[:FAST_CHECK_IMAGES], np.float32)
+    try:
+        ref = OnnxRuntimeRunner(onnx_path).run(x).outputs
+        got = TFLiteRunner(tflite, [(1, *o.shape[1:]) for o in ref]).run(x).outputs
+    except Exception as exc:  # noqa: BLE001 -- whatever stops the check (a runtime that refuses either file): unchecked, so strict
+        return f"it cannot be checked ({condense(f'{type(exc).__name__}: {exc}')})"
+    for k, (r, g) in enumerate(zip(ref, got)):
+        compared = compare_tensors(f"output {k}", r, g, FLOAT32)
+        if not compared.passed:
+            return f"output {k} differs from ONNX Runtime's (max |difference| {compared.metrics.max_abs:.3g})"
+    return None
+
+
 def warm_converter(python: str = sys.executable, *, start: bool | None = None):
     """Start an onnx2tf child at once, importing onnx2tf (and TensorFlow, on 1.28) while the
     caller is still importing torch and exporting; the block's first conversion takes it as
@@ -206,19 +248,26 @@ class Onnx2tfRun:
     """
 
     def __init__(self, onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str,
-                 backend: Onnx2tfBackend | None = None, granularity: str = "per-channel", ships: tuple[str, ...] | None = None):
-        """``ships``: the variants taken from this run (default: float32, and int8 when asked for)."""
+                 backend: Onnx2tfBackend | None = None, granularity: str = "per-channel", ships: tuple[str, ...] | None = None,
+                 fast: bool = False):
+        """``ships``: the variants taken from this run (default: float32, and int8 when asked for).
+        ``fast``: without strict mode where it costs (``checks_layouts_slowly``); ``finish`` then
+        checks the run's float32 file (written for that, if not shipped) against ONNX Runtime."""
         work.mkdir(parents=True, exist_ok=True)
         write_calibration(work, calib)
         self.work = work.resolve()
         self.int8 = int8
         self.ships = ships or (("float32", "int8") if int8 else ("float32",))
+        self.fast = fast and (backend or installed_backend()).checks_layouts_slowly
+        self.check_images = calib[:FAST_CHECK_IMAGES]
+        if self.fast and "float32" not in self.ships:
+            self.ships = ("float32", *self.ships)
         self.log = self.work / "onnx2tf.log"
         self.backend = backend or installed_backend()
         self.failure: Onnx2tfFailed | None = None  # what failed in a run whose files were still taken
-        onnx_path = self.backend.prepare(onnx_path.resolve(), self.work, int8=int8)
+        self.onnx_path = onnx_path = self.backend.prepare(onnx_path.resolve(), self.work, int8=int8)
         cmd = onnx2tf_command(onnx_path, self.work / "tf", int8=int8, input_name=input_name, backend=self.backend,
-                              granularity=granularity, ships=self.ships)
+                              granularity=granularity, ships=self.ships, fast=self.fast)
         self.t0 = time.perf_counter()
         job = {"argv": cmd[3:], "cwd": str(self.work), "log": str(self.log)}  # (cmd: python -m LEAN_MODULE ...)
         self.proc = take_started([*cmd[:3], AWAIT_JOB], json.dumps(job)) if cmd[1:3] == ["-m", LEAN_MODULE] else None
@@ -245,6 +294,12 @@ class Onnx2tfRun:
             raise Onnx2tfFailed(returncode, self.log.read_text(errors="replace"), missing)
         if returncode != 0 or len(written) < len(wanted):
             self.failure = Onnx2tfFailed(returncode, self.log.read_text(errors="replace"), sorted(set(wanted) - set(written)))
+        if self.fast:
+            if "float32" not in written:
+                raise FastRunDiffers("onnx2tf without strict mode wrote no float32 file to check the run by")
+            why = fast_run_differs(self.onnx_path, written["float32"], self.check_images)
+            if why is not None:
+                raise FastRunDiffers(f"onnx2tf without strict mode wrote a float32 file that {why}")
         return written, elapsed
 
     def kill(self) -> None:
@@ -274,22 +329,47 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
     per channel is tried per tensor where the line offers it (noted), and otherwise reported
     as a failed row with the converter's reason, beside a float32 that ships. ``granularities``
     (default: the line's) are tried in order: ``("per-tensor",)`` for a uint8 board.
+
+    Where strict mode costs (1.28: ``checks_layouts_slowly``), each run goes without it first and
+    its float32 file is checked against ONNX Runtime (``fast_run_differs``); a run that fails, or
+    fails the check, and the conversion is done again in strict mode, as before (noted).
     """
+    t0 = time.perf_counter()
+    if backend.checks_layouts_slowly:
+        try:
+            return _convert_variants(onnx_path, int8_onnx, calib, work / "fast", input_name=input_name, timeout_s=timeout_s,
+                                     backend=backend, granularities=granularities, fast=True)
+        except (FastRunDiffers, Onnx2tfFailed) as exc:
+            why = str(exc).split("; full log: ")[0]
+        timeout_s -= time.perf_counter() - t0
+    conversion = _convert_variants(onnx_path, int8_onnx, calib, work, input_name=input_name, timeout_s=timeout_s,
+                                   backend=backend, granularities=granularities, fast=False)
+    if backend.checks_layouts_slowly:
+        strict = f"in onnx2tf's strict mode (without it: {why})"
+        notes = {v: f"{strict}; {conversion.notes[v]}" if v in conversion.notes else strict for v in conversion.files}
+        conversion = dataclasses.replace(conversion, notes=notes, seconds=time.perf_counter() - t0)
+    return conversion
+
+
+def _convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray, work: Path, *, input_name: str,
+                      timeout_s: float, backend: Onnx2tfBackend, granularities: tuple[str, ...] | None, fast: bool) -> Conversion:
     granularities = granularities or backend.int8_granularities
     together = int8_onnx == onnx_path  # one run writes both (1.28 only warns when its int8 fails)
     runs = [Onnx2tfRun(onnx_path, calib, work / "onnx2tf", int8=together, input_name=input_name, backend=backend,
-                       granularity=granularities[0])]
+                       granularity=granularities[0], fast=fast)]
     notes: dict[str, str] = {}
     why = None  # why there is no int8 yet
     try:
         if int8_onnx is not None and not together:
             runs.append(Onnx2tfRun(int8_onnx, calib, work / "onnx2tf-int8", int8=True, input_name=input_name,
-                                   backend=backend, granularity=granularities[0], ships=("int8",)))
+                                   backend=backend, granularity=granularities[0], ships=("int8",), fast=fast))
         try:
             files, seconds = runs[0].finish(timeout_s, require=("float32",))
         except Onnx2tfFailed as exc:
             if "No space left on device" in exc.output:  # the disk filled as it wrote: the user's disk (exit 2), not the converter
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(runs[0].work)) from exc
+            if fast:
+                raise  # done again in strict mode (``convert_variants``), whose failure is the one reported
             raise exc.with_log() from exc
         if together and "int8" not in files:
             why = str(runs[0].failure)

@@ -109,12 +109,16 @@ def fake_onnx2tf(tmp_path, monkeypatch):
 
     def use(**behaviour):
         def command(onnx_path, out_dir, *, int8, input_name, backend=None, python=sys.executable, granularity="per-channel",
-                    ships=None):
-            calls.append(("int8" if int8 else "float32", granularity, ",".join(ships)))
+                    ships=None, fast=False):
+            calls.append(("int8" if int8 else "float32", granularity, ",".join(ships), *(["fast"] if fast else [])))
             return [sys.executable, str(script), str(out_dir), json.dumps(behaviour), "int8" if int8 else "float32", granularity,
                     ",".join(ships)]
 
+        def differs(onnx_path, tflite, images):  # the fake's files run nowhere: the check is what ``behaviour`` says
+            return behaviour.get("fast_differs")
+
         monkeypatch.setattr(onnx2tf, "onnx2tf_command", command)
+        monkeypatch.setattr(onnx2tf, "fast_run_differs", differs)
         return onnx_path, calls
 
     return use
@@ -131,15 +135,15 @@ def _convert(onnx_path, tmp_path, line, int8_onnx="same"):
 def test_1_28_writes_both_in_one_run(fake_onnx2tf, tmp_path):
     onnx_path, calls = fake_onnx2tf(**{"per-channel": "ok"})
     got = _convert(onnx_path, tmp_path, "1.28.8")
-    assert calls == [("int8", "per-channel", "float32,int8")] and sorted(got.files) == ["float32", "int8"]
-    assert got.not_written == {} and got.notes == {}
+    assert calls == [("int8", "per-channel", "float32,int8", "fast")] and sorted(got.files) == ["float32", "int8"]
+    assert got.not_written == {} and got.notes == {}, "the fast run's float32 passed its check: nothing to note"
 
 
 @pytest.mark.slow  # a child process (the fake converter)
 def test_an_int8_1_28_cannot_write_leaves_float32_and_says_why(fake_onnx2tf, tmp_path):
     onnx_path, calls = fake_onnx2tf(exit=0)  # 1.28: the int8 failure is a warning
     got = _convert(onnx_path, tmp_path, "1.28.8")
-    assert calls == [("int8", "per-channel", "float32,int8")], "1.28 has no other granularity to try"
+    assert calls == [("int8", "per-channel", "float32,int8", "fast")], "1.28 has no other granularity to try"
     assert list(got.files) == ["float32"]
     assert got.not_written == {"int8": "onnx2tf failed (wrote no int8): StrictFullIntegerQuantizationError: per-channel fails"}
 
@@ -172,10 +176,34 @@ def test_a_normalised_int8_graph_is_converted_beside_float32(fake_onnx2tf, tmp_p
     normalised.parent.mkdir()
     normalised.write_bytes(onnx_path.read_bytes())
     got = _convert(onnx_path, tmp_path, "1.28.8", int8_onnx=normalised)
-    # each run ships one file: the int8 run's float32 (of the normalised graph) is never written
-    assert calls == [("float32", "per-channel", "float32"), ("int8", "per-channel", "int8")]
+    # each run ships one file; without strict mode (1.28), the int8 run also writes its float32, the
+    # normalised graph's, which its check reads (``fast_run_differs``) and nothing ships
+    assert calls == [("float32", "per-channel", "float32", "fast"), ("int8", "per-channel", "float32,int8", "fast")]
     assert sorted(got.files) == ["float32", "int8"] and got.files["float32"].parent.parent.name == "onnx2tf"
     assert got.files["int8"].parent.parent.name == "onnx2tf-int8"
+    two_x, calls_2x = fake_onnx2tf(**{"per-channel": "ok"})
+    calls_2x.clear()
+    _convert(two_x, tmp_path / "2x", "2.6.9", int8_onnx=normalised)
+    assert calls_2x == [("float32", "per-channel", "float32"), ("int8", "per-channel", "int8")], "2.x: strict costs nothing"
+
+
+@pytest.mark.slow  # a child process (the fake converter)
+def test_a_fast_run_whose_float32_differs_is_converted_again_in_strict_mode_and_says_so(fake_onnx2tf, tmp_path):
+    onnx_path, calls = fake_onnx2tf(**{"per-channel": "ok", "fast_differs": "output 0 differs from ONNX Runtime's (max 3)"})
+    got = _convert(onnx_path, tmp_path, "1.28.8")
+    assert calls == [("int8", "per-channel", "float32,int8", "fast"), ("int8", "per-channel", "float32,int8")]
+    assert sorted(got.files) == ["float32", "int8"] and got.files["float32"].parent.parent.parent.name == "work", "the strict run's"
+    said = "in onnx2tf's strict mode (without it: onnx2tf without strict mode wrote a float32 file that output 0 differs"
+    assert all(got.notes[v].startswith(said) for v in ("float32", "int8")), got.notes
+
+
+@pytest.mark.slow  # a child process (the fake converter)
+def test_a_fast_run_that_fails_is_converted_again_and_the_strict_runs_failure_is_the_one_reported(fake_onnx2tf, tmp_path, monkeypatch):
+    onnx_path, calls = fake_onnx2tf(float32="fail")
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    with pytest.raises(ConversionError, match=r"^onnx2tf failed \(exit 1\): ValueError: Unsupported op Foo; full log: "):
+        _convert(onnx_path, tmp_path, "1.28.8")
+    assert [c[-1] for c in calls] == ["fast", "float32,int8"], "fast, then strict"
 
 
 @pytest.mark.slow  # a child process (the fake converter)
@@ -248,3 +276,26 @@ def test_a_warm_child_whose_input_closes_converts_nothing_and_exits_0(tmp_path):
                           env=offline_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert not list(tmp_path.iterdir()), "nothing written"
+
+
+@pytest.mark.slow
+def test_the_fast_runs_check_passes_the_file_of_its_graph_and_no_other(tmp_path, small_onnx):
+    """What a run without strict mode is held to: its float32 file against ONNX Runtime on the graph
+    it was converted from (real onnx2tf, real runtimes)."""
+    import torch
+
+    from edgeport.convert.export_onnx_pass import export_onnx, simplify
+    from edgeport.convert.onnx2tf import fast_run_differs
+
+    onnx_path, calib = small_onnx
+    files, _ = run_onnx2tf(onnx_path, calib, tmp_path / "w", int8=False, input_name="images", timeout_s=300)
+    assert fast_run_differs(onnx_path, files["float32"], calib) is None
+    torch.manual_seed(1)  # the same shapes, other weights: a layout guessed wrong computes something else too
+    other = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, stride=2)).eval()
+    export_onnx(other, 32, tmp_path / "other.onnx", output_names=["y"], opset=17)
+    simplify(tmp_path / "other.onnx")
+    assert fast_run_differs(tmp_path / "other.onnx", files["float32"], calib).startswith("output 0 differs from ONNX Runtime's")
+    broken = tmp_path / "broken.tflite"
+    data = files["float32"].read_bytes()
+    broken.write_bytes(data[: len(data) // 2])
+    assert fast_run_differs(onnx_path, broken, calib).startswith("it cannot be checked")
