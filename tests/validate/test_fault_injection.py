@@ -63,7 +63,7 @@ def _convert(ckpt, tmp_path, passes, **cfg):
     return build_report(validated.parity, model=prepared.describe(), board=validated.gated.board, artifacts={}).to_dict()
 
 
-def _first_divergence(report, variant, runtime="tflite-ref"):
+def _first_divergence(report, variant, runtime="tflite"):
     (row,) = [r for r in report["results"] if r["variant"] == variant and r["runtime"] == runtime]
     assert not row["passed"], f"{variant}/{runtime} should fail"
     assert row["divergence"] and row["divergence"]["found"], row["divergence"]

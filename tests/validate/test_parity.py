@@ -430,11 +430,15 @@ def test_the_default_boards_emulator_is_the_optimised_kernels_run(tmp_path):
     model = tmp_path / "m.tflite"
     model.write_bytes(unary("RELU", (1, 8, 8, 1)))  # planned, never run here
     subject = _subject(tmp_path, board=load_board("default"))
-    subject = ParitySubject(**{**subject.__dict__, "tflite": {"float32": model}})
-    rows = {r.runtime: r.runner for r in plan_rows(subject, [(1, 1, 8, 8)])}
-    assert rows["board:default"].cache_key == rows["tflite"].cache_key
-    assert rows["tflite-ref"].images == DIAGNOSTIC_IMAGES and rows["tflite"].images is None
-    old = {r.runtime: r.runner for r in plan_rows(replace(subject, board=load_board("tflite-1.13")), [(1, 1, 8, 8)])}
-    emulated = old["board:tflite-1.13 (emulated)"]
+    subject = ParitySubject(**{**subject.__dict__, "tflite": {"float32": model, "int8": model}})
+    planned = plan_rows(subject, [(1, 1, 8, 8)])
+    rows = {(r.variant, r.runtime): r.runner for r in planned}
+    assert rows[("int8", "board:default")].cache_key == rows[("int8", "tflite")].cache_key
+    assert rows[("int8", "tflite-ref")].images == DIAGNOSTIC_IMAGES and rows[("int8", "tflite")].images is None
+    # float32's reference kernels agree with the optimised ones within float rounding: no diagnostic row
+    assert [r.runtime for r in planned if r.variant == "float32"] == ["tflite", "board:default"]
+    old = {(r.variant, r.runtime): r.runner for r in plan_rows(replace(subject, board=load_board("tflite-1.13")), [(1, 1, 8, 8)])}
+    emulated = old[("float32", "board:tflite-1.13 (emulated)")]
     assert emulated.kernels == "reference" and emulated.images is None, "an old board's emulator: every image"
-    assert old["tflite-ref"].images is None, "a board that runs the reference kernels: their rows on every image too"
+    for variant in ("float32", "int8"):
+        assert old[(variant, "tflite-ref")].images is None, "a board that runs the reference kernels: their rows on every image too"

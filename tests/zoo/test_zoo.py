@@ -96,8 +96,7 @@ EXPECTED = {
     "mobilenetv3_small_100": ("passes", "passes"),
     "efficientnet_b0": ("passes", "passes"),
     # GELU through Erf: onnx2tf 1.28 writes TensorFlow's FlexErf, which no builtin TFLite runs
-    "convnext_atto": (["float32/tflite", "float32/tflite-ref", "float32/board:default", "int8/converter",
-                       "float32 not runnable on default"],
+    "convnext_atto": (["float32/tflite", "float32/board:default", "int8/converter", "float32 not runnable on default"],
                       [*F32, F32_BOARD, "uint8/converter", *lacks("CUSTOM:FlexErf")]),
     "regnety_002": ("passes", "passes"),
     "ghostnet_100": ("passes", "passes"),
@@ -117,7 +116,7 @@ EXPECTED_2X: dict = {
     # CONCATENATION whose inputs' scales differ from its output's, refused when 2.x prepares it)
     "ghostnet_100": (["int8/converter"], ["uint8/converter"]),
     # 2.x writes a RESHAPE no runtime can prepare (4096 != 65536 elements): both files refused
-    "mobilevit_xxs": (["float32/tflite", "float32/tflite-ref", "float32/board:default", "int8/converter"],
+    "mobilevit_xxs": (["float32/tflite", "float32/board:default", "int8/converter"],
                       [*F32, F32_BOARD, "uint8/converter", *lacks("SLICE v5", "TRANSPOSE v4")]),
 }
 REAL = "board:tflite-1.13 (TFLite 1.13.1)"
