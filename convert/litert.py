@@ -36,6 +36,18 @@ from edgeport.errors import BadInputError, MissingDependencyError
 NAME = "litert-torch"
 # pinned: the converter's output (ops, versions, layouts) is what the zoo's outcomes were measured on
 PACKAGES = ("litert-torch==0.10.0",)
+# and what it pulls in beyond this environment's packages, pinned as they resolved on 2026-12-03:
+# unpinned, they floated with the registry (its quantiser, ``==0.10.*``; jax; scipy), and a later
+# resolution changed which rows of the zoo's mobilevit-xxs int8 file pass (tests/zoo/test_zoo_litert.py)
+LAYER_PINS = (
+    "ai-edge-quantizer==0.10.0", "annotated-doc==0.0.7", "annotated-types==0.8.0", "anyio==4.14.2", "fire==0.7.1",
+    "immutabledict==4.2.1", "jax==0.10.2", "jaxlib==0.10.2", "jaxtyping==0.3.11", "kagglehub==1.0.3",
+    "kagglesdk==0.1.38", "lark==1.3.1", "litert-converter==0.5.0", "litert-lm-builder==0.18.1", "multipledispatch==1.0.0",
+    "ordered-set==4.1.0", "pydantic==2.11.10", "pydantic_core==2.33.2", "regex==2026.11.19", "scipy==1.17.1",
+    "sentencepiece==0.2.3", "shellingham==1.5.4", "tabulate==0.10.0", "tokenizers==0.23.3", "tomli==2.5.0",
+    "torchao==0.18.0", "transformers==5.24.0", "typer==0.29.2", "typing-inspection==0.4.2", "typing_extensions==4.12.2",
+    "wadler_lindig==0.1.8", "xdsl==0.28.0",
+)
 MARKER = ".edgeport-converter.json"
 WORKER = Path(__file__).with_name("litert_worker.py")
 
@@ -75,12 +87,12 @@ def install(*, log=print) -> dict:
 
     def layer(python: Path) -> list[str]:
         """After its own site-packages, this environment's: what litert-torch installs comes first,
-        the rest (torch) from here, pinned to this torch."""
+        the rest (torch) from here, pinned to this torch; its own layer pinned (``LAYER_PINS``)."""
         site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               capture_output=True, text=True, check=True).stdout.strip()
         Path(site, "edgeport-host.pth").write_text("".join(f"{p}\n" for p in _host_site()))
-        (folder / "host-torch.txt").write_text(f"torch=={torch.split('+')[0]}\n")
-        return ["-c", str(folder / "host-torch.txt")]
+        (folder / "constraints.txt").write_text("".join(f"{pin}\n" for pin in (f"torch=={torch.split('+')[0]}", *LAYER_PINS)))
+        return ["-c", str(folder / "constraints.txt")]
 
     python = venvs.build_venv(folder, getattr(sys, "_base_executable", sys.executable), PACKAGES, what=NAME, layer=layer)
     # what the worker imports, imported once: a broken environment is found here, not at conversion

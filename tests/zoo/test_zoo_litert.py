@@ -59,7 +59,9 @@ EXPECTED = {
     "convnext_atto": ("passes", "1.28: Flex", [F32_BOARD, *lacks("GELU v1")]),
     "regnety_002": ("passes", True, "passes"),
     "ghostnet_100": ("passes", True, "passes"),
-    "mobilevit_xxs": (INT8, True, [F32_BOARD, *lacks("SLICE v5", "TRANSPOSE v4")]),
+    # int8's logits channel parts from PyTorch's on the later inputs: the reference kernels' diagnostic,
+    # on the first two images (run.DIAGNOSTIC_IMAGES), passes (litert.LAYER_PINS: the converter it was measured on)
+    "mobilevit_xxs": (["int8/tflite", "int8/board:default"], True, [F32_BOARD, *lacks("SLICE v5", "TRANSPOSE v4")]),
 }
 
 
