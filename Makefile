@@ -15,6 +15,9 @@ CONSTRAINTS := $(if $(filter 312 313,$(PYVER)),constraints-py312.txt,$(if $(filt
 # tests need its fake CUDA device, and torchvision pairs with it.
 TORCH  := torch==2.14.1 torchvision==0.29.1
 
+# where flock is (Linux), editable installs into different venvs take turns (``setup``)
+LOCKED := $(if $(shell command -v flock 2>/dev/null),flock .setup.lock,)
+
 .PHONY: setup setup-boards setup-converters setup-bench test-converters demo demo-legacy test test-fast lint bench demo-weights gpu-check clean
 
 setup: $(STAMP)
@@ -31,7 +34,8 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@echo "setup: $(TORCH) (a CUDA build that runs on the CPU: about 5.5 GB)"
 	@$(PY) -m pip install -qq -c $(CONSTRAINTS) $(TORCH)
 	@echo "setup: edgeport and its pinned dependencies"
-	@$(PY) -m pip install -qq -c $(CONSTRAINTS) -e ".[dev,zoo]"
+	@# one editable install at a time: each writes edgeport.egg-info here (.ci/run sets up two environments side by side)
+	@$(LOCKED) $(PY) -m pip install -qq -c $(CONSTRAINTS) -e ".[dev,zoo]"
 	@touch $(STAMP)
 
 # The write-up's board runtime, the real TensorFlow Lite 1.13.1, in its own Python 3.7
