@@ -154,8 +154,13 @@ def measure_size(imgsz: int, rounds: int, recipe: bool, tmp: Path, also: list[st
     folder.mkdir()
     ckpt = _checkpoint(folder)
     data = folder / "data"
+    # Ultralytics calibrates int8 on the whole val split: as many images as edgeport's calibration
+    # (``ConvertConfig.max_calib``), so both calibrate on the same number (it was 10 until 2026-12-03)
+    from edgeport.convert.base import ConvertConfig
+
+    calib_images = ConvertConfig.max_calib
     subprocess.run([sys.executable, "-m", "edgeport.cli", "data", "synth", "--out", str(data), "--n", "20",
-                    "--n-val", "10", "--imgsz", str(imgsz)], check=True, capture_output=True)
+                    "--n-val", str(calib_images), "--imgsz", str(imgsz)], check=True, capture_output=True)
     data_yaml = folder / "data.yaml"
     data_yaml.write_text(f"path: {data}\ntrain: images/train\nval: images/val\nnames:\n  0: person\n")
     sample = np.asarray(load_calibration(None, imgsz, limit=20, seed=0)[0])
@@ -197,6 +202,7 @@ def measure_size(imgsz: int, rounds: int, recipe: bool, tmp: Path, also: list[st
     if recipe or not all(r["ok"] for r in runs["ultralytics_export"]):
         (folder / "recipe").mkdir()
         result["ultralytics_recipe_by_hand"] = time_recipe(folder / "recipe", imgsz)
+    result["calibration_images"] = {"edgeport": calib_images, "ultralytics_export": calib_images}
     peer = result["median_s"]["ultralytics_export"]
     result["peer"] = "ultralytics_export"
     if peer is None:
