@@ -50,6 +50,19 @@ def test_nms_at_an_iou_threshold_of_1_keeps_every_box_as_the_greedy_loop_does():
     assert set(got.tolist()) - set(nms(boxes, scores, 1.0 - 1e-7).tolist()) == {int(np.argsort(-scores[:2], kind="stable")[1])}
 
 
+def test_nms_cut_at_max_det_keeps_what_keeping_all_then_cutting_keeps():
+    rng = np.random.default_rng(1)
+    xy = rng.random((2000, 2), dtype=np.float32) * 200
+    boxes = np.concatenate([xy, xy + 5 + rng.random((2000, 2), dtype=np.float32) * 40], axis=1)
+    scores = rng.random(2000, dtype=np.float32)
+    for thres in (0.3, 0.5, 0.7, 1.0):
+        every = nms(boxes, scores, thres)
+        assert len(every) > 100, thres  # the cut matters: more survive than are kept
+        for cut in (1, 17, 100, len(every), len(every) + 5):
+            got = nms(boxes, scores, thres, cut)
+            assert got.dtype == np.int64 and got.tolist() == every[:cut].tolist(), (thres, cut)
+
+
 def test_class_aware_nms_keeps_overlapping_boxes_of_other_classes():
     raw = _empty(c=7)
     raw[0, 4, 1, 1] = 10.0
