@@ -50,10 +50,6 @@ EXTRA_BYTES = 1 << 20  # what the vectors and strings reached may add to twice t
 MAX_TABLES = 500_000
 
 
-# digests of the files ``check`` has walked and passed in this process (parity's threads share it)
-_WALKED: OrderedDict = OrderedDict()
-_WALKED_LOCK = threading.Lock()
-_WALKED_MAX = 64
 
 
 class DamagedModel(BadInputError):
@@ -73,21 +69,44 @@ def unpack(data: bytes, what: str = "the model"):
         raise DamagedModel(f"{what} is a damaged TFLite flatbuffer ({type(exc).__name__}: {exc})") from exc
 
 
+def digest(data: bytes) -> bytes:
+    """The file's identity for what is computed once per exact bytes (12 MB: about 15 ms)."""
+    return hashlib.blake2b(data, digest_size=32).digest()
+
+
+class ByContent:
+    """What a read computes from a file's exact bytes, kept for this process (parity's threads
+    share it): a convert reads each file several times (gate, lowering, parity's step checks).
+    Only immutable results belong here; an error is raised each time, never kept."""
+
+    def __init__(self, size: int):
+        self._kept: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+        self._size = size
+
+    def get(self, key, compute):
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return self._kept[key]
+        value = compute()
+        with self._lock:
+            self._kept[key] = value
+            while len(self._kept) > self._size:
+                self._kept.popitem(last=False)
+        return value
+
+
 def check(data: bytes, what: str = "the model") -> None:
     """Raise ``DamagedModel`` unless ``data`` is a TFLite flatbuffer that unpacks within bounds
     set by its size (module docstring)."""
     if len(data) < 8 or bytes(data[4:8]) != b"TFL3":
         raise DamagedModel(f"{what} is not a TFLite model (no TFL3 identifier); pass a .tflite file")
-    digest = hashlib.blake2b(data, digest_size=32).digest()  # 12 MB: about 15 ms, against 250 for the walk
-    with _WALKED_LOCK:
-        if digest in _WALKED:
-            _WALKED.move_to_end(digest)
-            return
-    _walk(data, what)
-    with _WALKED_LOCK:
-        _WALKED[digest] = None
-        while len(_WALKED) > _WALKED_MAX:
-            _WALKED.popitem(last=False)
+    _WALKED.get(digest(data), lambda: _walk(data, what))  # the digest: about 15 ms, against 250 for the walk
+
+
+# the files ``check`` has walked and passed in this process, by their digests
+_WALKED = ByContent(64)
 
 
 def _walk(data: bytes, what: str) -> None:

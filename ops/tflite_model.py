@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeport.errors import BadInputError
+from edgeport.ops.tflite_file import ByContent
 
 
 @dataclass(frozen=True)
@@ -43,23 +44,33 @@ class TFLiteSummary:
         return [o for o in self.ops if o.name == name]
 
 
+_SUMMARIES = ByContent(16)  # (path, digest) -> TFLiteSummary (frozen)
+
+
 def read_tflite(path: Path) -> TFLiteSummary:
     """What a board needs to know of the file at ``path``, read through the one bounded reader
     (``ops/tflite_file.py``): a damaged or hostile flatbuffer is bad input (exit 2), a file that
     unpacks but cannot run (``structural_problems``) is summarised with its problems."""
-    from edgeport.ops.tflite_graph import Graph
+    from edgeport.ops.tflite_file import digest
 
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise BadInputError(f"cannot read {str(path)!r}: {exc}") from exc
-    graph = Graph(data, what=repr(str(path)))
+    # the same bytes at the same path, summarised once: a convert reads each file up to six times
+    return _SUMMARIES.get((str(path), digest(data)), lambda: _read(data, str(path)))
+
+
+def _read(data: bytes, path: str) -> TFLiteSummary:
+    from edgeport.ops.tflite_graph import Graph
+
+    graph = Graph(data, what=repr(path))
     try:
-        return _summarise(graph, str(path), len(data))
+        return _summarise(graph, path, len(data))
     except BadInputError:
         raise
     except Exception as exc:  # a damaged flatbuffer raises anything from struct errors to IndexError
-        raise BadInputError(f"{str(path)!r} is a damaged TFLite flatbuffer ({type(exc).__name__}: {exc})") from exc
+        raise BadInputError(f"{path!r} is a damaged TFLite flatbuffer ({type(exc).__name__}: {exc})") from exc
 
 
 # bytes per element, for the constant buffers a shape needs
