@@ -7,11 +7,10 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYBIN  := $(shell scripts/find_python.sh $(PYTHON))
 PYVER  := $(shell $(PYBIN) -c 'import sys; print("%d%d" % sys.version_info[:2])' 2>/dev/null)
-# the whole stack pinned per Python: 3.12 and later take onnx2tf 2.x and no TensorFlow; 3.10
-# takes the 3.11 line with the newest releases that still support it
-CONSTRAINTS := $(if $(filter 312 313,$(PYVER)),constraints-py312.txt,$(if $(filter 310,$(PYVER)),constraints-py310.txt,constraints.txt))
+# the whole stack pinned per Python: 3.12 and later take onnx2tf 2.x and no TensorFlow
+CONSTRAINTS := $(if $(filter 312 313,$(PYVER)),constraints-py312.txt,constraints.txt)
 # torch 2.14.1 with torchvision 0.29.1: on Python 3.11 pip takes both from this machine's wheel
-# cache, on 3.10 and 3.12 from the registry. A CUDA build that runs on the CPU: the trainer's device
+# cache, on 3.12 and 3.13 from the registry. A CUDA build that runs on the CPU: the trainer's device
 # tests need its fake CUDA device, and torchvision pairs with it.
 TORCH  := torch==2.14.1 torchvision==0.29.1
 

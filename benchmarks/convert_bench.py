@@ -4,7 +4,7 @@
    ``to_tflite`` (no parity validation), then run onnx2tf alone on the same ONNX with the
    same flags. Target (issue #2): everything outside onnx2tf costs at most half of onnx2tf's
    time, i.e. ``overhead_ratio = (pipeline - onnx2tf inside it) / bare onnx2tf <= 0.5``.
-2. When the other Python's environment exists (``.venv`` for 3.10-3.11 with onnx2tf 1.28,
+2. When the other Python's environment exists (``.venv`` for 3.11 with onnx2tf 1.28,
    ``.venv312`` for 3.12+ with onnx2tf 2.x; or ``--other-python``): the same bare conversion
    with each line side by side (wall time, peak memory), and the demo's whole ``edgeport
    convert`` (conversion and validation) on each. Target (issue #10): 3.12 takes at most

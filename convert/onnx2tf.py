@@ -4,7 +4,7 @@ Two onnx2tf generations sit behind one interface (``Onnx2tfBackend``), chosen by
 installed, which the Python version decides (pyproject):
 - 2.x (Python 3.12+), the maintained line: writes the flatbuffer directly
   (``--tflite_backend flatbuffer_direct``), no TensorFlow;
-- 1.28.x (Python 3.10-3.11), the deprecated line: converts through TensorFlow.
+- 1.28.x (Python 3.11), the deprecated line: converts through TensorFlow.
 Both take the same flags for what edgeport asks (float32 + full-integer int8 with int8
 input and output, per-channel, our calibration set) and write the same file names.
 

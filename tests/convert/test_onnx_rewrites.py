@@ -10,8 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgeport.convert.onnx_rewrites import rewrite_file, slices_to_split
 
-# onnx writes its newest IR version by default; ONNX Runtime loads up to its own (1.23, the newest
-# for Python 3.10: IR 11). A torch export carries an older one, as these graphs do.
+# onnx writes its newest IR version by default; an ONNX Runtime loads up to its own. A torch
+# export carries an older one, as these graphs do.
 IR_VERSION = 10
 
 

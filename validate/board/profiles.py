@@ -20,15 +20,10 @@ cannot run a model; an empty list means it can.
 from __future__ import annotations
 
 import re
-import sys
+import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # the same parser, before it joined the standard library
-    import tomli as tomllib
 
 from edgeport.errors import BadInputError
 from edgeport.ops.tflite_model import OpUse, TFLiteSummary, read_tflite
