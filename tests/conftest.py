@@ -10,11 +10,18 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import pytest
-import torch
+# Before torch starts its threads: the suite runs as two workers on two cores (`make test`: -n 2),
+# each worker and every process it starts on one core's worth of OpenMP threads. With torch's
+# default (a thread per core in each process) they spin beside each other: the 3.12 slow suite took
+# 239 s (463 s of CPU) against 167 s (319 s) with one. Ultralytics sets the same on import, so the
+# zoo ran so already. A value the caller set is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from edgeport.models.registry import build_model
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from edgeport.models.registry import build_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # board runtimes and converters are found where the CLI finds them (`make setup-boards` installs

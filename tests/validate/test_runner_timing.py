@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 import torch
 
 from edgeport.validate.parity.runners import Runner, TorchRunner
@@ -42,6 +43,16 @@ class SlowFirstCall(torch.nn.Module):
         return x[:, :1] * 2.0
 
 
+@pytest.fixture
+def threads():
+    """PyTorch on two threads, whatever the suite set (tests/conftest.py: one), so that the timed
+    invoke's one thread is told apart from the others'."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield 2
+    torch.set_num_threads(before)
+
+
 def test_a_runtime_row_times_each_images_second_invoke():
     x = np.random.default_rng(0).random((3, 3, 4, 4), dtype=np.float32)
     run = ColdStart().run(x)
@@ -50,9 +61,8 @@ def test_a_runtime_row_times_each_images_second_invoke():
     np.testing.assert_array_equal(run.outputs[0], x[:, :1] * 2.0)
 
 
-def test_pytorch_is_timed_warm_on_one_thread_and_keeps_no_repeat_check():
+def test_pytorch_is_timed_warm_on_one_thread_and_keeps_no_repeat_check(threads):
     module = SlowFirstCall()
-    threads = torch.get_num_threads()
     run = TorchRunner(module).run(np.zeros((2, 3, 4, 4), np.float32))
     assert module.threads == [threads, 1, threads, 1], "each image's second invoke is the timed one, on one thread"
     assert torch.get_num_threads() == threads, "PyTorch's threads are given back"
@@ -60,9 +70,8 @@ def test_pytorch_is_timed_warm_on_one_thread_and_keeps_no_repeat_check():
     assert run.repeat_max_abs is None, "PyTorch is the reference: no repeat check"
 
 
-def test_pytorch_is_timed_on_its_first_images_and_computes_every_one():
+def test_pytorch_is_timed_on_its_first_images_and_computes_every_one(threads):
     module = SlowFirstCall()
-    threads = torch.get_num_threads()
     x = np.random.default_rng(1).random((TorchRunner.timed_images + 2, 3, 4, 4), dtype=np.float32)
     run = TorchRunner(module).run(x)
     assert module.threads == [threads, 1] * TorchRunner.timed_images + [threads, threads], \
