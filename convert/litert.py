@@ -72,18 +72,38 @@ def install_hint() -> str:
     return "edgeport converters install litert-torch (make setup-converters)"
 
 
+def pins(torch: str) -> list[str]:
+    """What the environment is built to: the converter, its layer (``LAYER_PINS``) and this
+    environment's torch. The marker keeps them; an environment built to others is built again."""
+    return sorted([*PACKAGES, *LAYER_PINS, f"torch=={torch.split('+')[0]}"])
+
+
+def stale(marker: dict) -> str | None:
+    """Why an installed environment is not the one this edgeport builds, or None."""
+    torch = _host_torch()
+    if str(marker.get("torch")).split("+")[0] != torch.split("+")[0]:
+        return f"was installed on torch {marker.get('torch')}, and this environment now has torch {torch}"
+    if marker.get("pins") != pins(torch):
+        changed = sorted(set(pins(torch)) - set(marker.get("pins") or ()))
+        return (f"was installed with other pins than this edgeport's ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''} "
+                f"{'were' if len(changed) > 1 else 'was'} not among them)" if changed else "was installed with other pins than this edgeport's")
+    return None
+
+
 def install(*, log=print) -> dict:
-    """Build the layered environment (idempotent: an installed one is kept)."""
+    """Build the layered environment (idempotent: an installed one is kept, and one built to other
+    pins or on another torch is brought to them in place)."""
     folder = env_dir()
     done = installed()
-    if done is not None:
+    why = stale(done) if done is not None else None
+    if done is not None and why is None:
         log(f"{NAME} {done['version']} already installed in {folder}")
         return done
     torch = _host_torch()
     if torch == "not installed":
         raise MissingDependencyError("litert-torch converts with this environment's torch, and torch is not installed here")
-    log(f"installing {' '.join(PACKAGES)} for Python {sys.version_info[0]}.{sys.version_info[1]} in {folder} "
-        f"(on this environment's torch {torch})")
+    log(f"{'installing' if why is None else 'installing again'} {' '.join(PACKAGES)} for Python {sys.version_info[0]}.{sys.version_info[1]} "
+        f"in {folder} (on this environment's torch {torch}){f': it {why}' if why else ''}")
 
     def layer(python: Path) -> list[str]:
         """After its own site-packages, this environment's: what litert-torch installs comes first,
@@ -102,7 +122,7 @@ def install(*, log=print) -> dict:
         raise BadInputError(f"{NAME} installed in {folder} but does not import: {condense(version.stderr)}; remove that folder "
                             f"and install it again")
     marker = {"converter": NAME, "version": version.stdout.strip().splitlines()[-1], "packages": list(PACKAGES),
-              "host": sys.prefix, "torch": torch}
+              "host": sys.prefix, "torch": torch, "pins": pins(torch)}
     venvs.write_marker(folder, MARKER, marker)
     log(f"{NAME} {marker['version']} installed in {folder}")
     return marker
@@ -116,13 +136,14 @@ def _host_torch() -> str:
 
 def require() -> Path:
     """The converter's Python, or a MissingDependencyError saying how to install it (or to
-    rebuild it, when this environment's torch changed since: it runs on that torch)."""
+    build it again, when this environment's torch or edgeport's pins changed since: it runs on
+    that torch, and converts as those pins do)."""
     marker = installed()
     if marker is None:
         raise MissingDependencyError(f"{NAME} is not installed for this Python ({sys.prefix}): {install_hint()}")
-    if str(marker.get("torch")).split("+")[0] != _host_torch().split("+")[0]:
-        raise MissingDependencyError(f"{NAME} in {env_dir()} was installed on torch {marker.get('torch')}, and this environment "
-                                     f"now has torch {_host_torch()}: remove that folder and install it again ({install_hint()})")
+    why = stale(marker)
+    if why is not None:
+        raise MissingDependencyError(f"{NAME} in {env_dir()} {why}: {install_hint()} builds it again")
     return env_dir() / "bin" / "python"
 
 

@@ -41,6 +41,47 @@ def test_an_uninstalled_converter_is_one_line_and_exit_2(tmp_path, demo_ckpt):
     assert listed.returncode == 0 and "not installed: edgeport converters install litert-torch" in listed.stdout
 
 
+def test_an_environment_built_to_other_pins_is_named_and_built_again_in_place(tmp_path, monkeypatch):
+    """An environment installed before edgeport pinned litert-torch's layer, or to other pins, or
+    on another torch, converts as its own packages do: require() names why and how to rebuild it,
+    and install() builds it again in place instead of keeping it."""
+    from edgeport import venvs
+    from edgeport.errors import MissingDependencyError
+
+    monkeypatch.setenv("EDGEPORT_HOME", str(tmp_path))
+    folder = litert.env_dir()
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "python").write_text("")
+    torch_version = litert._host_torch()
+    marker = {"converter": litert.NAME, "version": "0.10.0", "packages": list(litert.PACKAGES), "torch": torch_version}
+    venvs.write_marker(folder, litert.MARKER, {**marker, "pins": litert.pins(torch_version)})
+    assert litert.require() == folder / "bin" / "python"
+
+    older = [p for p in litert.pins(torch_version) if not p.startswith("jax==")] + ["jax==0.9.0"]
+    for pins, why in ((None, "other pins than this edgeport's"), (older, "jax==")):
+        venvs.write_marker(folder, litert.MARKER, {**marker, **({"pins": pins} if pins else {})})
+        with pytest.raises(MissingDependencyError) as refused:
+            litert.require()
+        assert why in str(refused.value) and litert.install_hint() in str(refused.value), str(refused.value)
+
+        built, said = [], []
+
+        class Built(Exception):
+            pass
+
+        def build(target, *args, built=built, **kwargs):
+            built.append(target)
+            raise Built
+
+        monkeypatch.setattr(litert.venvs, "build_venv", build)
+        with pytest.raises(Built):
+            litert.install(log=said.append)
+        assert built == [folder] and "installing again" in said[0] and why in said[0], said
+    venvs.write_marker(folder, litert.MARKER, {**marker, "torch": "1.0.0", "pins": litert.pins(torch_version)})
+    with pytest.raises(MissingDependencyError, match="was installed on torch 1.0.0"):
+        litert.require()
+
+
 @needs_litert
 @pytest.mark.slow  # the converter's process
 def test_float32_and_full_integer_int8_from_the_pytorch_model(tmp_path):
