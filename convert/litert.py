@@ -83,6 +83,8 @@ def stale(marker: dict) -> str | None:
     torch = _host_torch()
     if str(marker.get("torch")).split("+")[0] != torch.split("+")[0]:
         return f"was installed on torch {marker.get('torch')}, and this environment now has torch {torch}"
+    if marker.get("pins") is None:
+        return "was installed before edgeport pinned what litert-torch adds (its marker records no pins)"
     if marker.get("pins") != pins(torch):
         changed = sorted(set(pins(torch)) - set(marker.get("pins") or ()))
         return (f"was installed with other pins than this edgeport's ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''} "

@@ -58,7 +58,7 @@ def test_an_environment_built_to_other_pins_is_named_and_built_again_in_place(tm
     assert litert.require() == folder / "bin" / "python"
 
     older = [p for p in litert.pins(torch_version) if not p.startswith("jax==")] + ["jax==0.9.0"]
-    for pins, why in ((None, "other pins than this edgeport's"), (older, "jax==")):
+    for pins, why in ((None, "before edgeport pinned"), (older, "other pins than this edgeport's (jax==")):
         venvs.write_marker(folder, litert.MARKER, {**marker, **({"pins": pins} if pins else {})})
         with pytest.raises(MissingDependencyError) as refused:
             litert.require()
