@@ -275,18 +275,45 @@ def _try_lock(path: Path) -> int | None:
     return fd
 
 
+def _in_use(folder: Path, command: str, what: str) -> FolderInUse:
+    try:
+        holder = json.loads(_read_own(folder / LOCK) or "{}")
+    except (OSError, ValueError, NotOurs):
+        holder = {}
+    holder = holder if isinstance(holder, dict) else {}
+    pid, theirs = holder.get("pid"), holder.get("command")
+    return FolderInUse(f"{what} {str(folder)!r} is in use by a running edgeport {theirs if isinstance(theirs, str) else command}"
+                       + (f" (process {pid})" if isinstance(pid, int) else "")
+                       + "; wait for it to finish or stop it, or choose another folder")
+
+
+def refuse_if_in_use(folder: Path, command: str, what: str = "--out") -> None:
+    """``FolderInUse`` where a live process holds ``folder``'s lock; nothing is created or taken.
+    Asked before anything is judged of the folder's files: a live run changes them as it goes, and
+    that it runs is the reason to give (the files a run is writing are not the user's)."""
+    import fcntl
+
+    if not (folder / LOCK).is_file():
+        return
+    try:
+        fd = _open_own(folder / LOCK, os.O_RDONLY)
+    except (OSError, NotOurs):
+        return  # not a lock of edgeport's: the checks after this one say what the folder holds
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            raise _in_use(folder, command, what) from None
+        raise
+    finally:
+        os.close(fd)  # (a lock this probe took is released with it)
+
+
 def lock_folder(folder: Path, command: str, what: str = "--out") -> FolderLock:
     """Lock ``folder`` (one of edgeport's) for this process's life, or refuse: a run still using it."""
     fd = _try_lock(folder / LOCK)
     if fd is None:
-        try:
-            holder = json.loads(_read_own(folder / LOCK) or "{}")
-        except (OSError, ValueError, NotOurs):
-            holder = {}
-        pid = holder.get("pid") if isinstance(holder, dict) else None
-        raise FolderInUse(f"{what} {str(folder)!r} is in use by a running edgeport {command}"
-                          + (f" (process {pid})" if isinstance(pid, int) else "")
-                          + "; wait for it to finish or stop it, or choose another folder")
+        raise _in_use(folder, command, what)
     os.ftruncate(fd, 0)
     os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "since": _now()}).encode())
     return FolderLock(folder / LOCK, fd)
@@ -329,6 +356,7 @@ def check_out(out: Path, *, command: str, force: bool, inputs: tuple[Path | None
             raise BadInputError(f"{flag} {str(out)!r} holds the input {str(inp)!r}; pass an output folder that holds none of the inputs")
     if not target.is_dir() or not any(target.iterdir()):
         return target
+    refuse_if_in_use(target, command, flag)
     if not force:
         raise BadInputError(f"{flag} {str(out)!r} is not empty; pass --force to replace an earlier edgeport {command} "
                             f"result there, or choose another folder")

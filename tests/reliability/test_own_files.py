@@ -85,6 +85,33 @@ def test_a_lock_made_fresh_is_made_exclusively(tmp_path):
     lock_folder(tmp_path, "convert").release()  # a lock a finished run left is taken again
 
 
+def test_a_folder_a_live_run_holds_is_refused_as_in_use_before_its_files_are_judged(tmp_path):
+    """A live run rewrites its outputs as it goes, so the folder holds files "changed since edgeport
+    wrote them": that it runs is the reason given, not that the files are someone else's. (CI saw a
+    second `train --force` beside a live one get the files' reason once the live run had written.)"""
+    from edgeport.errors import BadInputError
+    from edgeport.runs import FolderInUse, check_out, record_outputs
+
+    out = tmp_path / "run"
+    out.mkdir()
+    write_marker(out, "train")
+    (out / "last.pt").write_bytes(b"epoch 1")
+    record_outputs(out, "last.pt")
+    lock = lock_folder(out, "train")
+    try:
+        (out / "last.pt").write_bytes(b"epoch 2, as the live run writes it")
+        for force in (True, False):
+            with pytest.raises(FolderInUse, match=rf"is in use by a running edgeport train \(process {os.getpid()}\)"):
+                check_out(out, command="train", force=force)
+        with pytest.raises(FolderInUse, match="running edgeport train"):  # the holder's command, whoever asks
+            check_out(out, command="convert", force=True)
+    finally:
+        lock.release()
+    with pytest.raises(BadInputError, match="holds files edgeport train did not write"):
+        check_out(out, command="train", force=True)  # once it ended, the changed file is judged
+    assert (out / "last.pt").read_bytes() == b"epoch 2, as the live run writes it" and json.loads((out / LOCK).read_text())
+
+
 # -- staging folders ------------------------------------------------------------------------------
 
 
