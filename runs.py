@@ -282,7 +282,9 @@ def _in_use(folder: Path, command: str, what: str) -> FolderInUse:
         holder = {}
     holder = holder if isinstance(holder, dict) else {}
     pid, theirs = holder.get("pid"), holder.get("command")
-    return FolderInUse(f"{what} {str(folder)!r} is in use by a running edgeport {theirs if isinstance(theirs, str) else command}"
+    # the holder's command as the lock file says, only where it names one of edgeport's: text read
+    # from a file never reaches the terminal as it is
+    return FolderInUse(f"{what} {str(folder)!r} is in use by a running edgeport {theirs if theirs in OUTPUTS else command}"
                        + (f" (process {pid})" if isinstance(pid, int) else "")
                        + "; wait for it to finish or stop it, or choose another folder")
 
