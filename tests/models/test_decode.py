@@ -63,6 +63,32 @@ def test_nms_cut_at_max_det_keeps_what_keeping_all_then_cutting_keeps():
             assert got.dtype == np.int64 and got.tolist() == every[:cut].tolist(), (thres, cut)
 
 
+def test_nms_keeps_what_the_box_by_box_loop_through_box_iou_keeps():
+    """The same IoU values, so the same boxes: ties, NaN coordinates (a NaN IoU suppresses), empty
+    and degenerate boxes, every threshold and cut."""
+    from edgeport.models.decode import box_iou
+
+    def loop(boxes, scores, thres, cut):
+        order, keep = np.argsort(-scores, kind="stable"), []
+        while order.size and (cut is None or len(keep) < cut):
+            keep.append(int(order[0]))
+            order = order[1:][box_iou(boxes[order[:1]], boxes[order[1:]])[0] <= thres]
+        return keep
+
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        n = int(rng.integers(0, 600))
+        xy = rng.random((n, 2), dtype=np.float32) * (20 if trial % 2 else 200)
+        boxes = np.concatenate([xy, xy + rng.random((n, 2), dtype=np.float32) * 40 - (trial % 3 == 0) * 5], axis=1)
+        if n > 3 and trial % 4 == 0:
+            boxes[2] = np.nan
+        scores = rng.random(n, dtype=np.float32).round(2)  # many ties
+        for thres in (0.0, 0.3, 0.5, 0.9):
+            for cut in (None, 1, 100):
+                got = nms(boxes, scores, thres, cut)
+                assert got.dtype == np.int64 and got.tolist() == loop(boxes, scores, thres, cut), (trial, thres, cut)
+
+
 def test_class_aware_nms_keeps_overlapping_boxes_of_other_classes():
     raw = _empty(c=7)
     raw[0, 4, 1, 1] = 10.0
