@@ -34,6 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -70,6 +71,19 @@ def write_calibration(work: Path, calib_nchw: np.ndarray) -> Path:
     ).astype(np.float32) / 255.0
     save_npy(work / ONNX2TF_SAMPLE_FILE, small)
     return work / CALIB_FILE
+
+
+def share_calibration(written: Path, work: Path) -> None:
+    """The calibration files ``write_calibration`` wrote in ``written``, in ``work`` too: linked,
+    not written again (at 640 px, 32 images are 157 MB, written in 0.9 s before the second run starts)."""
+    import shutil
+
+    for name in (CALIB_FILE, ONNX2TF_SAMPLE_FILE):
+        if (written / name).is_file():
+            try:
+                os.link(written / name, work / name)
+            except OSError:  # a file system without hard links
+                shutil.copyfile(written / name, work / name)
 
 
 def save_npy(path: Path, array: np.ndarray) -> None:
@@ -249,12 +263,16 @@ class Onnx2tfRun:
 
     def __init__(self, onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str,
                  backend: Onnx2tfBackend | None = None, granularity: str = "per-channel", ships: tuple[str, ...] | None = None,
-                 fast: bool = False):
+                 fast: bool = False, calibration_of: "Onnx2tfRun | None" = None):
         """``ships``: the variants taken from this run (default: float32, and int8 when asked for).
         ``fast``: without strict mode where it costs (``checks_layouts_slowly``); ``finish`` then
-        checks the run's float32 file (written for that, if not shipped) against ONNX Runtime."""
+        checks the run's float32 file (written for that, if not shipped) against ONNX Runtime.
+        ``calibration_of``: a run on the same ``calib``, whose calibration files this one shares."""
         work.mkdir(parents=True, exist_ok=True)
-        write_calibration(work, calib)
+        if calibration_of is not None:
+            share_calibration(calibration_of.work, work)
+        else:
+            write_calibration(work, calib)
         self.work = work.resolve()
         self.int8 = int8
         self.ships = ships or (("float32", "int8") if int8 else ("float32",))
@@ -321,7 +339,8 @@ def run_onnx2tf(onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, i
 
 
 def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray, work: Path, *, input_name: str,
-                     timeout_s: float, backend: Onnx2tfBackend, granularities: tuple[str, ...] | None = None) -> Conversion:
+                     timeout_s: float, backend: Onnx2tfBackend, granularities: tuple[str, ...] | None = None,
+                     meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
     """float32 from ``onnx_path``, and int8 from ``int8_onnx`` when given (the same file, or one
     with its output groups normalised, converted side by side).
 
@@ -333,17 +352,20 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
     Where strict mode costs (1.28: ``checks_layouts_slowly``), each run goes without it first and
     its float32 file is checked against ONNX Runtime (``fast_run_differs``); a run that fails, or
     fails the check, and the conversion is done again in strict mode, as before (noted).
+
+    ``meanwhile`` (``Converter.convert``): called once the runs have started, and again with the
+    float32 file while the int8 run goes on.
     """
     t0 = time.perf_counter()
     if backend.checks_layouts_slowly:
         try:
             return _convert_variants(onnx_path, int8_onnx, calib, work / "fast", input_name=input_name, timeout_s=timeout_s,
-                                     backend=backend, granularities=granularities, fast=True)
+                                     backend=backend, granularities=granularities, fast=True, meanwhile=meanwhile)
         except (FastRunDiffers, Onnx2tfFailed) as exc:
             why = str(exc).split("; full log: ")[0]
         timeout_s -= time.perf_counter() - t0
     conversion = _convert_variants(onnx_path, int8_onnx, calib, work, input_name=input_name, timeout_s=timeout_s,
-                                   backend=backend, granularities=granularities, fast=False)
+                                   backend=backend, granularities=granularities, fast=False, meanwhile=meanwhile)
     if backend.checks_layouts_slowly:
         strict = f"in onnx2tf's strict mode (without it: {why})"
         notes = {v: f"{strict}; {conversion.notes[v]}" if v in conversion.notes else strict for v in conversion.files}
@@ -352,7 +374,9 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
 
 
 def _convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray, work: Path, *, input_name: str,
-                      timeout_s: float, backend: Onnx2tfBackend, granularities: tuple[str, ...] | None, fast: bool) -> Conversion:
+                      timeout_s: float, backend: Onnx2tfBackend, granularities: tuple[str, ...] | None, fast: bool,
+                      meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
+    meanwhile = meanwhile or (lambda files: None)
     granularities = granularities or backend.int8_granularities
     together = int8_onnx == onnx_path  # one run writes both (1.28 only warns when its int8 fails)
     runs = [Onnx2tfRun(onnx_path, calib, work / "onnx2tf", int8=together, input_name=input_name, backend=backend,
@@ -362,7 +386,9 @@ def _convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray
     try:
         if int8_onnx is not None and not together:
             runs.append(Onnx2tfRun(int8_onnx, calib, work / "onnx2tf-int8", int8=True, input_name=input_name,
-                                   backend=backend, granularity=granularities[0], ships=("int8",), fast=fast))
+                                   backend=backend, granularity=granularities[0], ships=("int8",), fast=fast,
+                                   calibration_of=runs[0]))
+        meanwhile({})
         try:
             files, seconds = runs[0].finish(timeout_s, require=("float32",))
         except Onnx2tfFailed as exc:
@@ -374,6 +400,7 @@ def _convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray
         if together and "int8" not in files:
             why = str(runs[0].failure)
         elif len(runs) == 2:
+            meanwhile(dict(files))
             try:
                 more, more_s = runs[1].finish(timeout_s, require=("int8",))
                 files["int8"], seconds = more["int8"], max(seconds, more_s)
@@ -425,7 +452,8 @@ class Onnx2tf(Converter):
     def warm(self, *, start: bool | None = None):
         return warm_converter(start=start)
 
-    def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float) -> Conversion:
+    def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float,
+                meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
         prepared, backend = exported.prepared, installed_backend()
         plans, int8_onnx = None, exported.onnx if quantised else None
         if int8_onnx is not None:
@@ -442,5 +470,5 @@ class Onnx2tf(Converter):
         # uint8 kernels have one scale per tensor: its int8 file is quantised so
         granularities = ("per-tensor",) if quantised == "uint8" else None
         conversion = convert_variants(exported.onnx, int8_onnx, prepared.calib, work, input_name=exported.input_name,
-                                      timeout_s=timeout_s, backend=backend, granularities=granularities)
+                                      timeout_s=timeout_s, backend=backend, granularities=granularities, meanwhile=meanwhile)
         return dataclasses.replace(conversion, plans=plans if "int8" in conversion.files else None)
