@@ -147,6 +147,8 @@ class Converted:
     lowered_rules: dict[str, dict] = field(default_factory=dict)  # variant -> {rule: ops rewritten}, where any
     # the other converter's float32 file against this one's (--cross-check), or None
     cross_check: dict | None = None
+    # parity's runs started while the converter worked (validate/parity/early.py), or None
+    early: Any = None
 
     @property
     def prepared(self) -> Prepared:

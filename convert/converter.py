@@ -17,7 +17,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 NAMES = ("onnx2tf", "litert-torch")  # (cli.py's choices: this module imports nothing heavy)
 _CLOSED_PORT_PROXY = "http://127.0.0.1:9"
@@ -188,7 +188,13 @@ class Converter(abc.ABC):
         return contextlib.nullcontext()
 
     @abc.abstractmethod
-    def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float) -> Conversion:
+    def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float,
+                meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
         """float32, and the quantised variant when asked (``int8``, or ``uint8``: its int8 twin
         per tensor), from ``exported`` (``convert/base.Exported``), in ``work``. A float32 the
-        converter cannot write raises ``ConversionError``; a quantised one is a reason."""
+        converter cannot write raises ``ConversionError``; a quantised one is a reason.
+
+        ``meanwhile(files)`` is called while the conversion waits on a child process, once the
+        converter no longer reads the PyTorch module, with the files written so far (variant ->
+        path; perhaps none), and again as more are written: the caller's work beside it (parity's
+        runs, ``validate/parity/early.py``). Those files stay until the run's folder goes."""

@@ -26,6 +26,7 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -149,10 +150,12 @@ def require() -> Path:
     return env_dir() / "bin" / "python"
 
 
-def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float, per_tensor: bool = False) -> Conversion:
+def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float, per_tensor: bool = False,
+                     meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
     """float32 (and full-integer int8 when asked, calibrated on ``calib``: weights per channel, or
     per tensor) from the prepared module, captured on the first image. A model ``torch.export``
-    cannot capture, or a variant the converter cannot write, is a reason."""
+    cannot capture, or a variant the converter cannot write, is a reason. ``meanwhile``
+    (``Converter.convert``): called once the module is captured, while the worker converts."""
     import torch
 
     python = require()
@@ -179,6 +182,8 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
     log = work / "litert-torch.log"
     proc = start_with_job(_worker_argv(python), _worker_env(), str(work))
     try:
+        if meanwhile is not None:
+            meanwhile({})
         proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         tail = condense(log.read_text(errors="replace")[-4000:]) if log.is_file() else "no output"
@@ -254,10 +259,11 @@ class LiteRTTorch(Converter):
     def warm(self, *, start: bool | None = None):
         return warm_worker(start=start)
 
-    def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float) -> Conversion:
+    def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float,
+                meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
         prepared = exported.prepared
         done = convert_variants(prepared.module, prepared.calib, work / "litert", int8=quantised is not None,
-                                timeout_s=timeout_s, per_tensor=quantised == "uint8")
+                                timeout_s=timeout_s, per_tensor=quantised == "uint8", meanwhile=meanwhile)
         why = done.not_written.get("float32", "")
         if why.startswith("torch.export cannot"):  # the model, as litert-torch takes it: refused, not a crash (exit 2)
             raise BadInputError(f"{NAME} cannot convert this model: {why}; convert it with --converter onnx2tf")

@@ -36,6 +36,7 @@ def subject_of(gated: Gated, config: ConvertConfig) -> ParitySubject:
         seed=config.seed,
         export_reference=functools.partial(export_onnx, prepared.reference, prepared.imgsz,
                                            output_names=list(prepared.output_names), opset=config.opset),
+        early=converted.early,
     )
 
 
@@ -43,7 +44,11 @@ class ParityPass(Pass[Gated, Validated]):
     name = "parity"
 
     def run(self, value: Gated, config: ConvertConfig) -> PassResult[Validated]:
-        parity = run_parity(subject_of(value, config))
+        try:
+            parity = run_parity(subject_of(value, config))
+        finally:
+            if value.converted.early is not None:
+                value.converted.early.close()  # what parity did not take is not needed
         failed = [f"{r.variant}/{r.runtime}" for r in parity.rows if not r.passed]
         summary = "all passed" if not failed else f"FAILED: {', '.join(failed)}"
         return PassResult(Validated(value, parity), changed=False, summary=summary)

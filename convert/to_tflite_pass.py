@@ -10,11 +10,14 @@ file still ships, and parity gives the missing variant a failed row that says wh
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from edgeport.convert.base import ConvertConfig, Converted, Exported, Pass, PassResult, Prepared
 from edgeport.convert.converters import converter
 from edgeport.errors import BadInputError, ConversionError, PassCheckError
+from edgeport.validate.parity.early import EarlyRuns, parity_inputs
 
 
 def write_file(path, data: bytes) -> None:
@@ -54,6 +57,26 @@ def check_edges(files: dict, prepared: Prepared) -> None:
                                  f"{len(prepared.output_names)}")
 
 
+def _parity_meanwhile(early: EarlyRuns, exported: Exported, float32_row: bool, files: dict) -> None:
+    """While the converter's child works: parity's runs that need no file of this run's passes
+    (``validate/parity/early.py``): PyTorch's two and ONNX Runtime's at once, the float32 file's
+    on the optimised kernels once it is written (its row's, where the board runs float32). A run
+    that cannot start here is parity's to run, and to report."""
+    from edgeport.validate.parity.runners import OnnxRuntimeRunner, TorchRunner
+    from edgeport.validate.parity.tflite_runner import TFLiteRunner
+
+    prepared = exported.prepared
+    reference = early.start(TorchRunner(prepared.reference))
+    early.start(TorchRunner(prepared.module))
+    try:
+        early.start(OnnxRuntimeRunner(exported.onnx))
+    except Exception:  # noqa: BLE001 -- ONNX Runtime refuses the graph, or is missing: parity says so in its row
+        pass
+    if float32_row and "float32" in files and reference.exception() is None:
+        expected = [(1, *o.shape[1:]) for o in reference.result().outputs]
+        early.start(TFLiteRunner(files["float32"], expected))
+
+
 class ToTFLitePass(Pass[Exported, Converted]):
     name = "to_tflite"
 
@@ -65,7 +88,14 @@ class ToTFLitePass(Pass[Exported, Converted]):
             )
         quantised = next((v for v in variants if v != "float32"), None)  # int8, uint8 or none
         chosen = converter(config.converter)
-        conversion = chosen.convert(value, config.work_dir, quantised=quantised, timeout_s=config.converter_timeout_s)
+        early = EarlyRuns(parity_inputs(value.prepared.val, config.seed))
+        try:
+            conversion = chosen.convert(value, config.work_dir, quantised=quantised, timeout_s=config.converter_timeout_s,
+                                        meanwhile=functools.partial(_parity_meanwhile, early, value, "float32" in variants))
+        except BaseException:
+            early.close()
+            raise
+        early.models_done()  # the passes after this one may read the modules (--cross-check traces one)
         if "float32" in conversion.not_written:
             raise ConversionError(f"{chosen.name} wrote no float32 file: {conversion.not_written['float32']}")
         # the converter's int8 file is what a uint8 board's file is rewritten from (uint8_pass.py)
@@ -80,7 +110,7 @@ class ToTFLitePass(Pass[Exported, Converted]):
         note = "; int8 output groups scaled apart before they are joined (pixels by the input size)" if plans is not None else ""
         note += "".join(f"; {variant} {how}" for variant, how in conversion.notes.items())
         note += "".join(f"; {variant} NOT written: {why}" for variant, why in conversion.not_written.items())
-        converted = Converted(value, files, dict(conversion.not_written), conversion.notes, chosen.info(), plans)
+        converted = Converted(value, files, dict(conversion.not_written), conversion.notes, chosen.info(), plans, early=early)
         return PassResult(converted, changed=True, summary=f"{sizes} ({chosen.describe()}: {conversion.seconds:.1f} s{note})")
 
     def check(self, before: Exported, after: Converted, config: ConvertConfig) -> None:

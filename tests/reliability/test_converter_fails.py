@@ -13,7 +13,7 @@ from .conftest import assert_kept, assert_one_line, inventory
 
 
 def test_a_converter_that_crashes_is_exit_3_with_its_log(workspace, run_inproc, monkeypatch):
-    def crash(self, exported, work, *, quantised, timeout_s):
+    def crash(self, exported, work, *, quantised, timeout_s, meanwhile=None):
         raise Onnx2tfFailed(1, "Traceback (most recent call last):\nTypeError: only 0-dimensional arrays", []).with_log()
 
     monkeypatch.setattr(Onnx2tf, "convert", crash)

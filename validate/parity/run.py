@@ -46,10 +46,10 @@ from edgeport.validate.parity.detections import (
     possible_protocol,
     stability,
 )
+from edgeport.validate.parity.early import RANDOM_INPUTS, EarlyRuns, parity_inputs
 from edgeport.validate.parity.result import ResultRow, Verdict
 from edgeport.validate.parity.runners import Runner, RunOutput, RuntimeRefused, TorchRunner
 
-RANDOM_INPUTS = 2
 # the reference kernels' rows where the board runs other kernels (a current TFLite runs its optimised
 # ones, and so does its emulator) or none is named: a diagnostic, judged on the first images only,
 # which the row says (``ResultRow.images``). On YOLOv8n float32 they take 13 times XNNPACK's time an
@@ -99,6 +99,8 @@ class ParitySubject:
     twin_gated: dict = field(default_factory=dict)
     # variant -> the board gate's verdict on the file (``profiles.board_verdict``): the emulator's row starts from it
     board_checks: dict = field(default_factory=dict)
+    # runs started while the converter worked (``early.py``): taken where they are parity's own
+    early: EarlyRuns | None = None
 
 
 @dataclass(frozen=True)
@@ -188,8 +190,9 @@ def _settled(compute) -> Future:
     return done
 
 
-def execute(runners: list[Runner], inputs: np.ndarray) -> dict[object, Future]:
-    """Every distinct run (``Runner.cache_key``), finished: PyTorch's first, alone (it uses every
+def execute(runners: list[Runner], inputs: np.ndarray, early: EarlyRuns | None = None) -> dict[object, Future]:
+    """Every distinct run (``Runner.cache_key``), finished -- or started in ``early`` on the same
+    inputs, taken from there (``early.py``; its future waits for it): PyTorch's first, alone (it uses every
     core itself, on its untimed first invoke); then the others -- each on one thread, or in a child process -- side by side, at
     most one per core. A slow runner's images are shared out (``split``: the reference kernels),
     slow shares first, so the cores finish together: YOLOv8n's parity at 320 px takes 8 s instead
@@ -201,6 +204,10 @@ def execute(runners: list[Runner], inputs: np.ndarray) -> dict[object, Future]:
         known = needed.get(runner.cache_key, 0)
         needed[runner.cache_key] = None if known is None or runner.images is None else max(known, runner.images)
     runs: dict[object, Future] = {}
+    for runner in runners:
+        started = early.taken(runner, inputs) if early is not None else None
+        if started is not None:
+            runs[runner.cache_key] = started
     for runner in runners:
         if not runner.side_by_side and runner.cache_key not in runs:
             runs[runner.cache_key] = _settled(lambda r=runner: r.run(inputs[: needed[r.cache_key]]))
@@ -456,11 +463,11 @@ def _twin_runners(subject: ParitySubject, expected) -> dict[str, Runner]:
 def run_parity(subject: ParitySubject, *, divergence: bool = True, plan=plan_rows) -> ParityResult:
     """Every runtime against PyTorch as loaded. ``plan(subject, expected_shapes)`` lists the rows
     (tests pass fakes)."""
-    rng = np.random.default_rng(subject.seed + 7)
-    noise = rng.random((RANDOM_INPUTS, *subject.inputs.shape[1:]), dtype=np.float32)
-    inputs = np.concatenate([subject.inputs, noise])
+    inputs = parity_inputs(subject.inputs, subject.seed)
     n_real = subject.inputs.shape[0]
-    ref_run = TorchRunner(subject.reference_module).run(inputs)
+    ref_runner = TorchRunner(subject.reference_module)
+    started = subject.early.taken(ref_runner, inputs) if subject.early is not None else None
+    ref_run = started.result() if started is not None else ref_runner.run(inputs)
     head = subject.head if isinstance(subject.head, Head) else \
         resolve_head(subject.head, [o.shape for o in ref_run.outputs], subject.strides, subject.hints)
     ref_real = [o[:n_real] for o in ref_run.outputs]
@@ -469,7 +476,7 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, plan=plan_row
     expected = [(1, *o.shape[1:]) for o in ref_run.outputs]
     rows = plan(subject, expected)
     twins = _twin_runners(subject, expected)
-    runs = execute([r.runner for r in rows if r.runner is not None] + list(twins.values()), inputs)
+    runs = execute([r.runner for r in rows if r.runner is not None] + list(twins.values()), inputs, subject.early)
     steps = _step_checks(subject, rows, runs, twins, expected)
     located: dict = {}  # analysis file -> where it diverges: rows on one file share one analysis
     sample = None

@@ -15,6 +15,7 @@ its time (``timed_images``).
 from __future__ import annotations
 
 import abc
+import hashlib
 import statistics
 import threading
 import time
@@ -126,6 +127,11 @@ class TorchRunner(Runner):
         self.module = module.eval()
         self.runtime = runtime
 
+    @property
+    def cache_key(self) -> object:
+        """The same module object computes the same thing (``early.EarlyRuns`` keeps it alive)."""
+        return ("pytorch", id(self.module))
+
     def _run_one(self, x):
         from edgeport.models.inference import forward
 
@@ -148,15 +154,24 @@ class TorchRunner(Runner):
 
 
 class OnnxRuntimeRunner(Runner):
+    """Loads its session on first use (a run taken from ``early.EarlyRuns`` never loads one)."""
+
     def __init__(self, path: Path, *, runtime: str = "onnxruntime"):
         from edgeport._lazy import require
 
-        ort = require("onnxruntime", purpose="ONNX Runtime parity")
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        self.input_name = self.session.get_inputs()[0].name
-        self.runtime = runtime
+        self.ort = require("onnxruntime", purpose="ONNX Runtime parity")
+        self.path, self.runtime, self.session = Path(path), runtime, None
+        self._key = ("onnxruntime", hashlib.sha256(self.path.read_bytes()).hexdigest())
+
+    @property
+    def cache_key(self) -> object:
+        """The same graph computes the same thing."""
+        return self._key
 
     def _run_one(self, x):
+        if self.session is None:
+            opts = self.ort.SessionOptions()
+            opts.intra_op_num_threads = 1
+            self.session = self.ort.InferenceSession(str(self.path), opts, providers=["CPUExecutionProvider"])
+            self.input_name = self.session.get_inputs()[0].name
         return self.session.run(None, {self.input_name: x})

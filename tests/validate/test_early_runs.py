@@ -1,0 +1,130 @@
+"""Parity's runs started while the converter works (validate/parity/early.py): parity takes them
+where they are its own runs -- the same runner key on the same inputs -- and runs the rest."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from edgeport.validate.parity.early import EarlyRuns, parity_inputs
+from edgeport.validate.parity.run import ParitySubject, PlannedRow, run_parity
+from edgeport.validate.parity.runners import Runner, TorchRunner
+
+
+class Doubler(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x[:, :1] * 2.0
+
+
+class Keyed(Runner):
+    """Computes ``scale * x``; counts its runs; ``cache_key`` as given."""
+
+    def __init__(self, runtime: str, key, scale: float = 2.0, gate: threading.Event | None = None):
+        self.runtime, self.key, self.scale, self.gate, self.runs = runtime, key, scale, gate, 0
+
+    @property
+    def cache_key(self):
+        return self.key
+
+    def run(self, inputs, stop=None):
+        self.runs += 1
+        if self.gate is not None:
+            self.gate.wait(10)
+        return super().run(inputs, stop)
+
+    def _run_one(self, x):
+        return [x[:, :1] * self.scale]
+
+
+def _subject(tmp_path: Path, **kw) -> ParitySubject:
+    rng = np.random.default_rng(0)
+    return ParitySubject(reference_module=Doubler(), folded_module=None, onnx_path=None, tflite={}, output_names=("y",),
+                         strides=(), inputs=rng.random((2, 3, 8, 8), dtype=np.float32), inputs_source="test", workdir=tmp_path, **kw)
+
+
+def _rows(report) -> list[tuple]:
+    return [(r.variant, r.runtime, r.passed, tuple(o["max_abs"] for o in r.outputs)) for r in report.rows]
+
+
+def test_parity_takes_the_runs_started_early_and_reports_what_it_would_have(tmp_path):
+    subject = _subject(tmp_path)
+    plain = run_parity(subject, plan=lambda s, shapes: [PlannedRow("float32", "tflite", Keyed("tflite", "k", 2.5))])
+    module = Doubler()
+    early = EarlyRuns(parity_inputs(subject.inputs, subject.seed))
+    early.start(TorchRunner(module))
+    started = Keyed("tflite", "k", 2.5)
+    early.start(started)
+    again = Keyed("tflite", "k", 2.5)  # parity's own runner of the same thing: not run
+    report = run_parity(replace(subject, reference_module=module, early=early),
+                        plan=lambda s, shapes: [PlannedRow("float32", "tflite", again)])
+    assert _rows(report) == _rows(plain)
+    assert module.calls == 4 + 3 and started.runs == 1 and again.runs == 0  # one run: 4 inputs, 3 of them timed
+
+
+def test_a_run_on_other_inputs_or_of_another_key_is_parity_own(tmp_path):
+    subject = _subject(tmp_path)
+    other_inputs = EarlyRuns(parity_inputs(subject.inputs, subject.seed + 1))  # other noise images
+    other_inputs.start(Keyed("tflite", "k"))
+    other_key = EarlyRuns(parity_inputs(subject.inputs, subject.seed))
+    other_key.start(Keyed("tflite", "another file"))
+    for early in (other_inputs, other_key):
+        mine = Keyed("tflite", "k")
+        run_parity(replace(subject, early=early), plan=lambda s, shapes, mine=mine: [PlannedRow("float32", "tflite", mine)])
+        assert mine.runs == 1
+
+
+def test_a_run_stopped_or_never_started_is_parity_own(tmp_path):
+    subject = _subject(tmp_path)
+    early = EarlyRuns(parity_inputs(subject.inputs, subject.seed))
+    gate = threading.Event()
+    busy = Keyed("tflite", "busy", gate=gate)
+    early.start(busy)
+    queued = Keyed("tflite-ref", "queued")
+    early.start(queued)
+    early.close()  # the busy run stops at its next image; the queued one never starts
+    gate.set()
+    early.models_done()
+    mine, theirs = Keyed("tflite", "busy"), Keyed("tflite-ref", "queued")
+    report = run_parity(replace(subject, early=early), plan=lambda s, shapes: [PlannedRow("float32", "tflite", mine),
+                                                                              PlannedRow("float32", "tflite-ref", theirs)])
+    assert mine.runs == 1 and theirs.runs == 1 and queued.runs == 0
+    assert all(r.passed for r in report.rows)
+
+
+def test_a_runtime_that_refuses_early_refuses_in_its_row(tmp_path):
+    from edgeport.validate.parity.runners import RuntimeRefused
+
+    class Refusing(Keyed):
+        def _run_one(self, x):
+            raise RuntimeRefused("no kernel for this op")
+
+    subject = _subject(tmp_path)
+    early = EarlyRuns(parity_inputs(subject.inputs, subject.seed))
+    early.start(Refusing("tflite", "k"))
+    report = run_parity(replace(subject, early=early), plan=lambda s, shapes: [PlannedRow("float32", "tflite", Keyed("tflite", "k"))])
+    (row,) = report.rows[1:]
+    assert not row.passed and "no kernel for this op" in " ".join(row.verdict.reasons)
+
+
+def test_a_tflite_file_changed_after_its_run_started_is_run_again(tmp_path):
+    """The optimised kernels' run is keyed by the file's bytes: a pass that rewrites the file
+    (lowering for a board) gets a run of the file it wrote."""
+    pytest.importorskip("ai_edge_litert")
+    from edgeport.validate.parity.tflite_runner import TFLiteRunner
+
+    a, b = tmp_path / "a.tflite", tmp_path / "b.tflite"
+    a.write_bytes(b"one")
+    b.write_bytes(b"two")
+    assert TFLiteRunner(a, []).cache_key != TFLiteRunner(b, []).cache_key
+    b.write_bytes(b"one")
+    assert TFLiteRunner(a, []).cache_key == TFLiteRunner(b, []).cache_key
