@@ -57,6 +57,9 @@ class ConvertConfig:
     cross_check: bool = False
     # a quantised file that fails its gate gets a repaired twin (convert/repair_pass.py); False: the pure files only
     repair: bool = True
+    # to_tflite starts parity's runs while the converter works (validate/parity/early.py); False where
+    # nothing will take them (the repair's conversions of a changed model)
+    early_parity: bool = True
 
     @property
     def variants(self) -> tuple[str, ...]:

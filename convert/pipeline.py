@@ -29,6 +29,7 @@ from edgeport.convert.to_tflite_pass import ToTFLitePass
 from edgeport.convert.uint8_pass import Uint8Pass
 from edgeport.convert.unwrap_prefixes_pass import UnwrapPrefixesPass
 from edgeport.errors import BadInputError, EdgeportError, PassCheckError, is_environment_error
+from edgeport.validate.parity.early import close_all
 
 # ConvertConfig -> Checkpoint -> Model
 LOAD = (LoadCheckpointPass(), UnwrapPrefixesPass(), BuildModelPass())
@@ -67,6 +68,13 @@ def run_pipeline(
 ) -> tuple[Any, list[StageRecord]]:
     """Run ``passes`` in order, the first on ``config``, each on the value the one before returned;
     returns the last value and a record per pass."""
+    try:
+        return _run(config, passes, on_stage=on_stage, on_start=on_start)
+    finally:
+        close_all()  # parity's early runs (validate/parity/early.py), where a pass failed before parity took them
+
+
+def _run(config, passes, *, on_stage, on_start) -> tuple[Any, list[StageRecord]]:
     value: Any = config
     records: list[StageRecord] = []
     for p in passes:

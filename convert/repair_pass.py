@@ -352,7 +352,7 @@ def _equalised(variant: str, converted, source: _Candidate, config: ConvertConfi
     said = {"pairs": done.pairs} if pairs else {"biases": done.biases}
     if not done.pairs and not done.biases:
         return None, said
-    cfg = replace(config, work_dir=tmp, cross_check=False)
+    cfg = replace(config, work_dir=tmp, cross_check=False, early_parity=False)  # parity's runs: the repair judges its own
     cfg.work_dir.mkdir()
     value = replace(prepared, module=done.module)
     for p in (ExportOnnxPass(), ToTFLitePass(), Int8FixesPass(), Uint8Pass(), LowerForBoardPass()):

@@ -10,8 +10,6 @@ file still ships, and parity gives the missing variant a failed row that says wh
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from edgeport.convert.base import ConvertConfig, Converted, Exported, Pass, PassResult, Prepared
@@ -57,24 +55,30 @@ def check_edges(files: dict, prepared: Prepared) -> None:
                                  f"{len(prepared.output_names)}")
 
 
-def _parity_meanwhile(early: EarlyRuns, exported: Exported, float32_row: bool, files: dict) -> None:
-    """While the converter's child works: parity's runs that need no file of this run's passes
-    (``validate/parity/early.py``): PyTorch's two and ONNX Runtime's at once, the float32 file's
-    on the optimised kernels once it is written (its row's, where the board runs float32). A run
-    that cannot start here is parity's to run, and to report."""
+def _parity_meanwhile(early: EarlyRuns, exported: Exported, float32_row: bool):
+    """The converter's ``meanwhile``: while its child works, parity's runs that need no file of
+    this run's passes (``validate/parity/early.py``): PyTorch's two and ONNX Runtime's on the first
+    call, the float32 file's on the optimised kernels once it is written (its row's, where the
+    board runs float32). Nothing here stops the conversion: a run that cannot start is parity's to
+    run, and to report."""
     from edgeport.validate.parity.runners import OnnxRuntimeRunner, TorchRunner
     from edgeport.validate.parity.tflite_runner import TFLiteRunner
 
-    prepared = exported.prepared
-    reference = early.start(TorchRunner(prepared.reference))
-    early.start(TorchRunner(prepared.module))
-    try:
-        early.start(OnnxRuntimeRunner(exported.onnx))
-    except Exception:  # noqa: BLE001 -- ONNX Runtime refuses the graph, or is missing: parity says so in its row
-        pass
-    if float32_row and "float32" in files and reference.exception() is None:
-        expected = [(1, *o.shape[1:]) for o in reference.result().outputs]
-        early.start(TFLiteRunner(files["float32"], expected))
+    prepared, started = exported.prepared, {}
+
+    def meanwhile(files: dict) -> None:
+        try:
+            if not started:
+                started["reference"] = early.start(TorchRunner(prepared.reference))
+                early.start(TorchRunner(prepared.module))
+                early.start(OnnxRuntimeRunner(exported.onnx))
+            reference = started["reference"]
+            if float32_row and "float32" in files and "float32" not in started and reference.exception() is None:
+                started["float32"] = early.start(TFLiteRunner(files["float32"], [(1, *o.shape[1:]) for o in reference.result().outputs]))
+        except Exception:  # noqa: BLE001 -- ONNX Runtime missing, a file unreadable: parity runs it, and says so
+            pass
+
+    return meanwhile
 
 
 class ToTFLitePass(Pass[Exported, Converted]):
@@ -88,14 +92,19 @@ class ToTFLitePass(Pass[Exported, Converted]):
             )
         quantised = next((v for v in variants if v != "float32"), None)  # int8, uint8 or none
         chosen = converter(config.converter)
-        early = EarlyRuns(parity_inputs(value.prepared.val, config.seed))
+        early = EarlyRuns(parity_inputs(value.prepared.val, config.seed)) if config.early_parity else None
         try:
             conversion = chosen.convert(value, config.work_dir, quantised=quantised, timeout_s=config.converter_timeout_s,
-                                        meanwhile=functools.partial(_parity_meanwhile, early, value, "float32" in variants))
+                                        meanwhile=_parity_meanwhile(early, value, "float32" in variants) if early else None)
+            if early is not None:
+                early.models_done()  # the passes after this one may read the modules (--cross-check traces one)
+            return self._converted(value, config, conversion, chosen, quantised, variants, early)
         except BaseException:
-            early.close()
+            if early is not None:
+                early.close()
             raise
-        early.models_done()  # the passes after this one may read the modules (--cross-check traces one)
+
+    def _converted(self, value: Exported, config: ConvertConfig, conversion, chosen, quantised, variants, early):
         if "float32" in conversion.not_written:
             raise ConversionError(f"{chosen.name} wrote no float32 file: {conversion.not_written['float32']}")
         # the converter's int8 file is what a uint8 board's file is rewritten from (uint8_pass.py)

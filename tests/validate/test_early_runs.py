@@ -91,9 +91,9 @@ def test_a_run_stopped_or_never_started_is_parity_own(tmp_path):
     early.start(busy)
     queued = Keyed("tflite-ref", "queued")
     early.start(queued)
-    early.close()  # the busy run stops at its next image; the queued one never starts
-    gate.set()
-    early.models_done()
+    threading.Timer(0.2, gate.set).start()
+    early.close()  # the busy run stops at its next image (close waits for it); the queued one never starts
+    assert busy.runs == 1 and not [t for t in threading.enumerate() if t.name == "edgeport-early-parity"]
     mine, theirs = Keyed("tflite", "busy"), Keyed("tflite-ref", "queued")
     report = run_parity(replace(subject, early=early), plan=lambda s, shapes: [PlannedRow("float32", "tflite", mine),
                                                                               PlannedRow("float32", "tflite-ref", theirs)])
@@ -128,3 +128,38 @@ def test_a_tflite_file_changed_after_its_run_started_is_run_again(tmp_path):
     assert TFLiteRunner(a, []).cache_key != TFLiteRunner(b, []).cache_key
     b.write_bytes(b"one")
     assert TFLiteRunner(a, []).cache_key == TFLiteRunner(b, []).cache_key
+
+
+def test_a_run_that_failed_beside_the_converter_is_run_again_by_parity(tmp_path):
+    """Only a finished run or a runtime's refusal is taken: any other failure on the early thread
+    (memory, a model that runs only on the main thread) is parity's to run, and to report."""
+    class Failing(Keyed):
+        def _run_one(self, x):
+            raise MemoryError("beside the converter")
+
+    subject = _subject(tmp_path)
+    early = EarlyRuns(parity_inputs(subject.inputs, subject.seed))
+    early.start(Failing("tflite", "k"))
+    mine = Keyed("tflite", "k")
+    report = run_parity(replace(subject, early=early), plan=lambda s, shapes: [PlannedRow("float32", "tflite", mine)])
+    assert mine.runs == 1 and report.passed
+
+
+def test_the_pipeline_closes_what_no_parity_took(tmp_path):
+    """A pass that fails between the conversion and parity: the pipeline's end closes the runs
+    started (``close_all``), so none outlives it; a run asked for after that never starts."""
+    from edgeport.convert.pipeline import run_pipeline
+    from edgeport.errors import PassCheckError
+
+    subject = _subject(tmp_path)
+    early = EarlyRuns(parity_inputs(subject.inputs, subject.seed))
+
+    class Failing:
+        name = "failing"
+
+        def run(self, value, config):
+            raise RuntimeError("a pass after the conversion")
+
+    with pytest.raises(PassCheckError):
+        run_pipeline(object(), (Failing(),))
+    assert early.start(Keyed("tflite", "late")).cancelled()

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from concurrent.futures import Future, wait
+from concurrent.futures import CancelledError, Future
 
 import numpy as np
 
-from edgeport.validate.parity.runners import Runner, Stopped, TorchRunner
+from edgeport.validate.parity.runners import Runner, RuntimeRefused, TorchRunner
 
 RANDOM_INPUTS = 2  # noise images after the real ones: a tensor path no real image exercises
 
@@ -39,36 +39,47 @@ def parity_inputs(images: np.ndarray, seed: int) -> np.ndarray:
 
 class EarlyRuns:
     """Runs started before parity, on ``inputs`` (``parity_inputs``), in order, on a daemon thread
-    that lives while it has runs to do."""
+    that lives while it has runs to do. ``close`` (parity's end, or ``close_all``: the pipeline's)
+    stops it and waits for the image in progress."""
 
     def __init__(self, inputs: np.ndarray):
         self.inputs = inputs
-        self._runs: dict[object, Future] = {}
-        self._models: list[Future] = []  # the PyTorch runs: they read the modules
+        self._runs: dict[object, tuple[Runner, Future]] = {}  # the runner kept: its key may be its module's id
         self._stop = threading.Event()
         self._jobs: deque = deque()
         self._lock = threading.Lock()
-        self._working = False
+        self._thread: threading.Thread | None = None
+        with _OPEN_LOCK:
+            _OPEN.add(self)
 
     def start(self, runner: Runner) -> Future:
         """Queue ``runner``'s run on every input (once per ``cache_key``); its future."""
         with self._lock:
             if runner.cache_key in self._runs:
-                return self._runs[runner.cache_key]
-            self._runs[runner.cache_key] = future = Future()
-            if isinstance(runner, TorchRunner):
-                self._models.append(future)
+                return self._runs[runner.cache_key][1]
+            future: Future = Future()
+            if self._stop.is_set():
+                future.cancel()
+                return future
+            self._runs[runner.cache_key] = (runner, future)
             self._jobs.append((runner, future))
-            if not self._working:
-                self._working = True
-                threading.Thread(target=self._work, name="edgeport-early-parity", daemon=True).start()
+            if self._thread is None:
+                thread = threading.Thread(target=self._work, name="edgeport-early-parity", daemon=True)
+                try:
+                    thread.start()
+                except BaseException:  # no thread (the process's limit): nothing queued here will run
+                    self._jobs.clear()
+                    for _, queued in self._runs.values():
+                        queued.cancel()
+                    raise
+                self._thread = thread
         return future
 
     def _work(self) -> None:
         while True:
             with self._lock:
-                if not self._jobs:
-                    self._working = False
+                if not self._jobs or self._stop.is_set():
+                    self._thread = None
                     return
                 runner, future = self._jobs.popleft()
             if not future.set_running_or_notify_cancel():
@@ -77,30 +88,54 @@ class EarlyRuns:
                 # PyTorch on its own threads, as in parity: on one, its outputs differ in the last
                 # bits (another order of sums), and so would the report's figures from validate's
                 future.set_result(runner.run(self.inputs, self._stop))
-            except BaseException as exc:  # noqa: BLE001 -- its taker raises it, as parity's own run would
+            except BaseException as exc:  # noqa: BLE001 -- parity decides what it means (``taken``)
                 future.set_exception(exc)
 
     def taken(self, runner: Runner, inputs: np.ndarray) -> Future | None:
-        """The run of ``runner`` on ``inputs`` started here, or None: parity runs it itself (a run
-        never started, or stopped by ``close``, is not one)."""
+        """The run of ``runner`` on ``inputs`` started here, or None: parity runs it itself. Taken
+        are a finished run and a runtime's refusal (its verdict on the file); a run stopped, never
+        started, or that failed otherwise (beside the converter, on another thread) is run again."""
         if inputs.shape != self.inputs.shape or not np.array_equal(inputs, self.inputs):
             return None
-        future = self._runs.get(runner.cache_key)
+        _, future = self._runs.get(runner.cache_key, (None, None))
         if future is None:
             return None
-        if self._stop.is_set():
-            wait([future])  # closed: a run in progress stops at its next image
-        if future.cancelled() or (future.done() and isinstance(future.exception(), Stopped)):
+        try:
+            failed = future.exception()  # waits for it (``wait`` would wait forever on one cancelled before it ran)
+        except CancelledError:
             return None
-        return future
+        return future if failed is None or isinstance(failed, RuntimeRefused) else None
 
     def models_done(self) -> None:
         """Wait until no run here reads a PyTorch module (a later pass may trace it: ``--cross-check``)."""
-        for future in self._models:
-            wait([future])
+        for runner, future in list(self._runs.values()):
+            if isinstance(runner, TorchRunner):
+                try:
+                    future.exception()
+                except CancelledError:  # never ran
+                    pass
 
     def close(self) -> None:
-        """Stop at the next image; what has not started never starts."""
+        """Stop at the next image and wait for it; what has not started never starts."""
         self._stop.set()
-        for future in list(self._runs.values()):
-            future.cancel()
+        with self._lock:
+            thread = self._thread
+            for _, future in self._runs.values():
+                future.cancel()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        with _OPEN_LOCK:
+            _OPEN.discard(self)
+
+
+_OPEN: set[EarlyRuns] = set()  # not closed yet: ``close_all``
+_OPEN_LOCK = threading.Lock()
+
+
+def close_all() -> None:
+    """Close every ``EarlyRuns`` not closed yet: the end of a pipeline, however it ended (a pass
+    that failed between the conversion and parity), so no run outlives it."""
+    with _OPEN_LOCK:
+        open_now = list(_OPEN)
+    for early in open_now:
+        early.close()
