@@ -13,7 +13,7 @@ import torch
 
 from edgeport.validate.parity.early import EarlyRuns, parity_inputs
 from edgeport.validate.parity.run import ParitySubject, PlannedRow, run_parity
-from edgeport.validate.parity.runners import Runner, TorchRunner
+from edgeport.validate.parity.runners import Runner, RuntimeRefused, TorchRunner
 
 
 class Doubler(torch.nn.Module):
@@ -101,21 +101,6 @@ def test_a_run_stopped_or_never_started_is_parity_own(tmp_path):
     assert all(r.passed for r in report.rows)
 
 
-def test_a_runtime_that_refuses_early_refuses_in_its_row(tmp_path):
-    from edgeport.validate.parity.runners import RuntimeRefused
-
-    class Refusing(Keyed):
-        def _run_one(self, x):
-            raise RuntimeRefused("no kernel for this op")
-
-    subject = _subject(tmp_path)
-    early = EarlyRuns(parity_inputs(subject.inputs, subject.seed))
-    early.start(Refusing("tflite", "k"))
-    report = run_parity(replace(subject, early=early), plan=lambda s, shapes: [PlannedRow("float32", "tflite", Keyed("tflite", "k"))])
-    (row,) = report.rows[1:]
-    assert not row.passed and "no kernel for this op" in " ".join(row.verdict.reasons)
-
-
 def test_a_tflite_file_changed_after_its_run_started_is_run_again(tmp_path):
     """The optimised kernels' run is keyed by the file's bytes: a pass that rewrites the file
     (lowering for a board) gets a run of the file it wrote."""
@@ -130,19 +115,31 @@ def test_a_tflite_file_changed_after_its_run_started_is_run_again(tmp_path):
     assert TFLiteRunner(a, []).cache_key == TFLiteRunner(b, []).cache_key
 
 
-def test_a_run_that_failed_beside_the_converter_is_run_again_by_parity(tmp_path):
-    """Only a finished run or a runtime's refusal is taken: any other failure on the early thread
-    (memory, a model that runs only on the main thread) is parity's to run, and to report."""
-    class Failing(Keyed):
-        def _run_one(self, x):
-            raise MemoryError("beside the converter")
+class Refusing(Keyed):
+    def _run_one(self, x):
+        raise RuntimeRefused("no kernel for this op")
 
+
+class Failing(Keyed):
+    def _run_one(self, x):
+        raise MemoryError("beside the converter")
+
+
+@pytest.mark.parametrize("early_kind", [Refusing, Failing])
+def test_an_early_refusal_is_the_rows_and_any_other_failure_is_run_again(tmp_path, early_kind):
+    """A runtime's refusal early is its verdict on the file, the row's refusal; any other failure
+    on the early thread (memory, a model that runs only on the main thread) is parity's to run,
+    and to report."""
     subject = _subject(tmp_path)
     early = EarlyRuns(parity_inputs(subject.inputs, subject.seed))
-    early.start(Failing("tflite", "k"))
+    early.start(early_kind("tflite", "k"))
     mine = Keyed("tflite", "k")
     report = run_parity(replace(subject, early=early), plan=lambda s, shapes: [PlannedRow("float32", "tflite", mine)])
-    assert mine.runs == 1 and report.passed
+    (row,) = report.rows[1:]
+    if early_kind is Refusing:
+        assert mine.runs == 0 and not row.passed and "no kernel for this op" in " ".join(row.verdict.reasons)
+    else:
+        assert mine.runs == 1 and row.passed
 
 
 def test_the_pipeline_closes_what_no_parity_took(tmp_path):
