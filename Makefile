@@ -17,7 +17,7 @@ TORCH  := torch==2.14.1 torchvision==0.29.1
 # where flock is (Linux), editable installs into different venvs take turns (``setup``)
 LOCKED := $(if $(shell command -v flock 2>/dev/null),flock .setup.lock,)
 
-.PHONY: setup setup-boards setup-converters setup-bench test-converters demo demo-legacy test test-fast lint bench demo-weights gpu-check clean
+.PHONY: setup setup-boards setup-converters setup-bench test-converters test-all demo demo-legacy test test-fast lint bench demo-weights gpu-check clean
 
 setup: $(STAMP)
 
@@ -86,6 +86,11 @@ test: setup
 test-converters: setup-converters
 	$(PY) -m pytest -q -m "converters and not zoo" -n 2
 	$(PY) -m pytest -q -m "converters and zoo" -n 2 --dist worksteal
+
+# both: the same tests in the same two pytest runs as `make test` (everything but the zoo, then the
+# zoo), each run collecting once and ending once instead of twice (.ci/run on Python 3.11)
+test-all: setup-converters
+	$(MAKE) test TESTS="converters or not converters"
 
 test-fast: setup
 	$(VENV)/bin/ruff check .

@@ -31,6 +31,7 @@ class Keyed(Runner):
 
     def __init__(self, runtime: str, key, scale: float = 2.0, gate: threading.Event | None = None):
         self.runtime, self.key, self.scale, self.gate, self.runs = runtime, key, scale, gate, 0
+        self.started = threading.Event()
 
     @property
     def cache_key(self):
@@ -38,6 +39,7 @@ class Keyed(Runner):
 
     def run(self, inputs, stop=None):
         self.runs += 1
+        self.started.set()
         if self.gate is not None:
             self.gate.wait(10)
         return super().run(inputs, stop)
@@ -91,6 +93,7 @@ def test_a_run_stopped_or_never_started_is_parity_own(tmp_path):
     early.start(busy)
     queued = Keyed("tflite-ref", "queued")
     early.start(queued)
+    assert busy.started.wait(10)  # (on a loaded machine the thread may not have begun it yet)
     threading.Timer(0.2, gate.set).start()
     early.close()  # the busy run stops at its next image (close waits for it); the queued one never starts
     assert busy.runs == 1 and not [t for t in threading.enumerate() if t.name == "edgeport-early-parity"]

@@ -213,6 +213,9 @@ def _reasons(folder: Path) -> str:
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_zoo_model_ends_as_documented(name, tmp_path, cli):
     on_this_line(name)
+    if name == "yolov8n" and not TWO_X and os.environ.get("EDGEPORT_ZOO") != "full":
+        pytest.skip("on the 1.28 line YOLOv8n's ends are asserted by test_a_failing_quantised_file_is_repaired: "
+                    "the same two converts, with the repair (CI minutes: docs/measured.md)")
     default, old_board = EXPECTED_2X.get(name, EXPECTED[name]) if TWO_X else EXPECTED[name]
     ckpt = _checkpoint(name, tmp_path)
     out = tmp_path / "default"
@@ -229,9 +232,7 @@ def test_zoo_model_ends_as_documented(name, tmp_path, cli):
     else:
         assert proc.returncode == 1 and _failures(out) == default, (_failures(out), proc.stderr[-3000:])
     report = json.loads((out / "report.json").read_text())
-    stages = {s["name"]: s["summary"] for s in report["stages"]}
-    assert "left as BatchNorm" not in stages["fold_bn"], stages["fold_bn"]  # every BN folded, DDP keys unwrapped
-    assert stages["unwrap"].endswith("keys renamed") and "BatchNorm folded" in stages["fold_bn"]
+    _folded_and_unwrapped(report)
     for row in report["results"]:
         if row["variant"] == "float32" and row["verdict"] is None:  # float32 matches PyTorch per channel group: 1e-4 x max|output|
             assert row["passed"] or "float32/tflite" in default, row
@@ -261,7 +262,16 @@ def test_zoo_model_ends_as_documented(name, tmp_path, cli):
         assert proc.returncode == 1 and fails == [f for f in want if not f.startswith("needs ")], (fails, proc.stderr[-3000:])
         for need in (r[len("needs "):] for r in want if r.startswith("needs ")):
             assert need in _reasons(old), (need, _reasons(old))
-    report = json.loads((old / "report.json").read_text())
+    _old_board_rows_hold(json.loads((old / "report.json").read_text()))
+
+
+def _folded_and_unwrapped(report: dict) -> None:
+    stages = {s["name"]: s["summary"] for s in report["stages"]}
+    assert "left as BatchNorm" not in stages["fold_bn"], stages["fold_bn"]  # every BN folded, DDP keys unwrapped
+    assert stages["unwrap"].endswith("keys renamed") and "BatchNorm folded" in stages["fold_bn"]
+
+
+def _old_board_rows_hold(report: dict) -> None:
     for row in report["results"]:
         if row["runtime"] == REAL and row["variant"] == "float32" and row["passed"]:
             # the board's own runtime computes what PyTorch computes: 1e-5 of each output's range
@@ -348,6 +358,15 @@ def test_a_failing_quantised_file_is_repaired(board, variant, tmp_path, cli):
     assert proc.returncode == 0 and f"PASSED (repaired: ship model_{variant}_repaired.tflite)" in proc.stdout, proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert report["passed"] and report["repaired"] == [variant]
+    # the pure file ends as EXPECTED says (test_zoo_model_ends_as_documented, which this stands for on this line)
+    default, old_board = EXPECTED["yolov8n"]
+    assert _failures(out) == (default if board == "default" else _expand(old_board)), _failures(out)
+    _folded_and_unwrapped(report)
+    assert report["model"]["head"] == "yolov8" and all(r["detections"] is not None for r in report["results"][1:] if r["outputs"])
+    if board == "default":
+        _the_gate_and_the_board_agree_on(out / "model_float32.tflite", tmp_path / "unlowered")
+    else:
+        _old_board_rows_hold(report)
     pure = [r for r in report["results"] if r["variant"] == variant]
     twin = [r for r in report["results"] if r["variant"] == f"{variant}-repaired"]
     assert pure and not any(r["passed"] for r in pure) and (out / f"model_{variant}.tflite").is_file()
