@@ -116,3 +116,42 @@ def test_the_shipped_tflite_113_op_table_is_what_the_real_runtime_has():
     assert frozenset(runtime["uint8_ops"]) == shipped.uint8.ops
     # what it was measured doing: MEAN wraps around on uint8 instead of clamping
     assert "got 8, expected 255" in runtime["uint8_not"]["MEAN"]
+
+
+def test_the_worker_runs_tensorflow_1_lite_alone_and_answers_what_tensorflow_whole_answers(tmp_path):
+    """On TFLite 1.13.1 the board worker loads TensorFlow's own interpreter without importing
+    TensorFlow (``worker._tensorflow_1_lite``: 0.3 s a run instead of 1.3 s,
+    benchmarks/board_worker_bench.py); every op's refusal and every uint8 output of the probe are
+    the same as with TensorFlow imported whole, and TensorFlow is not imported."""
+    import subprocess
+
+    from edgeport.validate.board import uint8_probe
+    from edgeport.validate.board.probe import builtin_ops, one_op_model
+    from edgeport.validate.board.runtime import WORKER
+
+    python = _runtime()
+    shipped = WORKER.read_text()
+    whole = tmp_path / "worker_whole.py"
+    whole.write_text(shipped.replace("found = _tensorflow_1_lite()", "found = None", 1))
+    answers = {}
+    for name, worker in (("alone", WORKER), ("whole", whole)):
+        folder = tmp_path / name
+        (folder / "probes").mkdir(parents=True)
+        (folder / "uint8").mkdir()
+        for op in builtin_ops()[:40]:
+            for version in (1, 2):
+                (folder / "probes" / f"{op}.{version}.tflite").write_bytes(one_op_model(op, version))
+        for op, model in uint8_probe.probe_models().items():
+            (folder / "uint8" / f"{op}.tflite").write_bytes(model)
+            np.save(folder / "uint8" / f"{op}.input.npy", uint8_probe.probe_input(op))
+        said = subprocess.run([str(python), "-c", "import runpy, sys\nworker, sys.argv = sys.argv[1], ['board_worker.py', 'probe', sys.argv[2]]\n"
+                               "try:\n    runpy.run_path(worker, run_name='__main__')\nexcept SystemExit:\n    pass\n"
+                               "print('tensorflow' in sys.modules)", str(worker), str(folder)],
+                              capture_output=True, text=True, check=True, timeout=120)
+        result = json.loads((folder / "result.json").read_text())
+        outputs = {p.name: p.read_bytes() for p in sorted((folder / "outputs").glob("*.npy"))}
+        answers[name] = (said.stdout.split()[-1], result, outputs)
+    assert answers["alone"][0] == "False" and answers["whole"][0] == "True"
+    assert answers["alone"][1]["version"] == "1.13.1" and answers["alone"][1]["accepted"] and answers["alone"][1]["refused"]
+    assert answers["alone"][1] == answers["whole"][1]
+    assert answers["alone"][2] and answers["alone"][2] == answers["whole"][2]

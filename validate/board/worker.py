@@ -1,8 +1,9 @@
 """The board side of edgeport's runner protocol: one file, run by the board's own Python.
 
 It imports nothing of edgeport and runs on Python 3.5 and later, with numpy and one TFLite
-runtime (``tflite_runtime``, ``ai_edge_litert`` or TensorFlow's ``tf.lite``) -- whatever the
-board has. edgeport copies it into a run folder beside the model and the inputs:
+runtime (``tflite_runtime``, ``ai_edge_litert`` or TensorFlow's ``tf.lite``; in TensorFlow 1.x,
+its interpreter loaded without the rest of TensorFlow) -- whatever the board has. edgeport copies
+it into a run folder beside the model and the inputs:
 
     DIR/model.tflite          the model as the board runs it
     DIR/inputs/NNNN.npy       one input per image, already in the model's layout and dtype
@@ -44,12 +45,71 @@ def _runtime():
     except ImportError:
         pass
     try:
+        found = _tensorflow_1_lite()
+    except Exception:  # noqa: BLE001 -- any surprise in that layout: TensorFlow imported whole, below
+        found = None
+    if found is not None:
+        return found
+    try:
         import tensorflow as tf
 
         lite = getattr(tf, "lite", None) or tf.contrib.lite
         return lite.Interpreter, "TFLite", tf.__version__, "tensorflow"
     except ImportError:
         return None
+
+
+def _tensorflow_1_lite():
+    """TensorFlow 1.x's own ``tf.lite.Interpreter`` without importing TensorFlow, which takes 2 s of
+    the worker's 2.2 on TFLite 1.13.1 for a run of a few milliseconds. In 1.x the interpreter is
+    TensorFlow's ``lite/python/interpreter.py`` over a SWIG module that loads on its own; that file
+    asks TensorFlow for two helpers only, a lazy loader (given the SWIG module itself) and an export
+    decorator (given one that changes nothing), and runs as it is. None where the installed
+    TensorFlow is not laid out so (2.x: a pybind module), or its version is unknown."""
+    import glob
+    import importlib.util
+
+    spec = importlib.util.find_spec("tensorflow")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = list(spec.submodule_search_locations)[0]
+    lite = os.path.join(root, "lite", "python")
+    wrapper_file = os.path.join(lite, "interpreter_wrapper", "tensorflow_wrap_interpreter_wrapper.py")
+    interpreter_file = os.path.join(lite, "interpreter.py")
+    # the installed distribution's version, from its folder's name: NAME-VERSION.dist-info
+    versions = [name[:-len(".dist-info")].split("-", 1)[1]
+                for name in map(os.path.basename, glob.glob(os.path.join(os.path.dirname(root), "tensorflow*-*.dist-info")))
+                if name.split("-", 1)[0] in ("tensorflow", "tensorflow_cpu", "tensorflow_gpu")]
+    if not (os.path.isfile(wrapper_file) and os.path.isfile(interpreter_file)) or len(versions) != 1 \
+            or not versions[0].startswith("1."):
+        return None
+    wrapper_spec = importlib.util.spec_from_file_location("_edgeport_tflite1_wrapper", wrapper_file)
+    wrapper = importlib.util.module_from_spec(wrapper_spec)
+    wrapper_spec.loader.exec_module(wrapper)
+
+    class _Helpers(object):
+        @staticmethod
+        def LazyLoader(name, scope, module):  # noqa: N802 -- TensorFlow's name
+            return wrapper
+
+        @staticmethod
+        def tf_export(*names, **kwargs):
+            return lambda obj: obj
+
+    real_import = __import__
+
+    def tf_import(name, globals_=None, locals_=None, fromlist=(), level=0):
+        if name in ("tensorflow.python.util.lazy_loader", "tensorflow.python.util.tf_export"):
+            return _Helpers
+        return real_import(name, globals_, locals_, fromlist, level)
+
+    import builtins
+
+    scope = {"__name__": "_edgeport_tflite1_interpreter", "__file__": interpreter_file,
+             "__builtins__": dict(vars(builtins), __import__=tf_import)}
+    with open(interpreter_file) as f:
+        exec(compile(f.read(), interpreter_file, "exec"), scope)
+    return scope["Interpreter"], "TFLite", versions[0], "tensorflow"
 
 
 def _write(folder, result):
