@@ -94,3 +94,45 @@ def test_the_names_the_1_28_driver_relies_on_are_still_there():
     for name in ("tf.lite.TFLiteConverter.from_concrete_functions", "EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8",
                  "except RuntimeError", "converter.inference_input_type = inf_type_input", "_integer_quant.tflite"):
         assert name in driver, name
+
+
+def test_calibration_in_halves_records_what_one_pass_over_every_image_records(monkeypatch):
+    """2.x's calibration on two threads (``calibrate_in_halves``): the same ranges, counts and order
+    as one pass -- a tensor first seen (finite) only in the second half comes last, as it would."""
+    from dataclasses import dataclass
+
+    import numpy as np
+
+    from edgeport.convert import onnx2tf_lean
+
+    @dataclass
+    class Range:  # 2.x's TensorCalibrationRange
+        min_value: float
+        max_value: float
+        num_samples: int = 0
+
+    def collect(*, tflite_path, calibration_samples):  # 2.x's loop, over plain arrays
+        ranges = {}
+        for sample in calibration_samples:
+            for name, value in sample.items():
+                mn, mx = float(np.nanmin(value)), float(np.nanmax(value))
+                if not (np.isfinite(mn) and np.isfinite(mx)):
+                    continue
+                have = ranges.get(name)
+                if have is None:
+                    ranges[name] = Range(mn, mx, 1)
+                else:
+                    have.min_value, have.max_value = min(have.min_value, mn), max(have.max_value, mx)
+                    have.num_samples += 1
+        return ranges
+
+    rng = np.random.default_rng(0)
+    samples = [{"a": rng.normal(size=8), "late": np.full(3, np.nan) if i < 4 else rng.normal(size=3), "b": rng.normal(size=5) * i}
+               for i in range(7)]
+    monkeypatch.setattr(onnx2tf_lean.os, "sched_getaffinity", lambda pid: {0, 1})
+    once = collect(tflite_path="m.tflite", calibration_samples=samples)
+    halves = onnx2tf_lean.calibrate_in_halves(collect, tflite_path="m.tflite", calibration_samples=samples)
+    assert list(halves) == list(once) == ["a", "b", "late"]
+    assert halves == once and halves["late"].num_samples == 3
+    assert onnx2tf_lean.calibrate_in_halves(collect, tflite_path="m.tflite", calibration_samples=samples[:1]) == \
+        collect(tflite_path="m.tflite", calibration_samples=samples[:1])
