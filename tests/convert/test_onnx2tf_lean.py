@@ -96,6 +96,22 @@ def test_the_names_the_1_28_driver_relies_on_are_still_there():
         assert name in driver, name
 
 
+@pytest.mark.skipif(GENERATION < 2, reason="the driver calibrates in halves on the 2.x line only")
+def test_the_names_the_2x_driver_relies_on_are_still_there():
+    """The driver replaces the calibration function 2.x's exporter calls, by the name it calls it
+    under; that function keeps its own interpreter and merges images by min and max. A release that
+    moves or changes any of these fails here: otherwise the driver would calibrate on one thread
+    again without a word, or merge what 2.x no longer records so."""
+    builder = _source("onnx2tf.tflite_builder.__init__")
+    assert "calibration_ranges = collect_calibration_ranges_from_tflite(\n" in builder
+    assert "tflite_path=float32_path,\n" in builder and "calibration_samples=calibration_samples,\n" in builder
+    quantization = _source("onnx2tf.tflite_builder.quantization")
+    for name in ("def collect_calibration_ranges_from_tflite(\n    *,\n    tflite_path: str,", "interpreter = Interpreter(",
+                 "ranges: Dict[str, TensorCalibrationRange] = {}", "current.min_value = min(float(current.min_value), mn)",
+                 "current.max_value = max(float(current.max_value), mx)", "current.num_samples = int(current.num_samples) + 1"):
+        assert name in quantization, name
+
+
 def test_calibration_in_halves_records_what_one_pass_over_every_image_records(monkeypatch):
     """2.x's calibration on two threads (``calibrate_in_halves``): the same ranges, counts and order
     as one pass -- a tensor first seen (finite) only in the second half comes last, as it would."""
