@@ -82,8 +82,9 @@ def main() -> None:
             for _ in range(args.rounds):  # interleaved: each round runs both
                 times["alone"].append(_run(python, WORKER, folders["alone"]))
                 times["whole"].append(_run(python, whole, folders["whole"]))
-            same = all((folders["alone"] / "outputs" / p.name).read_bytes() == p.read_bytes()
-                       for p in sorted((folders["whole"] / "outputs").glob("*.npy")))
+            written = {way: {p.name: p.read_bytes() for p in (folders[way] / "outputs").glob("*.npy")} for way in folders}
+            same = len(written["whole"]) == IMAGES * len(json.loads((folders["whole"] / "result.json").read_text())["outputs"]) \
+                and written["alone"] == written["whole"]
             runtimes = {way: json.loads((folders[way] / "result.json").read_text())["version"] for way in folders}
             rows[variant] = {"seconds": {way: statistics.median(t) for way, t in times.items()},
                              "spread": {way: max(t) - min(t) for way, t in times.items()},
@@ -96,7 +97,7 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result = {"benchmark": "board_worker_bench", "runtime": "TFLite 1.13.1 (installed by edgeport)", "images": IMAGES,
-              "rounds": args.rounds, "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
+              "rounds": args.rounds, "machine": {"cpus": __import__("os").cpu_count(), "python (this process)": platform.python_version()},
               "date": time.strftime("%Y-%m-%d"), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

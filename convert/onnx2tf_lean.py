@@ -112,13 +112,18 @@ def calibrate_in_halves(collect, *, tflite_path: str, calibration_samples: list)
     turn), on the first and the second half of the images at once, each on its own interpreter and
     thread; the two halves' ranges merged as one pass over all the images would have left them."""
     samples = list(calibration_samples)
-    if len(samples) < 2 or len(os.sched_getaffinity(0)) < 2:
+    if len(samples) < 2 or cores() < 2:
         return collect(tflite_path=tflite_path, calibration_samples=samples)
     cut = (len(samples) + 1) // 2
     with ThreadPoolExecutor(2, thread_name_prefix="edgeport-calibration") as pool:
         halves = [pool.submit(collect, tflite_path=tflite_path, calibration_samples=part)
                   for part in (samples[:cut], samples[cut:])]
         return merge_ranges([half.result() for half in halves])
+
+
+def cores() -> int:
+    """The cores this process may run on (where the platform says; else every core)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def merge_ranges(parts: list[dict]) -> dict:
@@ -182,8 +187,6 @@ def remove_unshipped(argv: list[str]) -> None:
 def take_job(job: dict) -> list[str]:
     """Set this process up as the job says (working folder; stdout and stderr into its log) and
     return onnx2tf's arguments."""
-    import os
-
     sys.stdout.flush()
     sys.stderr.flush()
     fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -241,14 +241,7 @@ def test_zoo_model_ends_as_documented(name, tmp_path, cli):
         assert all(r["detections"] is not None for r in report["results"][1:] if r["outputs"])
     _the_gate_and_the_board_agree_on(out / "model_float32.tflite", tmp_path / "unlowered")
     if name == "yolov8n":  # and as a user asks it, of one model: `edgeport validate` says the same
-        val = cli("validate", str(ckpt), "--arch", f"zoo_models:{name}", "--tflite", str(out / "model_float32.tflite"),
-                  "--board", "tflite-1.13", "--out", str(tmp_path / "validate"), cwd=HERE)
-        assert "Traceback" not in val.stderr and val.returncode in (0, 1), val.stderr[-3000:]
-        report = json.loads((tmp_path / "validate" / "report.json").read_text())
-        if _real_runtime():
-            (real,) = [r for r in report["results"] if r["runtime"] == REAL]
-            gate = report["board"]["checks"]["float32"]["runnable"]
-            assert gate == (real["verdict"] is None or real["verdict"]["runnable"]), (report["board"], real)
+        _validate_says_what_the_board_says(cli, ckpt, name, out / "model_float32.tflite", tmp_path / "validate")
 
     # the write-up's board: float32 and uint8, lowered where it lacks an operator
     old = tmp_path / "old"
@@ -263,6 +256,17 @@ def test_zoo_model_ends_as_documented(name, tmp_path, cli):
         for need in (r[len("needs "):] for r in want if r.startswith("needs ")):
             assert need in _reasons(old), (need, _reasons(old))
     _old_board_rows_hold(json.loads((old / "report.json").read_text()))
+
+
+def _validate_says_what_the_board_says(cli, ckpt: Path, name: str, tflite: Path, out: Path) -> None:
+    val = cli("validate", str(ckpt), "--arch", f"zoo_models:{name}", "--tflite", str(tflite), "--board", "tflite-1.13",
+              "--out", str(out), cwd=HERE)
+    assert "Traceback" not in val.stderr and val.returncode in (0, 1), val.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    if _real_runtime():
+        (real,) = [r for r in report["results"] if r["runtime"] == REAL]
+        gate = report["board"]["checks"]["float32"]["runnable"]
+        assert gate == (real["verdict"] is None or real["verdict"]["runnable"]), (report["board"], real)
 
 
 def _folded_and_unwrapped(report: dict) -> None:
@@ -355,6 +359,7 @@ def test_a_failing_quantised_file_is_repaired(board, variant, tmp_path, cli):
     out = tmp_path / "out"
     proc = cli("convert", str(ckpt), "--arch", "zoo_models:yolov8n", "--imgsz", str(size), "--out", str(out), *options,
                "--board", board, cwd=HERE)
+    assert "Traceback" not in proc.stderr
     assert proc.returncode == 0 and f"PASSED (repaired: ship model_{variant}_repaired.tflite)" in proc.stdout, proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert report["passed"] and report["repaired"] == [variant]
@@ -365,6 +370,7 @@ def test_a_failing_quantised_file_is_repaired(board, variant, tmp_path, cli):
     assert report["model"]["head"] == "yolov8" and all(r["detections"] is not None for r in report["results"][1:] if r["outputs"])
     if board == "default":
         _the_gate_and_the_board_agree_on(out / "model_float32.tflite", tmp_path / "unlowered")
+        _validate_says_what_the_board_says(cli, ckpt, "yolov8n", out / "model_float32.tflite", tmp_path / "validate")
     else:
         _old_board_rows_hold(report)
     pure = [r for r in report["results"] if r["variant"] == variant]

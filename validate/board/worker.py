@@ -60,8 +60,8 @@ def _runtime():
 
 
 def _tensorflow_1_lite():
-    """TensorFlow 1.x's own ``tf.lite.Interpreter`` without importing TensorFlow, which takes 2 s of
-    the worker's 2.2 on TFLite 1.13.1 for a run of a few milliseconds. In 1.x the interpreter is
+    """TensorFlow 1.x's own ``tf.lite.Interpreter`` without importing TensorFlow, which takes 1 s of
+    a 1.3 s worker run on TFLite 1.13.1 whose invokes take milliseconds (benchmarks/board_worker_bench.py). In 1.x the interpreter is
     TensorFlow's ``lite/python/interpreter.py`` over a SWIG module that loads on its own; that file
     asks TensorFlow for two helpers only, a lazy loader (given the SWIG module itself) and an export
     decorator (given one that changes nothing), and runs as it is. None where the installed
@@ -86,6 +86,9 @@ def _tensorflow_1_lite():
     wrapper_spec = importlib.util.spec_from_file_location("_edgeport_tflite1_wrapper", wrapper_file)
     wrapper = importlib.util.module_from_spec(wrapper_spec)
     wrapper_spec.loader.exec_module(wrapper)
+    if not all(hasattr(wrapper, name) for name in ("InterpreterWrapper_CreateWrapperCPPFromFile",
+                                                   "InterpreterWrapper_CreateWrapperCPPFromBuffer")):
+        return None
 
     class _Helpers(object):
         @staticmethod
@@ -107,7 +110,7 @@ def _tensorflow_1_lite():
 
     scope = {"__name__": "_edgeport_tflite1_interpreter", "__file__": interpreter_file,
              "__builtins__": dict(vars(builtins), __import__=tf_import)}
-    with open(interpreter_file) as f:
+    with open(interpreter_file, "rb") as f:
         exec(compile(f.read(), interpreter_file, "exec"), scope)
     return scope["Interpreter"], "TFLite", versions[0], "tensorflow"
 
