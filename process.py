@@ -37,3 +37,10 @@ def exit_now(code: int) -> NoReturn:
         with contextlib.suppress(OSError, ValueError):  # a reader that went away (`| head`), a closed stream
             stream.flush()
     os._exit(code)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (where the platform says; else every core)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)

@@ -49,6 +49,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from edgeport.convert.onnx2tf import AWAIT_JOB, SHIPS
+from edgeport.process import usable_cores
 
 DECLINED = "declined by edgeport, which does not ship this file"
 
@@ -112,18 +113,13 @@ def calibrate_in_halves(collect, *, tflite_path: str, calibration_samples: list)
     turn), on the first and the second half of the images at once, each on its own interpreter and
     thread; the two halves' ranges merged as one pass over all the images would have left them."""
     samples = list(calibration_samples)
-    if len(samples) < 2 or cores() < 2:
+    if len(samples) < 2 or usable_cores() < 2:
         return collect(tflite_path=tflite_path, calibration_samples=samples)
     cut = (len(samples) + 1) // 2
     with ThreadPoolExecutor(2, thread_name_prefix="edgeport-calibration") as pool:
         halves = [pool.submit(collect, tflite_path=tflite_path, calibration_samples=part)
                   for part in (samples[:cut], samples[cut:])]
         return merge_ranges([half.result() for half in halves])
-
-
-def cores() -> int:
-    """The cores this process may run on (where the platform says; else every core)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def merge_ranges(parts: list[dict]) -> dict:

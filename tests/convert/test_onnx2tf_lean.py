@@ -148,7 +148,7 @@ def test_calibration_in_halves_records_what_one_pass_over_every_image_records(mo
     rng = np.random.default_rng(0)
     samples = [{"a": rng.normal(size=8), "late": np.full(3, np.nan) if i < 4 else rng.normal(size=3), "b": rng.normal(size=5) * i}
                for i in range(7)]
-    monkeypatch.setattr(onnx2tf_lean, "cores", lambda: 2)
+    monkeypatch.setattr(onnx2tf_lean, "usable_cores", lambda: 2)
     once = collect(tflite_path="m.tflite", calibration_samples=samples)
     halves = onnx2tf_lean.calibrate_in_halves(collect, tflite_path="m.tflite", calibration_samples=samples)
     assert list(halves) == list(once) == ["a", "b", "late"]

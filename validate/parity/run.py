@@ -17,7 +17,6 @@ Three steps, each with a typed result (as Polygraphy's runners and comparator):
 
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
@@ -28,6 +27,7 @@ import numpy as np
 
 from edgeport.models.decode import COCO_EVAL, DETECT, Detections
 from edgeport.models.heads import Head, Hints, resolve_head
+from edgeport.process import usable_cores as _workers  # (tests set it)
 from edgeport.validate.parity.compare import (
     DETECTION_TOLERANCES,
     NOISE_BOUNDS,
@@ -171,13 +171,6 @@ def plan_rows(subject: ParitySubject, expected_shapes) -> list[PlannedRow]:
 
 
 # -- 2. running them ---------------------------------------------------------------------------------
-
-
-def _workers() -> int:
-    """The cores this process may use."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
 
 
 def _settled(compute) -> Future:
