@@ -25,16 +25,14 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -n "$(PYBIN)" || { echo "no $(PYTHON) found: install it, or pass PYTHON=/path/to/python"; exit 2; }
 	@echo "setup: $(VENV) with $(PYBIN) ($(CONSTRAINTS))"
 	@test -x $(PY) || $(PYBIN) -m venv $(VENV)
-	@# -qq: errors only. pip's own warnings here are about this machine's pip configuration (its
-	@# find-links folders), not about edgeport, and ran to some 120 lines. (.pyc files are compiled
-	@# here: where PYTHONDONTWRITEBYTECODE is set, as on this machine, nothing compiles them later)
-	@echo "setup: pip"
-	@$(PY) -m pip install -qq --upgrade pip
+	@# scripts/pip_install.py: pip's install, through uv where uv installs (the same pinned packages,
+	@# from where pip's configuration says; a fifth of the time), else pip's own. Errors only. (.pyc
+	@# files are compiled here: where PYTHONDONTWRITEBYTECODE is set, as on this machine, nothing compiles them later)
 	@echo "setup: $(TORCH) (a CUDA build that runs on the CPU: about 5.5 GB)"
-	@$(PY) -m pip install -qq -c $(CONSTRAINTS) $(TORCH)
+	@$(PY) scripts/pip_install.py -c $(CONSTRAINTS) $(TORCH)
 	@echo "setup: edgeport and its pinned dependencies"
-	@# one editable install at a time: each writes edgeport.egg-info here (.ci/run sets up two environments side by side)
-	@$(LOCKED) $(PY) -m pip install -qq -c $(CONSTRAINTS) -e ".[dev,zoo]"
+	@# one editable install at a time: each writes edgeport.egg-info here (.ci/run sets up three environments side by side)
+	@$(LOCKED) $(PY) scripts/pip_install.py -c $(CONSTRAINTS) -e ".[dev,zoo]"
 	@touch $(STAMP)
 
 # The write-up's board runtime, the real TensorFlow Lite 1.13.1, in its own Python 3.7

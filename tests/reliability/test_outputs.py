@@ -162,6 +162,7 @@ def test_a_failed_run_leaves_nothing_and_releases_its_claim(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.one_line  # edgeport's own folders: no converter line changes them (pyproject.toml)
 def test_force_replaces_only_an_earlier_result_and_a_symlinked_out_works(workspace):
     """One real conversion: --force over an earlier convert result, reached through a symlink."""
     real = _marked(workspace / "results" / "v1", "convert", "report.json", "model.onnx")
@@ -179,6 +180,7 @@ def test_force_replaces_only_an_earlier_result_and_a_symlinked_out_works(workspa
 
 
 @pytest.mark.slow
+@pytest.mark.one_line  # edgeport's own folders: no converter line changes them (pyproject.toml)
 def test_two_converts_at_once_get_their_own_folders(workspace):
     procs = [subprocess.Popen([sys.executable, "-m", "edgeport.cli", *CONVERT], cwd=workspace, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -191,6 +193,7 @@ def test_two_converts_at_once_get_their_own_folders(workspace):
 
 
 @pytest.mark.slow
+@pytest.mark.one_line  # edgeport's own signals and folders (pyproject.toml)
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_during_convert_leaves_nothing_behind(workspace, sig, code):
     before = inventory(workspace)
@@ -317,6 +320,7 @@ def _tmpfs_run(workspace: Path, size: str, mount: Path, command: str) -> subproc
 
 
 @pytest.mark.slow
+@pytest.mark.one_line  # edgeport's own folders: no converter line changes them (pyproject.toml)
 def test_a_full_disk_during_convert_names_the_file_and_leaves_nothing(workspace):
     """The output's file system fills up while the model is written: exit 2 naming the file, and
     nothing left on it, not even the claimed folder's marker."""
@@ -333,6 +337,7 @@ def test_a_full_disk_during_convert_names_the_file_and_leaves_nothing(workspace)
 
 
 @pytest.mark.slow
+@pytest.mark.one_line  # edgeport's own folders: no converter line changes them (pyproject.toml)
 def test_a_run_killed_outright_leaves_a_staging_folder_the_next_run_removes(workspace):
     proc = subprocess.Popen([sys.executable, "-m", "edgeport.cli", *CONVERT, "--out", "out"], cwd=workspace,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

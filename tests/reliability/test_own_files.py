@@ -192,6 +192,7 @@ def test_gpu_check_never_overwrites_a_users_summary_beside_an_empty_marker(works
 
 
 @pytest.mark.slow  # gpu_check asks a Python what it can import, in processes
+@pytest.mark.one_line  # gpu_check's own folder: no converter line is involved (pyproject.toml)
 def test_gpu_check_writes_again_only_into_its_own_folder_and_summary(workspace):
     out = workspace / "OUT"
     first = _gpu_check(out, "--smoke", "--no-convert")
