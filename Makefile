@@ -69,7 +69,7 @@ demo-legacy: setup
 
 # everything but the second converter's tests (`make test-converters`), two at a time on two cores
 # (most tests are one process on one core), the zoo last: about 10 minutes on Python 3.11, where the zoo runs on
-# the models whose ends differ between the two onnx2tf lines; the whole zoo runs on Python 3.12
+# the models whose ends differ between the two onnx2tf lines; the rest of the zoo on Python 3.12 (but the models whose claims others make: SPARED)
 # (tests/zoo/test_zoo.py: ON_128; EDGEPORT_ZOO=full runs it all on either line). TESTS narrows it:
 # on 3.12, .ci/run runs the slow tests a converter line can change (TESTS="slow and not converters and not one_line":
 # the fast ones run on 3.13, the same stack; one_line's, such as the trainer's processes, on 3.11)
@@ -77,13 +77,14 @@ TESTS ?= not converters
 test: setup
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -m "($(TESTS)) and not zoo" -n 2 --dist worksteal
-	@# the zoo in processes of its own: importing Ultralytics patches PIL and cv2 process-wide
-	$(PY) -m pytest -q -m "($(TESTS)) and zoo" -n 2 --dist worksteal
+	@# the zoo in processes of its own: importing Ultralytics patches PIL and cv2 process-wide; its
+	@# longest tests first, each worker taking the next as it ends (tests/zoo/conftest.py)
+	$(PY) -m pytest -q -m "($(TESTS)) and zoo" -n 2 --dist load
 
 # litert-torch's own tests, and the zoo through it against onnx2tf (a model of each kind: about 4 minutes)
 test-converters: setup-converters
 	$(PY) -m pytest -q -m "converters and not zoo" -n 2
-	$(PY) -m pytest -q -m "converters and zoo" -n 2 --dist worksteal
+	$(PY) -m pytest -q -m "converters and zoo" -n 2 --dist load
 
 # both: the same tests in the same two pytest runs as `make test` (everything but the zoo, then the
 # zoo), each run collecting once and ending once instead of twice (.ci/run on Python 3.11)
