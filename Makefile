@@ -9,8 +9,8 @@ PYBIN  := $(shell scripts/find_python.sh $(PYTHON))
 PYVER  := $(shell $(PYBIN) -c 'import sys; print("%d%d" % sys.version_info[:2])' 2>/dev/null)
 # the whole stack pinned per Python: 3.12 and later take onnx2tf 2.x and no TensorFlow
 CONSTRAINTS := $(if $(filter 312 313,$(PYVER)),constraints-py312.txt,constraints.txt)
-# torch 2.14.1 with torchvision 0.29.1: on Python 3.11 pip takes both from this machine's wheel
-# cache, on 3.12 and 3.13 from the registry. A CUDA build that runs on the CPU: the trainer's device
+# torch 2.14.1 with torchvision 0.29.1: on Python 3.11 both come from this machine's local package
+# index (pip's configuration, which scripts/pip_install.py gives uv too), on 3.12 and 3.13 from the registry. A CUDA build that runs on the CPU: the trainer's device
 # tests need its fake CUDA device, and torchvision pairs with it.
 TORCH  := torch==2.14.1 torchvision==0.29.1
 
@@ -46,7 +46,7 @@ setup-boards: setup
 	else echo "no python3.7: the real TFLite 1.13.1 tests will be skipped"; fi
 
 # The second converter, litert-torch (`convert --converter litert-torch`, `--cross-check`), in its
-# own environment in the same home, layered on the venv's packages (about 1 GB, 30 s: convert/litert.py)
+# own environment in the same home, layered on the venv's packages (about 1 GB, 50 s: convert/litert.py)
 setup-converters: setup
 	$(VENV)/bin/edgeport converters install litert-torch
 
