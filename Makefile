@@ -10,8 +10,9 @@ PYVER  := $(shell $(PYBIN) -c 'import sys; print("%d%d" % sys.version_info[:2])'
 # the whole stack pinned per Python: 3.12 and later take onnx2tf 2.x and no TensorFlow
 CONSTRAINTS := $(if $(filter 312 313,$(PYVER)),constraints-py312.txt,constraints.txt)
 # torch 2.14.1 with torchvision 0.29.1: on Python 3.11 both come from this machine's local package
-# index (pip's configuration, which scripts/pip_install.py gives uv too), on 3.12 and 3.13 from the registry. A CUDA build that runs on the CPU: the trainer's device
-# tests need its fake CUDA device, and torchvision pairs with it.
+# index (pip's configuration, which scripts/pip_install.py gives uv too), on 3.12 and 3.13 from the
+# registry. A CUDA build that runs on the CPU: the trainer's device tests need its fake CUDA device,
+# and torchvision pairs with it.
 TORCH  := torch==2.14.1 torchvision==0.29.1
 
 # where flock is (Linux), editable installs into different venvs take turns (``setup``)
@@ -26,7 +27,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@echo "setup: $(VENV) with $(PYBIN) ($(CONSTRAINTS))"
 	@test -x $(PY) || $(PYBIN) -m venv $(VENV)
 	@# scripts/pip_install.py: pip's install, through uv where uv installs (the same pinned packages,
-	@# from where pip's configuration says; a fifth of the time), else pip's own. Errors only. (.pyc
+	@# from where pip's configuration says; less than half the time), else pip's own. Errors only. (.pyc
 	@# files are compiled here: where PYTHONDONTWRITEBYTECODE is set, as on this machine, nothing compiles them later)
 	@echo "setup: $(TORCH) (a CUDA build that runs on the CPU: about 5.5 GB)"
 	@$(PY) scripts/pip_install.py -c $(CONSTRAINTS) $(TORCH)
