@@ -56,11 +56,13 @@ def _checkpoint(folder: Path) -> Path:
     return test_zoo._checkpoint("yolov8n", folder, trained_head=True)
 
 
-def time_edgeport(ckpt: Path, imgsz: int, out: Path, *extra: str, python: str = sys.executable, source: Path | None = None) -> dict:
-    """``source``: a folder holding another checkout of edgeport as ``edgeport/`` (an earlier commit), imported instead."""
+def time_edgeport(ckpt: Path, imgsz: int, out: Path, *extra: str, python: str = sys.executable, source: Path | None = None,
+                  arch: str = "yolov8n") -> dict:
+    """``source``: a folder holding another checkout of edgeport as ``edgeport/`` (an earlier commit), imported instead;
+    ``arch``: the zoo model (``tests/zoo/zoo_models.py``)."""
     env = dict(os.environ, PYTHONPATH=str(source)) if source is not None else None
     t0 = time.perf_counter()
-    proc = subprocess.run([python, "-m", "edgeport.cli", "convert", str(ckpt), "--arch", "zoo_models:yolov8n",
+    proc = subprocess.run([python, "-m", "edgeport.cli", "convert", str(ckpt), "--arch", f"zoo_models:{arch}",
                            "--imgsz", str(imgsz), "--out", str(out), *extra], cwd=ZOO, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - t0
     stages, rows = {}, {}
@@ -173,11 +175,9 @@ def measure_size(imgsz: int, rounds: int, recipe: bool, tmp: Path, also: list[st
 
     commands = {"ultralytics_export": ultralytics,
                 "edgeport": lambda k: time_edgeport(ckpt, imgsz, folder / f"edgeport-{k}")}
-    if litert.installed():
-        # --no-repair: litert-torch's int8 of a YOLO head fails (edgeport scales the output groups apart
-        # on the onnx2tf line only, docs/zoo.md); timing its repair would time the failure
+    if litert.installed():  # (its int8 passes as onnx2tf's does: the output groups scaled apart on both lines)
         commands["edgeport_litert_torch"] = lambda k: time_edgeport(ckpt, imgsz, folder / f"edgeport-litert-{k}",
-                                                                    "--converter", "litert-torch", "--no-repair")
+                                                                    "--converter", "litert-torch")
     for python in also:  # edgeport in another environment (the onnx2tf 2.x line on Python 3.12), the same checkpoint
         python = str(Path(python).absolute()) if os.sep in python else python  # (it runs in the zoo's folder)
         version = subprocess.run([python, "-c", "import platform; print(platform.python_version())"], capture_output=True,

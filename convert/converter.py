@@ -84,33 +84,41 @@ def _spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
 
 
-def start_with_job(argv: list[str], env: dict[str, str], job: str) -> subprocess.Popen:
+def start_with_job(argv: list[str], env: dict[str, str], job: str, *, more: bool = False) -> subprocess.Popen:
     """The child ``started_early`` started as ``argv`` given its ``job`` line, else a fresh one given
-    it. A fresh child that ends before it takes the job is returned all the same: its log says why."""
-    proc = take_started(argv, job)
+    it. A fresh child that ends before it takes the job is returned all the same: its log says why.
+    ``more``: its standard input stays open, for lines the job asks for later (``tell``)."""
+    proc = take_started(argv, job, more=more)
     if proc is None:
         proc = _spawn(argv, env)
-        with contextlib.suppress(OSError):
-            proc.stdin.write(job + "\n")
-            proc.stdin.close()
+        tell(proc, job, last=not more)
     return proc
 
 
-def take_started(argv: list[str], job: str) -> subprocess.Popen | None:
+def take_started(argv: list[str], job: str, *, more: bool = False) -> subprocess.Popen | None:
     """The child ``started_early`` started as ``argv``, given its ``job`` line; None when none
     awaits one, or it ended while importing (a fresh child then shows why, in its log)."""
     for entry in [e for e in _waiting if e[0] == tuple(argv)][:1]:
         _waiting.remove(entry)
         proc = entry[1]
-        if proc.poll() is None:
-            try:
-                proc.stdin.write(job + "\n")
-                proc.stdin.close()
-                return proc
-            except OSError:
-                pass
+        if proc.poll() is None and tell(proc, job, last=not more):
+            return proc
         end_child(proc)
     return None
+
+
+def tell(proc: subprocess.Popen, line: str | None, *, last: bool = True) -> bool:
+    """Write ``line`` (unless None) to ``proc``'s standard input, closing it when ``last``; False
+    where the child has gone."""
+    try:
+        if line is not None:
+            proc.stdin.write(line + "\n")
+            proc.stdin.flush()
+        if last:
+            proc.stdin.close()
+        return True
+    except (OSError, ValueError):  # a closed pipe, or one closed here already
+        return False
 
 
 def end_child(proc: subprocess.Popen) -> None:

@@ -5,8 +5,9 @@ with class scores (0 to 1); a pose head adds keypoint pixels and visibility scor
 segmentation head mask coefficients. Full-integer int8 gives a tensor one scale: about 4.5 px
 per step at 1280 px, so every score rounds to 0 and the model detects nothing. When an output's
 channel groups (``models.heads.Head.groups``) differ in range by more than ``MAX_GROUP_RATIO``,
-the int8 model is converted from the ONNX graph with each group scaled *before* the tensors that
-carry it are joined (after, the damage is done): pixels divided by the input size -- 0..1, as
+the int8 model is converted from a float graph with each group scaled *before* the tensors that
+carry it are joined (after, the damage is done) -- the ONNX graph onnx2tf converts, or the float32
+TFLite file litert-torch wrote, which ai-edge-quantizer quantises: pixels divided by the input size -- 0..1, as
 Ultralytics' own TFLite export writes boxes -- and scores that never reach 1/16 (an untrained
 head) or values far past 1 raised or lowered by a power of two. The float32 model keeps the
 model's own values. The factors are in the report (``int8_normalised``); parity multiplies the
@@ -14,7 +15,8 @@ int8 outputs back before comparing, so every metric is in the model's units.
 
 The scaling walks back from the output through the ops that only place channels -- a Concat
 along the channel axis, a Reshape that splits it (a pose head's ``(K, 3)`` keypoints become
-``K*3`` channels) -- to tensors that each carry one group, and scales each there.
+``K*3`` channels) -- to tensors that each carry one group, and scales each there: one walk
+(``_Walk``), read from either format (``_Onnx``, ``_Tflite``).
 """
 
 from __future__ import annotations
@@ -68,42 +70,30 @@ def group_scales(outputs: list[np.ndarray], head: Head, imgsz: int) -> list[list
     return plans
 
 
-class _Graph:
-    """The ONNX graph being rewritten, with its static shapes and who produces each tensor."""
+class _Walk:
+    """A graph being rewritten: the walk back from an output through the ops that only place
+    channels (the same for an ONNX graph and a TFLite one; each subclass reads its own format)."""
 
-    def __init__(self, model):
-        onnx = require("onnx", purpose="int8 output groups")
-        self.onnx, self.model, self.graph = onnx, model, model.graph
-        inferred = onnx.shape_inference.infer_shapes(model).graph
-        self.shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
-                       for vi in [*inferred.value_info, *inferred.output, *inferred.input]}
-        self.producer = {out: node for node in self.graph.node for out in node.output}
-        self.added = 0
+    def producer(self, tensor):
+        """The op that makes ``tensor``, or None (a graph input, a constant)."""
+        raise NotImplementedError
 
-    def attribute(self, node, name: str, default=None):
-        for a in node.attribute:
-            if a.name == name:
-                return self.onnx.helper.get_attribute_value(a)
-        return default
+    def shape(self, tensor) -> list[int]:
+        raise NotImplementedError
 
-    def constant(self, name: str) -> np.ndarray | None:
-        for init in self.graph.initializer:
-            if init.name == name:
-                return self.onnx.numpy_helper.to_array(init)
-        node = self.producer.get(name)
-        if node is not None and node.op_type == "Constant":
-            return self.onnx.numpy_helper.to_array(self.attribute(node, "value"))
-        return None
+    def inputs(self, op) -> list:
+        raise NotImplementedError
+
+    def places(self, op) -> str | None:
+        """``"concat"`` for a join along ``concat_axis(op)``, ``"reshape"``, or None: an op that does more."""
+        raise NotImplementedError
+
+    def concat_axis(self, op) -> int:
+        raise NotImplementedError
 
     def scale_input(self, consumer, index: int, factor: float) -> None:
-        """Divide ``consumer``'s input ``index`` by ``factor`` with a Mul placed before the consumer."""
-        name = consumer.input[index]
-        self.added += 1
-        const, scaled = f"edgeport_int8_scale_{self.added}", f"{name}_edgeport_int8_scaled_{self.added}"
-        self.graph.initializer.append(self.onnx.numpy_helper.from_array(np.array(1.0 / factor, np.float32), const))
-        at = list(self.graph.node).index(consumer)
-        self.graph.node.insert(at, self.onnx.helper.make_node("Mul", [name, const], [scaled], name=f"edgeport_int8_scale_{self.added}"))
-        consumer.input[index] = scaled
+        """Divide ``consumer``'s input ``index`` by ``factor`` with a multiplication placed before the consumer."""
+        raise NotImplementedError
 
     def scale(self, consumer, index: int, axis: int, factors: np.ndarray) -> bool:
         """Scale the tensor ``consumer`` reads at ``index``, channel by channel along ``axis``
@@ -114,21 +104,25 @@ class _Graph:
         if np.all(factors == factors[0]):
             self.scale_input(consumer, index, float(factors[0]))
             return True
-        name = consumer.input[index]
-        node, shape = self.producer.get(name), self.shapes.get(name, [])
+        return self.scale_made(self.inputs(consumer)[index], axis, factors)
+
+    def scale_made(self, tensor, axis: int, factors: np.ndarray) -> bool:
+        """Scale ``tensor`` channel by channel where the op making it reads its parts."""
+        node, shape = self.producer(tensor), self.shape(tensor)
         rank = len(shape)
         if node is None or not rank:
             return False
-        if node.op_type == "Concat" and self.attribute(node, "axis") % rank == axis:
+        kind = self.places(node)
+        if kind == "concat" and self.concat_axis(node) % rank == axis:
             start = 0
-            for i, part in enumerate(list(node.input)):
-                width = (self.shapes.get(part) or [0] * rank)[axis]
+            for i, part in enumerate(list(self.inputs(node))):
+                width = (self.shape(part) or [0] * rank)[axis]
                 if width <= 0 or not self.scale(node, i, axis, factors[start : start + width]):
                     return False
                 start += width
             return start == len(factors)
-        if node.op_type == "Reshape":
-            src = self.shapes.get(node.input[0], [])
+        if kind == "reshape":
+            src = self.shape(self.inputs(node)[0])
             # a split of the channel axis into two: (.., A*B, ..) from (.., A, B, ..)
             if len(src) == rank + 1 and src[:axis] == shape[:axis] and src[axis + 2:] == shape[axis + 1:] \
                     and src[axis] * src[axis + 1] == shape[axis]:
@@ -139,36 +133,120 @@ class _Graph:
                     return self.scale(node, 0, axis, grid[:, 0])
         return False
 
+    def scale_outputs(self, outputs: list, plans) -> bool:
+        """Each planned output's channel ranges divided upstream of it (the output itself unchanged in name)."""
+        for out, plan in zip(outputs, plans):
+            if not plan:
+                continue
+            shape = self.shape(out)
+            axis = plan[0][0]
+            if not shape or any(a != axis for a, *_ in plan):
+                return False
+            factors = np.ones(shape[axis], np.float64)
+            for _, lo, hi, f in plan:
+                factors[lo:hi] = f
+            if not self.scale_made(out, axis, factors):
+                return False
+        return True
+
+
+class _Onnx(_Walk):
+    """An ONNX graph: tensors by name, static shapes from ONNX's shape inference."""
+
+    def __init__(self, model):
+        onnx = require("onnx", purpose="int8 output groups")
+        self.onnx, self.model, self.graph = onnx, model, model.graph
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+        self.shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+                       for vi in [*inferred.value_info, *inferred.output, *inferred.input]}
+        self.made_by = {out: node for node in self.graph.node for out in node.output}
+        self.added = 0
+
+    def producer(self, tensor):
+        return self.made_by.get(tensor)
+
+    def shape(self, tensor) -> list[int]:
+        return self.shapes.get(tensor, [])
+
+    def inputs(self, op) -> list:
+        return op.input
+
+    def places(self, op) -> str | None:
+        return {"Concat": "concat", "Reshape": "reshape"}.get(op.op_type)
+
+    def concat_axis(self, op) -> int:
+        for a in op.attribute:
+            if a.name == "axis":
+                return self.onnx.helper.get_attribute_value(a)
+        return 0
+
+    def scale_input(self, consumer, index: int, factor: float) -> None:
+        name = consumer.input[index]
+        self.added += 1
+        const, scaled = f"edgeport_int8_scale_{self.added}", f"{name}_edgeport_int8_scaled_{self.added}"
+        self.graph.initializer.append(self.onnx.numpy_helper.from_array(np.array(1.0 / factor, np.float32), const))
+        at = list(self.graph.node).index(consumer)
+        self.graph.node.insert(at, self.onnx.helper.make_node("Mul", [name, const], [scaled], name=f"edgeport_int8_scale_{self.added}"))
+        consumer.input[index] = scaled
+
+
+class _Tflite(_Walk):
+    """A float32 TFLite file's main subgraph (``ops.tflite_graph.Graph``): tensors by index."""
+
+    def __init__(self, graph):
+        self.g = graph
+        self.made_by = {t: op for op in graph.ops for t in op.outputs}
+        self.added = 0
+
+    def producer(self, tensor):
+        return self.made_by.get(tensor)
+
+    def shape(self, tensor) -> list[int]:
+        return list(self.g.shape(tensor))
+
+    def inputs(self, op) -> list:
+        return op.inputs
+
+    def places(self, op) -> str | None:
+        name = self.g.name(op)
+        if name == "CONCATENATION" and not op.builtinOptions.fusedActivationFunction:
+            return "concat"
+        return "reshape" if name == "RESHAPE" else None
+
+    def concat_axis(self, op) -> int:
+        return int(op.builtinOptions.axis)
+
+    def scale_input(self, consumer, index: int, factor: float) -> None:
+        g, tensor = self.g, consumer.inputs[index]
+        self.added += 1
+        const = g.constant(f"edgeport_int8_scale_{self.added}", np.array(1.0 / factor, np.float32))
+        scaled = g.like(tensor, f"edgeport_int8_scaled_{self.added}", quant=False)
+        g.sg.operators.insert(g.sg.operators.index(consumer), g.new_op("MUL", [tensor, const], [scaled], "MulOptions"))
+        consumer.inputs[index] = scaled
+
 
 def normalise_onnx(src: Path, dst: Path, plans) -> bool:
     """Write ``src`` with each planned channel range divided before the tensors carrying the
     groups are joined. False, writing nothing, when some group cannot be reached apart."""
     onnx = require("onnx", purpose="int8 output groups")
     model = onnx.load(str(src))
-    g = _Graph(model)
-    for k, plan in enumerate(plans):
-        if not plan:
-            continue
-        out = model.graph.output[k].name
-        node = g.producer.get(out)
-        shape = g.shapes.get(out, [])
-        if node is None or not shape:
-            return False
-        axis = plan[0][0]
-        factors = np.ones(shape[axis], np.float64)
-        for a, lo, hi, f in plan:
-            if a != axis:
-                return False
-            factors[lo:hi] = f
-        # the output's producer reads the tensors to scale: pretend the output is its consumer's input
-        holder = onnx.helper.make_node("Identity", [out], ["edgeport_int8_output_holder"])
-        model.graph.node.append(holder)
-        ok = g.scale(holder, 0, axis, factors)
-        model.graph.node.remove(holder)
-        if not ok or holder.input[0] != out:
-            return False
+    if not _Onnx(model).scale_outputs([o.name for o in model.graph.output], plans):
+        return False
     onnx.checker.check_model(model)
     onnx.save(model, str(dst))
+    return True
+
+
+def normalise_tflite(src: Path, dst: Path, plans) -> bool:
+    """``normalise_onnx`` for a float32 TFLite file (litert-torch's, which ai-edge-quantizer
+    quantises): each planned channel range divided before the tensors carrying the groups are
+    joined. False, writing nothing, when some group cannot be reached apart."""
+    from edgeport.ops.tflite_graph import Graph
+
+    g = Graph(src.read_bytes(), what=str(src))
+    if g.subgraphs != 1 or not _Tflite(g).scale_outputs(list(g.sg.outputs), plans):
+        return False
+    dst.write_bytes(g.to_bytes())
     return True
 
 

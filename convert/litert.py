@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 
 from edgeport import venvs
-from edgeport.convert.converter import Conversion, Converter, condense, end_child, offline_env, start_with_job, started_early
+from edgeport.convert.converter import Conversion, Converter, condense, end_child, offline_env, start_with_job, started_early, tell
 from edgeport.errors import BadInputError, MissingDependencyError
 
 NAME = "litert-torch"
@@ -151,17 +151,22 @@ def require() -> Path:
 
 
 def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float, per_tensor: bool = False,
-                     meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
+                     plans=None, meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
     """float32 (and full-integer int8 when asked, calibrated on ``calib``: weights per channel, or
-    per tensor) from the prepared module, captured on the first image. A model ``torch.export``
-    cannot capture, or a variant the converter cannot write, is a reason. ``meanwhile``
-    (``Converter.convert``): called once the module is captured, while the worker converts."""
+    per tensor) from the prepared module, captured on the first image. With ``plans``
+    (``int8_groups``), int8 is quantised from the float32 file with its output groups divided
+    apart (``int8_groups.normalise_tflite``), which the worker asks for once it has written float32
+    (``_answer``); float32 keeps the model's values. A model ``torch.export`` cannot capture, or a
+    variant the converter cannot write, is a reason. ``meanwhile`` (``Converter.convert``):
+    called once the module is captured, while the worker converts (and, with ``plans``, again
+    with the float32 file while it quantises)."""
     import torch
 
     python = require()
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     variants = ["float32", "int8"] if int8 else ["float32"]
+    meanwhile = meanwhile or (lambda files: None)
 
     def failed(why: str) -> Conversion:  # no file: the same reason for every variant
         return Conversion({}, {v: why for v in variants}, {}, time.perf_counter() - t0)
@@ -176,15 +181,18 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
     except Exception as exc:  # noqa: BLE001 -- a captured program torch cannot serialise (a custom object in it)
         return failed(f"torch.export cannot save the captured model: {condense(f'{type(exc).__name__}: {exc}')}")
     np.save(work / "sample.npy", sample)
+    ask = int8 and bool(plans)  # int8 from the float32 file with its groups apart: the worker asks for it
     if int8:
         np.save(work / "calib.npy", np.ascontiguousarray(calib, np.float32))
-    (work / "job.json").write_text(json.dumps({"variants": variants, "per_tensor": per_tensor}))
+    (work / "job.json").write_text(json.dumps({"variants": variants, "per_tensor": per_tensor, "ask": ask}))
     log = work / "litert-torch.log"
-    proc = start_with_job(_worker_argv(python), _worker_env(), str(work))
+    proc = start_with_job(_worker_argv(python), _worker_env(), str(work), more=ask)
+    deadline = t0 + timeout_s
     try:
-        if meanwhile is not None:
-            meanwhile({})
-        proc.wait(timeout=timeout_s)
+        meanwhile({})
+        if ask:
+            plans = _answer(proc, work, plans, deadline, meanwhile)
+        proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
     except subprocess.TimeoutExpired:
         tail = condense(log.read_text(errors="replace")[-4000:]) if log.is_file() else "no output"
         return failed(f"litert-torch did not finish within {timeout_s:.0f} s (its last words: {tail})")
@@ -205,7 +213,27 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
 
         files["int8"].write_bytes(Graph(files["int8"].read_bytes()).to_bytes())
     not_written = {v: f"litert-torch: {result['errors'].get(v) or 'no file written'}" for v in variants if v not in files}
-    return Conversion(files, not_written, {}, seconds)
+    return Conversion(files, not_written, {}, seconds, plans=plans if plans and "int8" in files else None)
+
+
+def _answer(proc: subprocess.Popen, work: Path, plans, deadline: float, meanwhile) -> object:
+    """The worker's question, once its float32 file is written (``float32.done``): which float32
+    file to quantise. The file with each output's groups divided apart (``int8_groups.normalise_tflite``),
+    or, where they cannot be reached apart, the file itself (the plans then None: returned). Nothing
+    answered (the worker ended, or the time is up) closes its input: it then quantises nothing."""
+    asked, answer = work / "float32.done", None
+    while proc.poll() is None and not asked.exists() and time.perf_counter() < deadline:
+        time.sleep(0.02)
+    if asked.exists():
+        float32 = work / "model_float32.tflite"
+        meanwhile({"float32": float32})
+        from edgeport.convert.int8_groups import normalise_tflite
+
+        answer = work / "model_float32_groups_apart.tflite"
+        if not normalise_tflite(float32, answer, plans):
+            answer, plans = float32, None  # int8 as it is; parity says what it costs
+    tell(proc, None if answer is None else str(answer))
+    return plans
 
 
 def _worker_argv(python: Path) -> list[str]:
@@ -261,9 +289,13 @@ class LiteRTTorch(Converter):
 
     def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float,
                 meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
-        prepared = exported.prepared
+        prepared, plans = exported.prepared, None
+        if quantised is not None:  # each output's channel groups scaled apart where one output mixes scales
+            from edgeport.convert.int8_groups import plan_for
+
+            plans = plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)
         done = convert_variants(prepared.module, prepared.calib, work / "litert", int8=quantised is not None,
-                                timeout_s=timeout_s, per_tensor=quantised == "uint8", meanwhile=meanwhile)
+                                timeout_s=timeout_s, per_tensor=quantised == "uint8", plans=plans, meanwhile=meanwhile)
         why = done.not_written.get("float32", "")
         if why.startswith("torch.export cannot"):  # the model, as litert-torch takes it: refused, not a crash (exit 2)
             raise BadInputError(f"{NAME} cannot convert this model: {why}; convert it with --converter onnx2tf")

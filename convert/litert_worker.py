@@ -7,10 +7,15 @@ built. One folder in, files out:
     DIR/model.pt2        the prepared model, as ``torch.export.save`` wrote it
     DIR/sample.npy       one NCHW float32 input
     DIR/calib.npy        NCHW float32 calibration images (only for int8)
-    DIR/job.json         {"variants": ["float32", "int8"?], "per_tensor": bool}
+    DIR/job.json         {"variants": ["float32", "int8"?], "per_tensor": bool, "ask": bool}
     (``litert_worker.py``: it imports first, then reads DIR from standard input)
     -> DIR/model_float32.tflite, DIR/model_int8.tflite, DIR/result.json
        {"version": ..., "written": [...], "errors": {variant: message}}
+
+int8 is quantised from DIR/model_float32.tflite, or, where the job says ``ask``, from the file
+edgeport names on the next line of standard input once the worker has written float32 and
+DIR/float32.done (that file with its output groups divided apart: ``int8_groups.normalise_tflite``);
+no line, no int8.
 
 The model takes NHWC input (``to_channel_last_io``), as onnx2tf's files do, so the board, the
 calibration and parity treat both converters' files alike; outputs keep PyTorch's layout. int8
@@ -31,7 +36,7 @@ def _last_line(exc: BaseException) -> str:
     return text[-1][:400] if text else type(exc).__name__
 
 
-def convert(folder: Path) -> None:
+def convert(folder: Path, ask) -> None:
     import litert_torch
     import numpy as np
     import torch
@@ -48,12 +53,19 @@ def convert(folder: Path) -> None:
     except Exception as exc:  # noqa: BLE001 -- the converter's reason, for the report
         result["errors"]["float32"] = _last_line(exc)
         traceback.print_exc()
-    if "int8" in job["variants"] and "float32" in result["written"]:
+    source = folder / "model_float32.tflite" if "float32" in result["written"] else None
+    if job.get("ask") and source is not None:  # which float32 file int8 is quantised from: edgeport's answer
+        (folder / "float32.done").touch()
+        answer = ask().strip()
+        source = Path(answer) if answer else None
+        if source is None:
+            result["errors"]["int8"] = "edgeport named no float32 file to quantise (its input closed)"
+    if "int8" in job["variants"] and source is not None:
         try:
             from ai_edge_quantizer import qtyping, quantizer, recipe_manager
 
             calib = np.load(folder / "calib.npy").transpose(0, 2, 3, 1)
-            qt = quantizer.Quantizer(str(folder / "model_float32.tflite"))
+            qt = quantizer.Quantizer(str(source))
             # recipe.static_wi8_ai8(), with the weights' granularity asked for: per channel, or per
             # tensor for a uint8 board (its kernels take one scale per tensor)
             granularity = qtyping.QuantGranularity.TENSORWISE if job.get("per_tensor") else qtyping.QuantGranularity.CHANNELWISE
@@ -95,7 +107,7 @@ def main() -> int:
     if failed:
         print(failed, file=sys.stderr, flush=True)
         return 1
-    convert(folder)
+    convert(folder, sys.stdin.readline)
     return 0
 
 

@@ -121,3 +121,66 @@ def test_keypoints_are_scaled_before_the_reshape_that_interleaves_them(tmp_path)
 
     muls = [n for n in onnx.load(str(dst)).graph.node if n.name.startswith("edgeport_int8_scale")]
     assert len(muls) == 2, "boxes before the first Concat, keypoint x, y before the one the reshape reads"
+
+
+def _tflite_head(fused: str = "NONE") -> tuple[bytes, list[int]]:
+    """A float32 TFLite head as litert-torch writes Ultralytics' pose output (``Posish``): boxes
+    (1, 4, A) and a score (1, 1, A) beside keypoints -- x, y (1, K, 2, A) joined with a visibility
+    (1, K, 1, A), then reshaped to (1, K*3, A) -- joined by one CONCATENATION along the channels
+    (``fused``: its activation)."""
+    from edgeport.ops.tflite_graph import ACTIVATIONS, Graph
+
+    from ..ops.test_lowering import finish
+
+    g = Graph.empty()
+    box, score = g.add_tensor("box", (1, 4, 10), "float32"), g.add_tensor("score", (1, 1, 10), "float32")
+    xy, vis = g.add_tensor("xy", (1, 3, 2, 10), "float32"), g.add_tensor("vis", (1, 3, 1, 10), "float32")
+    kpts, flat = g.add_tensor("kpts", (1, 3, 3, 10), "float32"), g.add_tensor("kpts_flat", (1, 9, 10), "float32")
+    out = g.add_tensor("output0", (1, 14, 10), "float32")
+    g.add(g.new_op("CONCATENATION", [xy, vis], [kpts], "ConcatenationOptions", axis=-2))
+    g.add(g.new_op("RESHAPE", [kpts, g.constant("shape", np.array([1, 9, 10], np.int32))], [flat]))
+    g.add(g.new_op("CONCATENATION", [box, score, flat], [out], "ConcatenationOptions", axis=1,
+                   fusedActivationFunction=ACTIVATIONS[fused]))
+    return finish(g, [box, score, xy, vis], [out]), [box, score, xy, vis]
+
+
+def test_a_tflite_file_divides_each_group_before_the_concat(tmp_path):
+    """litert-torch's line: the float32 file ai-edge-quantizer quantises gets the same division
+    onnx2tf's ONNX graph gets, through the Concat and the Reshape, and parity restores it."""
+    from edgeport.convert.int8_groups import normalise_tflite
+    from edgeport.ops.tflite_graph import Graph
+
+    from ..ops.test_lowering import run
+
+    model, _ = _tflite_head()
+    src, dst = tmp_path / "m.tflite", tmp_path / "n.tflite"
+    src.write_bytes(model)
+    rng = np.random.default_rng(0)
+    xs = [rng.random((1, 4, 10), dtype=np.float32) * 300, rng.random((1, 1, 10), dtype=np.float32),
+          rng.random((1, 3, 2, 10), dtype=np.float32) * 200, rng.random((1, 3, 1, 10), dtype=np.float32)]
+    (ref,) = run(model, xs, tmp_path, "ref")
+    (plan,) = group_scales([ref], Head("yolov8-pose", nc=1, kpt_shape=(3, 3)), 64)
+    assert plan[0] == (1, 0, 4, 64.0) and plan[1:] == [(1, 5 + 3 * k, 7 + 3 * k, 64.0) for k in range(3)]
+    assert normalise_tflite(src, dst, [plan])
+    g = Graph(dst.read_bytes())
+    # the keypoints' x, y before their Concat (under the Reshape); the boxes before the last Concat
+    assert [g.name(op) for op in g.ops] == ["MUL", "CONCATENATION", "RESHAPE", "MUL", "CONCATENATION"]
+    assert g.tensor_name(g.sg.outputs[0]) == "output0"
+    (got,) = run(dst.read_bytes(), xs, tmp_path, "got")
+    np.testing.assert_allclose(got[:, :4], ref[:, :4] / 64.0, rtol=1e-6)
+    np.testing.assert_array_equal(got[:, 4], ref[:, 4])  # the score, and each keypoint's visibility, untouched
+    np.testing.assert_array_equal(got[:, 7::3], ref[:, 7::3])
+    (back,) = denormalise([got], [plan])
+    np.testing.assert_allclose(back, ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("plan, fused", [([(1, 0, 6, 64.0)], "NONE"),  # the first keypoint's x, without the rest
+                                          ([(1, 0, 4, 64.0)], "RELU6")])  # a Concat that clips is more than a join
+def test_a_tflite_group_out_of_reach_writes_nothing(tmp_path, plan, fused):
+    from edgeport.convert.int8_groups import normalise_tflite
+
+    model, _ = _tflite_head(fused)
+    src, dst = tmp_path / "m.tflite", tmp_path / "n.tflite"
+    src.write_bytes(model)
+    assert not normalise_tflite(src, dst, [plan])
+    assert not dst.exists()
