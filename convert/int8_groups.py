@@ -22,6 +22,7 @@ along the channel axis, a Reshape that splits it (a pose head's ``(K, 3)`` keypo
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -106,11 +107,17 @@ class _Walk:
             return True
         return self.scale_made(self.inputs(consumer)[index], axis, factors)
 
+    def users(self, tensor) -> int:
+        """How many read ``tensor``: the ops that take it, and the graph, where it is an output."""
+        raise NotImplementedError
+
     def scale_made(self, tensor, axis: int, factors: np.ndarray) -> bool:
-        """Scale ``tensor`` channel by channel where the op making it reads its parts."""
+        """Scale ``tensor`` channel by channel where the op making it reads its parts. Only a
+        tensor with one reader (the op the walk came from, or the graph for its output): another
+        would read the divided values too."""
         node, shape = self.producer(tensor), self.shape(tensor)
         rank = len(shape)
-        if node is None or not rank:
+        if node is None or not rank or self.users(tensor) != 1:
             return False
         kind = self.places(node)
         if kind == "concat" and self.concat_axis(node) % rank == axis:
@@ -135,12 +142,14 @@ class _Walk:
 
     def scale_outputs(self, outputs: list, plans) -> bool:
         """Each planned output's channel ranges divided upstream of it (the output itself unchanged in name)."""
+        if len(outputs) != len(plans):
+            return False
         for out, plan in zip(outputs, plans):
             if not plan:
                 continue
             shape = self.shape(out)
             axis = plan[0][0]
-            if not shape or any(a != axis for a, *_ in plan):
+            if not shape or not 0 <= axis < len(shape) or any(a != axis or not 0 <= lo < hi <= shape[axis] for a, lo, hi, _ in plan):
                 return False
             factors = np.ones(shape[axis], np.float64)
             for _, lo, hi, f in plan:
@@ -160,10 +169,14 @@ class _Onnx(_Walk):
         self.shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
                        for vi in [*inferred.value_info, *inferred.output, *inferred.input]}
         self.made_by = {out: node for node in self.graph.node for out in node.output}
+        self.read = Counter([*(i for node in self.graph.node for i in node.input), *(o.name for o in self.graph.output)])
         self.added = 0
 
     def producer(self, tensor):
         return self.made_by.get(tensor)
+
+    def users(self, tensor) -> int:
+        return self.read[tensor]
 
     def shape(self, tensor) -> list[int]:
         return self.shapes.get(tensor, [])
@@ -196,10 +209,14 @@ class _Tflite(_Walk):
     def __init__(self, graph):
         self.g = graph
         self.made_by = {t: op for op in graph.ops for t in op.outputs}
+        self.read = Counter([*(i for op in graph.ops for i in op.inputs), *graph.sg.outputs])
         self.added = 0
 
     def producer(self, tensor):
         return self.made_by.get(tensor)
+
+    def users(self, tensor) -> int:
+        return self.read[tensor]
 
     def shape(self, tensor) -> list[int]:
         return list(self.g.shape(tensor))

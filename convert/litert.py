@@ -159,7 +159,7 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
     (``_answer``); float32 keeps the model's values. A model ``torch.export`` cannot capture, or a
     variant the converter cannot write, is a reason. ``meanwhile`` (``Converter.convert``):
     called once the module is captured, while the worker converts (and, with ``plans``, again
-    with the float32 file while it quantises)."""
+    with the float32 file while the worker quantises). ``timeout_s``: the worker's time, from its job."""
     import torch
 
     python = require()
@@ -185,9 +185,11 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
     if int8:
         np.save(work / "calib.npy", np.ascontiguousarray(calib, np.float32))
     (work / "job.json").write_text(json.dumps({"variants": variants, "per_tensor": per_tensor, "ask": ask}))
-    log = work / "litert-torch.log"
+    log, asked = work / "litert-torch.log", work / "float32.done"
+    for stale in (asked, work / "result.json"):  # a folder converted in before: only this run's words count
+        stale.unlink(missing_ok=True)
     proc = start_with_job(_worker_argv(python), _worker_env(), str(work), more=ask)
-    deadline = t0 + timeout_s
+    deadline = time.perf_counter() + timeout_s
     try:
         meanwhile({})
         if ask:
@@ -205,7 +207,9 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
         result = None
     if result is None:  # it ended before it wrote what it did (a crash, an import that failed)
         tail = condense(log.read_text(errors="replace")[-4000:]) if log.is_file() else f"exit {proc.returncode}, no log"
-        return failed(f"litert-torch failed: {tail}")
+        if not asked.exists():
+            return failed(f"litert-torch failed: {tail}")
+        result = {"written": ["float32"], "errors": {"int8": f"it failed after writing float32: {tail}"}}
     # (a worker that crashed while shutting down, after result.json, still wrote its files)
     files = {v: work / f"model_{v}.tflite" for v in result["written"] if (work / f"model_{v}.tflite").is_file()}
     if "int8" in files:  # ai-edge-quantizer stores constants after the flatbuffer: inline them, as every runtime reads
@@ -225,14 +229,18 @@ def _answer(proc: subprocess.Popen, work: Path, plans, deadline: float, meanwhil
     while proc.poll() is None and not asked.exists() and time.perf_counter() < deadline:
         time.sleep(0.02)
     if asked.exists():
-        float32 = work / "model_float32.tflite"
-        meanwhile({"float32": float32})
         from edgeport.convert.int8_groups import normalise_tflite
 
-        answer = work / "model_float32_groups_apart.tflite"
-        if not normalise_tflite(float32, answer, plans):
+        float32, answer = work / "model_float32.tflite", work / "model_float32_groups_apart.tflite"
+        try:
+            apart = normalise_tflite(float32, answer, plans)
+        except Exception:  # noqa: BLE001 -- a file the rewrite cannot read: int8 as it is, as where it finds no way
+            apart = False
+        if not apart:
             answer, plans = float32, None  # int8 as it is; parity says what it costs
     tell(proc, None if answer is None else str(answer))
+    if answer is not None:  # (after the answer: parity's early runs wait on PyTorch's, and the worker must not)
+        meanwhile({"float32": work / "model_float32.tflite"})
     return plans
 
 

@@ -123,11 +123,11 @@ def test_keypoints_are_scaled_before_the_reshape_that_interleaves_them(tmp_path)
     assert len(muls) == 2, "boxes before the first Concat, keypoint x, y before the one the reshape reads"
 
 
-def _tflite_head(fused: str = "NONE") -> tuple[bytes, list[int]]:
+def _tflite_head(fused: str = "NONE", *, kpts_out: bool = False) -> tuple[bytes, list[int]]:
     """A float32 TFLite head as litert-torch writes Ultralytics' pose output (``Posish``): boxes
     (1, 4, A) and a score (1, 1, A) beside keypoints -- x, y (1, K, 2, A) joined with a visibility
     (1, K, 1, A), then reshaped to (1, K*3, A) -- joined by one CONCATENATION along the channels
-    (``fused``: its activation)."""
+    (``fused``: its activation; ``kpts_out``: the joined keypoints are an output too)."""
     from edgeport.ops.tflite_graph import ACTIVATIONS, Graph
 
     from ..ops.test_lowering import finish
@@ -141,7 +141,7 @@ def _tflite_head(fused: str = "NONE") -> tuple[bytes, list[int]]:
     g.add(g.new_op("RESHAPE", [kpts, g.constant("shape", np.array([1, 9, 10], np.int32))], [flat]))
     g.add(g.new_op("CONCATENATION", [box, score, flat], [out], "ConcatenationOptions", axis=1,
                    fusedActivationFunction=ACTIVATIONS[fused]))
-    return finish(g, [box, score, xy, vis], [out]), [box, score, xy, vis]
+    return finish(g, [box, score, xy, vis], [out, kpts] if kpts_out else [out]), [box, score, xy, vis]
 
 
 def test_a_tflite_file_divides_each_group_before_the_concat(tmp_path):
@@ -174,13 +174,23 @@ def test_a_tflite_file_divides_each_group_before_the_concat(tmp_path):
     np.testing.assert_allclose(back, ref, rtol=1e-6)
 
 
-@pytest.mark.parametrize("plan, fused", [([(1, 0, 6, 64.0)], "NONE"),  # the first keypoint's x, without the rest
-                                          ([(1, 0, 4, 64.0)], "RELU6")])  # a Concat that clips is more than a join
-def test_a_tflite_group_out_of_reach_writes_nothing(tmp_path, plan, fused):
+KPTS = [(1, 5 + 3 * k, 7 + 3 * k, 64.0) for k in range(3)]
+
+
+@pytest.mark.parametrize("plans, fused, kpts_out", [
+    ([[(1, 0, 6, 64.0)]], "NONE", False),  # the first keypoint's x, without the rest
+    ([[(1, 0, 4, 64.0)]], "RELU6", False),  # a Concat that clips is more than a join
+    ([KPTS, []], "NONE", True),  # the keypoints joined are read by another (an output): it would read them divided
+    ([[(1, 0, 4, 64.0)], [], []], "NONE", False),  # a plan for an output the file lacks
+    ([[(1, 10, 15, 64.0)]], "NONE", False),  # channels past the output's 14
+])
+def test_a_tflite_group_out_of_reach_writes_nothing(tmp_path, plans, fused, kpts_out):
     from edgeport.convert.int8_groups import normalise_tflite
 
-    model, _ = _tflite_head(fused)
+    model, _ = _tflite_head(fused, kpts_out=kpts_out)
     src, dst = tmp_path / "m.tflite", tmp_path / "n.tflite"
     src.write_bytes(model)
-    assert not normalise_tflite(src, dst, [plan])
+    assert not normalise_tflite(src, dst, plans)
     assert not dst.exists()
+    if kpts_out:  # the boxes alone are reached through a tensor nothing else reads
+        assert normalise_tflite(src, dst, [[(1, 0, 4, 64.0)], []])
