@@ -13,15 +13,35 @@ import numpy as np
 from edgeport._lazy import require
 
 KERNELS = ("optimized", "reference")
+# files whose reference kernels aborted a child process (sha256 -> what happened): loading one of
+# them here would end this process (``validate/parity/tflite_child.py``)
+_ABORTED: dict[str, str] = {}
+
+
+def note_abort(path: Path, why: str) -> None:
+    import hashlib
+
+    _ABORTED[hashlib.sha256(Path(path).read_bytes()).hexdigest()] = why
+
+
+def _aborted(path: Path) -> str | None:
+    if not _ABORTED:
+        return None
+    import hashlib
+
+    return _ABORTED.get(hashlib.sha256(Path(path).read_bytes()).hexdigest())
 
 
 def load_interpreter(path: Path, *, kernels: str = "optimized", preserve_all_tensors: bool = False):
     """An allocated interpreter of ``path``, one thread: XNNPACK where it takes the file
     (``optimized``) or the builtin reference kernels (``reference``). The runtime's refusal of
-    the file is its ``RuntimeError`` or ``ValueError``."""
+    the file is its ``RuntimeError`` or ``ValueError``; a file whose reference kernels aborted a
+    child process (``note_abort``) is refused so, on those kernels."""
     litert = require("ai_edge_litert.interpreter", package="ai-edge-litert", purpose="running TFLite models")
     if kernels not in KERNELS:
         raise ValueError(f"kernels={kernels!r}; valid: {', '.join(KERNELS)}")
+    if kernels == "reference" and (why := _aborted(path)) is not None:
+        raise RuntimeError(f"{why}: not run in this process")
     resolver = litert.OpResolverType.BUILTIN_REF if kernels == "reference" else litert.OpResolverType.AUTO
     interp = litert.Interpreter(model_path=str(path), num_threads=1, experimental_op_resolver_type=resolver,
                                 experimental_preserve_all_tensors=preserve_all_tensors)

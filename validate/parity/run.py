@@ -556,8 +556,11 @@ def _op_errors(path: Path, float_file: Path, x: np.ndarray, work: Path | None) -
             "on": "the reference kernels, the first image: each op fed the float32 file's values of its inputs on their grid"}
 
 
-def _divergence(reference_tensors, path: Path, x: np.ndarray, tol) -> dict:
+def _divergence(reference_tensors, path: Path, x: np.ndarray, tol) -> dict | None:
     from edgeport.validate.parity.divergence import locate, onnx_intermediates, tflite_intermediates
 
-    candidates = onnx_intermediates(path, x) if Path(path).suffix == ".onnx" else tflite_intermediates(path, x, "both")
+    try:
+        candidates = onnx_intermediates(path, x) if Path(path).suffix == ".onnx" else tflite_intermediates(path, x, "both")
+    except RuntimeError:  # the reference kernels cannot run the file (they aborted a process: its row says so): not located
+        return None
     return locate(reference_tensors, candidates, max_abs_rel=tol.max_abs_rel, min_cosine=tol.min_cosine).to_dict()

@@ -41,6 +41,15 @@ class TFLiteRunner(Runner):
         clone.interp = None
         return clone
 
+    def run(self, inputs, stop=None):
+        """The reference kernels run in a child process (``tflite_child.py``: one that aborts is
+        this row's failure, not edgeport's end); the optimised ones here."""
+        if self.kernels == "reference":
+            from edgeport.validate.parity.tflite_child import run_in_child
+
+            return run_in_child(self, inputs, stop)
+        return super().run(inputs, stop)
+
     def _load(self) -> None:
         try:
             self.interp = load_interpreter(self.path, kernels=self.kernels)
