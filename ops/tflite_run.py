@@ -14,7 +14,7 @@ from edgeport._lazy import require
 
 KERNELS = ("optimized", "reference")
 # files whose reference kernels aborted a child process (sha256 -> what happened): loading one of
-# them here would end this process (``validate/parity/tflite_child.py``)
+# them here would end this process (``validate/parity/tflite_runner.py: run_in_child``)
 _ABORTED: dict[str, str] = {}
 
 

@@ -1,4 +1,4 @@
-"""The reference kernels' rows in a child process (``validate/parity/tflite_child.py``): the same
+"""The reference kernels' rows in a child process (``validate/parity/tflite_runner.py: run_in_child``): the same
 run as in this process, and a kernel that aborts is the row's refusal, not edgeport's end."""
 
 from __future__ import annotations
