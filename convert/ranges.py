@@ -44,9 +44,11 @@ class Reranged:
 
 
 def float_ranges(float_file: Path, images: np.ndarray, work: Path) -> dict[str, tuple[float, float, tuple]]:
-    """Every tensor of the float32 file by name: (min, max, shape) over ``images`` (NCHW, as parity feeds them)."""
-    from edgeport.ops.tflite_run import run_tflite
+    """Every tensor of the float32 file by name: (min, max, shape) over ``images`` (NCHW, as parity feeds them).
+    Run on the optimised kernels (``op_errors.FLOAT_KERNELS``), one interpreter for every image."""
+    from edgeport.ops.tflite_run import load_interpreter
     from edgeport.validate.parity.divergence import every_tensor_as_output
+    from edgeport.validate.parity.op_errors import FLOAT_KERNELS
     from edgeport.validate.parity.tensors import to_model_input
 
     raw = Path(float_file).read_bytes()
@@ -54,10 +56,14 @@ def float_ranges(float_file: Path, images: np.ndarray, work: Path) -> dict[str, 
     model, order = every_tensor_as_output(raw)
     path = Path(work) / "ranges_float.tflite"
     path.write_bytes(model)
+    interp = load_interpreter(path, kernels=FLOAT_KERNELS)
+    (inp,), outs = interp.get_input_details(), interp.get_output_details()
     found: dict[str, tuple[float, float, tuple]] = {}
     for x in images:
-        values = run_tflite(path, [to_model_input(x[None], f.shape(f.sg.inputs[0]), np.float32, (0.0, 0))])
-        for (_, _, name), v in zip(order, values):
+        interp.set_tensor(inp["index"], to_model_input(x[None], f.shape(f.sg.inputs[0]), np.float32, (0.0, 0)))
+        interp.invoke()
+        for (_, _, name), d in zip(order, outs):
+            v = interp.get_tensor(d["index"])
             if v.size and v.dtype.kind == "f":
                 lo, hi, _ = found.get(key(name), (np.inf, -np.inf, None))
                 found[key(name)] = (min(lo, float(v.min())), max(hi, float(v.max())), tuple(v.shape))

@@ -553,7 +553,8 @@ def _op_errors(path: Path, float_file: Path, x: np.ndarray, work: Path | None) -
     except Exception as exc:  # noqa: BLE001 - an aid: its failure is said, not raised
         return {"error": f"{type(exc).__name__}: {exc}"[:300]}
     return {"judged": len(found), "worst": [e.to_dict() for e in found[:SHOWN]],
-            "on": "the reference kernels, the first image: each op fed the float32 file's values of its inputs on their grid"}
+            "on": "the first image, the quantised file on the reference kernels: each op fed the float32 file's values of its "
+                  "inputs (the optimised kernels') on their grid"}
 
 
 def _divergence(reference_tensors, path: Path, x: np.ndarray, tol) -> dict | None:

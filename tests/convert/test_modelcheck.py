@@ -1,0 +1,67 @@
+"""``modelcheck.rows_match``: a top-k tail's rows compared as a set, ties at its cut included."""
+
+import numpy as np
+
+from edgeport.convert.modelcheck import rows_match
+
+TOL = 1e-5
+
+
+def _topk(scores: np.ndarray, boxes: np.ndarray, k: int) -> np.ndarray:
+    """(1, k, 6): the k best rows, best first, as an end-to-end head returns them (box, score, class)."""
+    order = np.argsort(-scores, kind="stable")[:k]
+    return np.concatenate([boxes[order], scores[order, None], np.zeros((k, 1))], axis=1)[None].astype(np.float32)
+
+
+def _anchors(n: int = 64, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return rng.uniform(0.2, 0.9, n), rng.uniform(0, 320, (n, 4))
+
+
+def test_the_same_rows_in_another_order_match():
+    scores, boxes = _anchors()
+    a = _topk(scores, boxes, 10)
+    b = a[:, ::-1].copy()
+    assert rows_match(a, b, TOL)
+    b[0, 3, 0] += 1.0  # one box moved by a pixel: another result
+    assert not rows_match(a, b, TOL)
+
+
+def test_a_cut_between_tied_scores_keeps_either_row():
+    """Two anchors tied at the k-th score: a rewrite that moves one by an ulp keeps the other,
+    and the two results differ in that row only, a box far from the other's."""
+    scores, boxes = _anchors()
+    k = 10
+    cut = np.sort(scores)[::-1][k - 1]
+    other = int(np.argsort(-scores)[k])  # the first anchor left out
+    scores[other] = cut  # tied with the last kept
+    a = _topk(scores, boxes, k)
+    moved = scores.copy()
+    moved[other] += 1e-7  # now it is kept, and the tied one is not
+    b = _topk(moved, boxes, k)
+    assert not np.allclose(a, b)
+    assert rows_match(a, b, TOL)
+
+
+def test_rows_that_differ_above_the_cut_or_by_more_than_a_tie_do_not_match():
+    scores, boxes = _anchors()
+    k = 10
+    a = _topk(scores, boxes, k)
+    # the anchor left out gains enough to enter, far above the tolerance: another result
+    other = int(np.argsort(-scores)[k])
+    raised = scores.copy()
+    raised[other] = np.sort(scores)[::-1][k - 1] + 0.05
+    assert not rows_match(a, _topk(raised, boxes, k), TOL)
+    # the best row replaced by another box of the same score: not at the cut
+    b = a.copy()
+    b[0, 0, :4] = boxes[other]
+    assert not rows_match(a, b, TOL)
+
+
+def test_rows_that_share_nothing_do_not_match_even_when_tied():
+    """Every score equal, every box different: no row in common is no cut, whatever the scores."""
+    _, boxes = _anchors()
+    flat = np.full(64, 0.5)
+    a = _topk(flat, boxes, 10)
+    b = _topk(flat, boxes[::-1].copy(), 10)
+    assert not rows_match(a, b, TOL)
