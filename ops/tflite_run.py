@@ -32,15 +32,16 @@ def _aborted(path: Path) -> str | None:
     return _ABORTED.get(hashlib.sha256(Path(path).read_bytes()).hexdigest())
 
 
-def load_interpreter(path: Path, *, kernels: str = "optimized", preserve_all_tensors: bool = False):
+def load_interpreter(path: Path, *, kernels: str = "optimized", preserve_all_tensors: bool = False, source: Path | None = None):
     """An allocated interpreter of ``path``, one thread: XNNPACK where it takes the file
     (``optimized``) or the builtin reference kernels (``reference``). The runtime's refusal of
     the file is its ``RuntimeError`` or ``ValueError``; a file whose reference kernels aborted a
-    child process (``note_abort``) is refused so, on those kernels."""
+    child process (``note_abort``) is refused so, on those kernels, and so is a file made from
+    ``source`` (the same ops with every tensor an output, or some of them alone) where ``source`` is."""
     litert = require("ai_edge_litert.interpreter", package="ai-edge-litert", purpose="running TFLite models")
     if kernels not in KERNELS:
         raise ValueError(f"kernels={kernels!r}; valid: {', '.join(KERNELS)}")
-    if kernels == "reference" and (why := _aborted(path)) is not None:
+    if kernels == "reference" and (why := _aborted(path) or (_aborted(source) if source is not None else None)) is not None:
         raise RuntimeError(f"{why}: not run in this process")
     resolver = litert.OpResolverType.BUILTIN_REF if kernels == "reference" else litert.OpResolverType.AUTO
     interp = litert.Interpreter(model_path=str(path), num_threads=1, experimental_op_resolver_type=resolver,
@@ -49,10 +50,12 @@ def load_interpreter(path: Path, *, kernels: str = "optimized", preserve_all_ten
     return interp
 
 
-def run_tflite(path: Path, x: np.ndarray | list[np.ndarray], *, kernels: str = "reference") -> list[np.ndarray]:
+def run_tflite(path: Path, x: np.ndarray | list[np.ndarray], *, kernels: str = "reference",
+               source: Path | None = None) -> list[np.ndarray]:
     """Every output of ``path``, in the file's order, for its one input ``x`` (or one array per
-    input, in the file's order) given as the file takes it (its layout and type: no conversion here)."""
-    interp = load_interpreter(path, kernels=kernels)
+    input, in the file's order) given as the file takes it (its layout and type: no conversion here).
+    ``source``: the file ``path`` was made from (``load_interpreter``)."""
+    interp = load_interpreter(path, kernels=kernels, source=source)
     for d, value in zip(interp.get_input_details(), x if isinstance(x, list) else [x]):
         interp.set_tensor(d["index"], value)
     interp.invoke()

@@ -46,3 +46,34 @@ def test_a_kernel_that_aborts_is_the_rows_refusal_and_is_not_run_here_again(tmp_
     with pytest.raises(RuntimeError, match="aborted the process"):  # the divergence search, the cross-check: refused, not run
         load_interpreter(path, kernels="reference")
     load_interpreter(path, kernels="optimized")  # XNNPACK's kernels run it here as before
+    # nor the files the analyses make from it (every tensor an output; ops alone): they would abort this process
+    from edgeport.validate.parity.divergence import every_tensor_values, tflite_intermediates
+
+    x = _inputs(1600)[:1]
+    with pytest.raises(RuntimeError, match="aborted the process"):
+        tflite_intermediates(path, x, "both", work=tmp_path)
+    with pytest.raises(RuntimeError, match="aborted the process"):
+        every_tensor_values(path, np.zeros((1, 1, 8, 1600), np.int8), tmp_path)
+
+
+def test_a_failing_rows_divergence_and_op_errors_share_one_run_of_the_file(tmp_path, monkeypatch):
+    """The quantised file with every tensor an output, on the reference kernels, for the first
+    image: the divergence's candidates and the op errors' accumulated error are that one run."""
+    from edgeport.ops import tflite_run
+    from edgeport.validate.parity.divergence import tflite_intermediates
+    from edgeport.validate.parity.op_errors import op_errors
+
+    from .test_op_errors import _chain
+
+    fine = Quant(1 / 64, 0)
+    (tmp_path / "f.tflite").write_bytes(_chain("float32", {}))
+    (tmp_path / "q.tflite").write_bytes(_chain("int8", {"x": fine, "a": fine, "b": Quant(0.25, -128), "c": fine}))
+    runs = []
+    real = tflite_run.run_tflite
+    monkeypatch.setattr(tflite_run, "run_tflite", lambda path, *a, **k: runs.append((path.name, k.get("kernels"))) or real(path, *a, **k))
+    x = np.random.default_rng(0).uniform(-1.9, 1.9, (1, 3, 4, 4)).astype(np.float32)
+    candidates = tflite_intermediates(tmp_path / "q.tflite", x, "nhwc", work=tmp_path)
+    found = op_errors(tmp_path / "q.tflite", tmp_path / "f.tflite", x, tmp_path)
+    assert [t.producer for t in candidates] == ["a", "b", "c"] and {e.tensor for e in found} == {"a", "b", "c"}
+    on_reference = [name for name, kernels in runs if kernels in (None, "reference")]
+    assert on_reference == ["every_tensor_q.tflite", "op_errors_alone.tflite"], runs  # the whole file once, then each op alone

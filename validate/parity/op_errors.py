@@ -121,11 +121,12 @@ def _alone(raw: bytes, units: list[tuple[tuple[int, ...], tuple[int, ...]]], fee
     return g.to_bytes(), values, outputs
 
 
-def _run(model: bytes, values: list[np.ndarray], path: Path, *, kernels: str = "reference") -> list[np.ndarray]:
+def _run(model: bytes, values: list[np.ndarray], path: Path, *, kernels: str = "reference",
+         source: Path | None = None) -> list[np.ndarray]:
     from edgeport.ops.tflite_run import run_tflite
 
     path.write_bytes(model)
-    return run_tflite(path, values, kernels=kernels) if values else []
+    return run_tflite(path, values, kernels=kernels, source=source) if values else []
 
 
 def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path) -> list[OpError]:
@@ -134,7 +135,7 @@ def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path)
     float32 file's same op run on the same inputs (its quantised inputs' real values), over the
     float value's size; what its inputs' grids lose is their producers' error, not its own."""
     from edgeport.ops.tflite_graph import Graph
-    from edgeport.validate.parity.divergence import every_tensor_as_output
+    from edgeport.validate.parity.divergence import every_tensor_as_output, every_tensor_values
 
     work = Path(work)
     x_nchw = np.ascontiguousarray(x_nchw[:1], np.float32)
@@ -203,12 +204,12 @@ def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path)
         units.append(_Unit(i, tuple(sorted(ops)), tuple(frontier)))
 
     # the whole quantised run, every tensor kept: the error that reached each one
-    model, order = every_tensor_as_output(raw)
-    reached = dict(zip((name for _, _, name in order), _run(model, [x], work / "op_errors_whole.tflite")))
+    _, order = every_tensor_as_output(raw)
+    reached = dict(zip((name for _, _, name in order), every_tensor_values(quantised, x, work)))  # the divergence's run
     # each unit alone, quantised, fed the float values on their grid ...
     model, values, q_outs = _alone(raw, [(u.ops, u.frontier) for u in units],
                                    lambda n, t: _on_grid(ref[qkey(t)], g, t))
-    own = dict(zip([t for out in q_outs for t in out], _run(model, values, work / "op_errors_alone.tflite")))
+    own = dict(zip([t for out in q_outs for t in out], _run(model, values, work / "op_errors_alone.tflite", source=Path(quantised))))
     # ... and the float32 file's same op on the real values of those very integers
     # (where a lowering requantised an input for itself, the float op reads the input as the file held it)
     grid_real = [{qkey(t): _real(_on_grid(ref[qkey(t)], g, t), g, t)
