@@ -14,9 +14,10 @@ def rows_match(a: np.ndarray, b: np.ndarray, rel_tol: float) -> bool:
     ``rel_tol`` x max|a|: what a top-k or NMS tail gives when a rewrite moves a tied score by an ulp.
 
     A top-k also cuts between tied scores: where the rows that pair with none are, in each, the
-    lowest-ranked -- their score (the column both keep in falling order) within the tolerance of the
-    last row's, and the two last rows' scores within it of each other -- the two kept different
-    rows of equal score at the cut, and hold the same rows otherwise."""
+    lowest-ranked -- in every column both keep in falling order (the score, and any other that
+    happens to fall with it), their value within ``rel_tol`` of that column's own size of the last
+    row's, and the two last rows' within it of each other -- the two kept different rows of equal
+    score at the cut, and hold the same rows otherwise."""
     # rows of a few values each (a detection's box, score, class): what such a tail returns
     if a.ndim != 3 or a.shape != b.shape or a.shape[2] > 16 or a.shape[1] > 4096:
         return False
@@ -32,23 +33,26 @@ def rows_match(a: np.ndarray, b: np.ndarray, rel_tol: float) -> bool:
                 used[j] = True
             else:
                 alone.append(i)
-        if alone and not _tied_at_the_cut(ra, rb, alone, np.flatnonzero(~used), rel_tol * scale):
+        if alone and not _tied_at_the_cut(ra, rb, alone, np.flatnonzero(~used), rel_tol):
             return False
     return True
 
 
-def _tied_at_the_cut(ra: np.ndarray, rb: np.ndarray, alone_a, alone_b, tol: float) -> bool:
+def _tied_at_the_cut(ra: np.ndarray, rb: np.ndarray, alone_a, alone_b, rel_tol: float) -> bool:
     """Whether the unpaired rows of ``ra`` and ``rb`` (one image's) are rows a top-k kept at its cut
-    among scores tied within ``tol``: see ``rows_match``."""
+    among scores tied within ``rel_tol``: see ``rows_match``."""
     if not len(ra) or len(alone_a) == len(ra):
         return False  # nothing in common: not a cut, another result
     ranked = [c for c in range(ra.shape[1]) if np.all(np.diff(ra[:, c]) <= 0) and np.all(np.diff(rb[:, c]) <= 0)
               and ra[0, c] > ra[-1, c]]
-    for c in ranked:
+    if not ranked:
+        return False  # no score to cut on
+    for c in ranked:  # a column that falls with the score by chance must tie too: it cannot make a cut of a difference
+        tol = rel_tol * max(float(np.abs(ra[:, c]).max()), float(np.abs(rb[:, c]).max()))
         last_a, last_b = ra[-1, c], rb[-1, c]
-        if abs(last_a - last_b) <= tol and np.all(ra[alone_a, c] - last_a <= tol) and np.all(rb[alone_b, c] - last_b <= tol):
-            return True
-    return False
+        if not (abs(last_a - last_b) <= tol and np.all(ra[alone_a, c] - last_a <= tol) and np.all(rb[alone_b, c] - last_b <= tol)):
+            return False
+    return True
 
 
 def assert_same_outputs(pass_name: str, before, after, inputs: np.ndarray, *, rel_tol: float) -> float:

@@ -32,7 +32,7 @@ def _aborted(path: Path) -> str | None:
     return _ABORTED.get(hashlib.sha256(Path(path).read_bytes()).hexdigest())
 
 
-def load_interpreter(path: Path, *, kernels: str = "optimized", preserve_all_tensors: bool = False, source: Path | None = None):
+def load_interpreter(path: Path, *, kernels: str = "optimized", source: Path | None = None):
     """An allocated interpreter of ``path``, one thread: XNNPACK where it takes the file
     (``optimized``) or the builtin reference kernels (``reference``). The runtime's refusal of
     the file is its ``RuntimeError`` or ``ValueError``; a file whose reference kernels aborted a
@@ -44,8 +44,7 @@ def load_interpreter(path: Path, *, kernels: str = "optimized", preserve_all_ten
     if kernels == "reference" and (why := _aborted(path) or (_aborted(source) if source is not None else None)) is not None:
         raise RuntimeError(f"{why}: not run in this process")
     resolver = litert.OpResolverType.BUILTIN_REF if kernels == "reference" else litert.OpResolverType.AUTO
-    interp = litert.Interpreter(model_path=str(path), num_threads=1, experimental_op_resolver_type=resolver,
-                                experimental_preserve_all_tensors=preserve_all_tensors)
+    interp = litert.Interpreter(model_path=str(path), num_threads=1, experimental_op_resolver_type=resolver)
     interp.allocate_tensors()
     return interp
 

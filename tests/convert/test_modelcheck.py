@@ -65,3 +65,26 @@ def test_rows_that_share_nothing_do_not_match_even_when_tied():
     a = _topk(flat, boxes, 10)
     b = _topk(flat, boxes[::-1].copy(), 10)
     assert not rows_match(a, b, TOL)
+
+
+def test_a_column_that_falls_with_the_score_by_chance_does_not_make_a_cut():
+    """A dog (class 16) then two persons (class 0): the class column falls too. Two other persons
+    at far lower scores are another result, though their class ties with the last row's."""
+    a = np.array([[[10, 10, 50, 50, 0.8, 16], [60, 60, 90, 90, 0.7, 0], [100, 100, 140, 140, 0.6, 0]]], np.float32)
+    b = a.copy()
+    b[0, 1:, :4] += 200  # other boxes
+    b[0, 1:, 4] = [0.3, 0.2]  # other scores
+    assert not rows_match(a, b, TOL)
+
+
+def test_ties_are_judged_on_the_scores_own_scale_not_the_boxes():
+    """Scores in [0, 1] beside boxes in pixels: a tie is within the tolerance of the scores, so rows
+    of scores 0.001 apart at the cut are not tied, however small that is beside 640 px."""
+    rng = np.random.default_rng(1)
+    boxes = rng.uniform(0, 640, (40, 4))
+    scores = np.linspace(0.05, 0.001, 40)
+    a = _topk(scores, boxes, 30)
+    b = a.copy()
+    b[0, -3:, :4] += 100  # the three lowest rows: other boxes ...
+    b[0, -3:, 4] -= 0.001  # ... at scores 0.001 lower: not a tie at 1e-5 of the scores
+    assert not rows_match(a, b, TOL)
