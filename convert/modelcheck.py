@@ -41,7 +41,7 @@ def rows_match(a: np.ndarray, b: np.ndarray, rel_tol: float) -> bool:
 def _tied_at_the_cut(ra: np.ndarray, rb: np.ndarray, alone_a, alone_b, rel_tol: float) -> bool:
     """Whether the unpaired rows of ``ra`` and ``rb`` (one image's) are rows a top-k kept at its cut
     among scores tied within ``rel_tol``: see ``rows_match``."""
-    if not len(ra) or len(alone_a) == len(ra):
+    if len(alone_a) == len(ra):
         return False  # nothing in common: not a cut, another result
     ranked = [c for c in range(ra.shape[1]) if np.all(np.diff(ra[:, c]) <= 0) and np.all(np.diff(rb[:, c]) <= 0)
               and ra[0, c] > ra[-1, c]]

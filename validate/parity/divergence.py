@@ -102,7 +102,7 @@ def tflite_intermediates(path: Path, x: np.ndarray, layout: str, *, work: Path |
     """Every 4-D op output of a TFLite model run by the reference kernels, in execution order,
     as NCHW: read as NHWC (how converters lay out a convolution's tensors), as NCHW, or both ways
     (as candidates, where a tensor may be kept either way -- litert-torch keeps some in PyTorch's
-    layout between its TRANSPOSEs -- and the closest wins). The run is ``every_tensor_values``'."""
+    layout between its TRANSPOSEs -- and the closest wins); run by ``every_tensor_values``."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}; valid: {', '.join(LAYOUTS)}")
     from edgeport.ops.tflite_graph import Graph
