@@ -22,7 +22,9 @@ images (``calibrate_in_halves``): 2.x measures each tensor's range by running th
 image by image on one core, 19 s of the int8 run's 27 s for YOLOv8n at 640 px, and TFLite runs
 an invoke without holding Python's lock. Each image is computed as before, and a range is the
 minimum and maximum over the images in any grouping, so the ranges -- and the file -- are the
-same bytes (``tests/convert/test_onnx2tf_lean.py``).
+same bytes (``tests/convert/test_onnx2tf_lean.py``). On 1.28 TensorFlow's calibrator holds
+Python's lock, so the images are shared with a helper process instead (``tf_calibration``; the
+same bytes too).
 
 On both lines the driver imports onnx2tf with the cyclic garbage collector paused, and freezes
 what the import leaves (``_lazy.importing``): the conversion's own collections then no longer
@@ -99,9 +101,13 @@ def _lean(converter, ships: set[str]):
 
 
 def install_tensorflow(ships: set[str]) -> None:
-    """1.28: make every TFLite converter onnx2tf creates skip the variants this run does not ship."""
+    """1.28: make every TFLite converter onnx2tf creates skip the variants this run does not ship,
+    and calibrate on two processes (``tf_calibration``)."""
     import tensorflow as tf
 
+    from edgeport.convert import tf_calibration
+
+    tf_calibration.install()  # and calibrate on two processes
     cls = tf.lite.TFLiteConverter
     for name in ("from_saved_model", "from_concrete_functions", "from_keras_model"):
         make = getattr(cls, name)
@@ -150,7 +156,8 @@ def install_flatbuffer_direct() -> None:
 
 
 def install(ships: set[str]) -> bool:
-    """1.28: skip the unshipped variants (True); 2.x: calibrate on two threads, nothing to skip (False)."""
+    """1.28: skip the unshipped variants and calibrate on two processes (True); 2.x: calibrate on two
+    threads, nothing to skip (False)."""
     from edgeport.convert.onnx2tf import installed_backend
 
     if installed_backend().generation >= 2:

@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 
 from edgeport.cliargs import Parser, explicit_options
 from edgeport.errors import BadInputError, EdgeportError, report
-from edgeport.process import Terminated, exit_now, handle_sigterm
+from edgeport.process import Terminated, die_with, exit_now, handle_sigterm
 from edgeport.runs import (
     MARKER,
     OUTPUTS,
@@ -251,24 +251,12 @@ def discard_failed(out: Path) -> None:
         discard_run(out, "train")
 
 
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
 def die_with_launcher() -> None:
     """In a worker ``edgeport train --world-size N`` started: die when the launcher dies, however it
-    dies (SIGKILL included), so no rank goes on training and writing the run folder alone. Linux
-    sends the signal asked for with ``PR_SET_PDEATHSIG``; a launcher that died before this line ran
-    is seen by the parent process id, which is no longer its own."""
+    dies (``process.die_with``), so no rank goes on training and writing the run folder alone."""
     launcher = os.environ.get("EDGEPORT_SPAWNED", "")
-    if not launcher.isdigit():
-        return
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != int(launcher):
-        os._exit(128 + signal.SIGKILL)
+    if launcher.isdigit():
+        die_with(int(launcher))
 
 
 def spawn(argv: list[str], cfg: TrainConfig) -> int:
