@@ -263,6 +263,57 @@ def test_the_reference_kernels_split_and_the_optimised_do_not(tmp_path):
     assert {p.cache_key for p in parts} == {ref.cache_key} and all(p.kernels == "reference" for p in parts)
     fast = TFLiteRunner(model, [(1, 1, 2, 2)])
     assert fast.split(3) == [fast]
+    helper = fast.helper()
+    assert helper is not fast and helper.cache_key == fast.cache_key and helper.kernels == "optimized"
+    assert ref.helper() is None, "the reference kernels take fixed shares, in child processes"
+
+
+def test_a_row_left_alone_is_joined_by_a_helper_taking_its_last_images(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    import edgeport.validate.parity.run as parity
+
+    monkeypatch.setattr(parity, "_workers", lambda: 2)
+    ran: dict = {"first": [], "helper": []}
+    lock = threading.Lock()
+
+    class Alone(FakeRunner):
+        def __init__(self, runtime, who="first"):
+            super().__init__(runtime)
+            self.who = who
+
+        def helper(self):
+            return Alone(self.runtime, "helper")
+
+        def _run_one(self, x):
+            time.sleep(0.1)  # slow enough that the helper, on the free core, takes a share
+            with lock:
+                ran[self.who].append(float(x[0, 0, 0, 0]))
+            return super()._run_one(x)
+
+    rows = lambda subject, shapes: [("float32", Alone("fast-alone"), None, None)]  # noqa: E731
+    report = _run(_subject(tmp_path), rows)
+    (row,) = [r for r in report["results"] if r["runtime"] == "fast-alone"]
+    assert ran["first"] and ran["helper"], ran
+    assert len(set(ran["first"]) | set(ran["helper"])) == 4 and not set(ran["first"]) & set(ran["helper"]), "each image once"
+    assert row["passed"] and row["outputs"][0]["max_abs"] == 0.0, "the two shares joined back in image order"
+    assert row["repeat"]["passed"], "each share checks its own images' repeats"
+
+
+def test_shares_from_both_ends_take_each_image_once_and_a_late_helper_runs_none():
+    from edgeport.validate.parity.runners import RunOutput, Shares
+
+    shares = Shares(5)
+    first, last = shares.from_first(), shares.from_last()
+    taken = [next(first), next(last), next(first), next(last), next(first)]
+    assert taken == [0, 4, 1, 3, 2] and next(last, None) is None and next(first, None) is None
+    x = np.arange(3 * 3 * 2 * 2, dtype=np.float32).reshape(3, 3, 2, 2)
+    everything = FakeRunner("r").run(x, indices=Shares(3).from_first())
+    late = FakeRunner("r").run(x, indices=iter(()))
+    assert late.outputs == [] and late.image_ms == ()
+    joined = RunOutput.joined([everything, late])
+    assert np.array_equal(joined.outputs[0], x[:, :1] * 2.0) and len(joined.image_ms) == 3
 
 
 class Stateful(FakeRunner):

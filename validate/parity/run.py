@@ -48,7 +48,7 @@ from edgeport.validate.parity.detections import (
 )
 from edgeport.validate.parity.early import RANDOM_INPUTS, EarlyRuns, parity_inputs
 from edgeport.validate.parity.result import ResultRow, Verdict
-from edgeport.validate.parity.runners import Runner, RunOutput, RuntimeRefused, TorchRunner
+from edgeport.validate.parity.runners import Runner, RunOutput, RuntimeRefused, Shares, TorchRunner
 
 # the reference kernels' rows where the board runs other kernels (a current TFLite runs its optimised
 # ones, and so does its emulator) or none is named: a diagnostic, judged on the first images only,
@@ -189,7 +189,10 @@ def execute(runners: list[Runner], inputs: np.ndarray, early: EarlyRuns | None =
     core itself, on its untimed first invoke); then the others -- each on one thread, or in a child process -- side by side, at
     most one per core. A slow runner's images are shared out (``split``: the reference kernels),
     slow shares first, so the cores finish together: YOLOv8n's parity at 320 px takes 8 s instead
-    of 11 on two cores. Each image is still timed on its own, but beside another run: on a small
+    of 11 on two cores. A run that takes no fixed share is joined, when a core comes free, by a
+    helper taking its last images (``Runner.helper``, ``Shares``): a row left running alone --
+    MobileViT-xxs's int8 file at 640 px, a second an image, once its reference kernels' row has
+    aborted -- ends on both cores. Each image is still timed on its own, but beside another run: on a small
     machine the reference kernels' ms/img reads up to a fifth higher than alone. A run's refusal
     (``RuntimeRefused``: the runtime's verdict) waits in its future for its row."""
     needed: dict[object, int | None] = {}  # run -> how many of the first inputs it computes (None: all)
@@ -214,8 +217,18 @@ def execute(runners: list[Runner], inputs: np.ndarray, early: EarlyRuns | None =
     stop = threading.Event()
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edgeport-parity")
     try:
-        jobs = {key: [pool.submit(piece.run, inputs[idx], stop) for piece, idx in pieces]
-                for key, pieces in sorted(shared.items(), key=lambda kv: len(kv[1]) == 1)}  # split (slow) runs first
+        jobs, helpers = {}, []
+        for key, pieces in sorted(shared.items(), key=lambda kv: len(kv[1]) == 1):  # split (slow) runs first
+            helper = pieces[0][0].helper() if len(pieces) == 1 and workers > 1 else None
+            if helper is None:
+                jobs[key] = [pool.submit(piece.run, inputs[idx], stop) for piece, idx in pieces]
+                continue
+            (piece, idx), = pieces
+            shares = Shares(len(idx))
+            jobs[key] = [pool.submit(piece.run, inputs[idx], stop, shares.from_first())]
+            helpers.append((key, helper, idx, shares))
+        for key, helper, idx, shares in helpers:  # queued last: each starts when a core comes free
+            jobs[key].append(pool.submit(helper.run, inputs[idx], stop, shares.from_last()))
         wait([f for fs in jobs.values() for f in fs])
     finally:
         stop.set()  # an interrupt, or an error: the others stop at their next image

@@ -41,11 +41,40 @@ class RunOutput:
 
     @staticmethod
     def joined(parts: list["RunOutput"]) -> "RunOutput":
-        """The run of a batch split into consecutive ``parts``, as one run."""
+        """The run of a batch split into consecutive ``parts``, as one run (a part that ran no image adds nothing)."""
+        parts = [p for p in parts if p.outputs]
         times = tuple(t for p in parts for t in p.image_ms)
         repeats = [p.repeat_max_abs for p in parts if p.repeat_max_abs is not None]
         return RunOutput([np.concatenate([p.outputs[k] for p in parts]) for k in range(len(parts[0].outputs))],
                          statistics.median(times), times, max(repeats) if repeats else None)
+
+
+class Shares:
+    """The images of one run, shared by a runner taking them from the first and a helper from the
+    last, each image once (``Runner.helper``): the helper, started when a core comes free, takes
+    what is left then, and nothing where nothing is."""
+
+    def __init__(self, count: int):
+        self._lock = threading.Lock()
+        self._low, self._high = 0, count
+
+    def from_first(self):
+        while True:
+            with self._lock:
+                if self._low >= self._high:
+                    return
+                self._low += 1
+                i = self._low - 1
+            yield i
+
+    def from_last(self):
+        while True:
+            with self._lock:
+                if self._low >= self._high:
+                    return
+                self._high -= 1
+                i = self._high
+            yield i
 
 
 class Stopped(Exception):
@@ -80,6 +109,11 @@ class Runner(abc.ABC):
         side: for the slow ones (the reference kernels). By default, this runner alone."""
         return [self]
 
+    def helper(self) -> "Runner | None":
+        """A runner computing what this one does (its own interpreter), to take this run's last
+        images on a core that comes free while it runs (``Shares``); None: this runner alone."""
+        return None
+
     @abc.abstractmethod
     def _run_one(self, x: np.ndarray) -> list[np.ndarray]:
         """One image, ``(1, 3, H, W)`` float32 -> outputs with batch 1."""
@@ -88,24 +122,29 @@ class Runner(abc.ABC):
         """An image's second, timed invoke: by default as the first."""
         return self._run_one(x)
 
-    def run(self, inputs: np.ndarray, stop: threading.Event | None = None) -> RunOutput:
-        per_image, times, repeat = [], [], None
-        for i in range(inputs.shape[0]):
+    def run(self, inputs: np.ndarray, stop: threading.Event | None = None, indices=None) -> RunOutput:
+        """Every image, or those ``indices`` yields (a share: ``Shares``), in the images' order."""
+        per_image, times, repeat = {}, {}, None
+        for i in range(inputs.shape[0]) if indices is None else indices:
             if stop is not None and stop.is_set():
                 raise Stopped(self.runtime)
             x = np.ascontiguousarray(inputs[i : i + 1], dtype=np.float32)
             first = [np.array(o, dtype=np.float32) for o in self._run_one(x)]  # copies: a runtime may reuse its buffers
-            per_image.append(first)
+            per_image[i] = first
             if not self.repeats and self.timed_images is not None and i >= self.timed_images:
                 continue
             t0 = time.perf_counter()
             second = self._run_timed(x)  # warm: the one timed
-            times.append((time.perf_counter() - t0) * 1e3)
+            times[i] = (time.perf_counter() - t0) * 1e3
             if self.repeats:
                 diff = max(_difference(a, np.asarray(b, np.float32)) for a, b in zip(first, second))
                 repeat = diff if repeat is None else max(repeat, diff)
-        outputs = [np.concatenate([img[k] for img in per_image]).astype(np.float32) for k in range(len(per_image[0]))]
-        return RunOutput(outputs, statistics.median(times), tuple(times), repeat)
+        if not per_image:
+            return RunOutput([], float("nan"))  # a share that found every image taken
+        ran = sorted(per_image)
+        outputs = [np.concatenate([per_image[i][k] for i in ran]).astype(np.float32) for k in range(len(per_image[ran[0]]))]
+        timed = [times[i] for i in sorted(times)]
+        return RunOutput(outputs, statistics.median(timed), tuple(timed), repeat)
 
 
 def _difference(a: np.ndarray, b: np.ndarray) -> float:

@@ -53,6 +53,12 @@ class TFLiteRunner(Runner):
             return [self]
         return [self] + [self._unloaded_copy() for _ in range(parts - 1)]
 
+    def helper(self) -> Runner | None:
+        """The optimised kernels: an interpreter of the same file, for the last images of a row
+        that would otherwise run alone on one core (MobileViT-xxs's int8 file at 640 px: a second an
+        image, every image twice). The reference kernels are shared out in fixed parts (``split``)."""
+        return self._unloaded_copy() if self.kernels != "reference" else None
+
     def _unloaded_copy(self) -> "TFLiteRunner":
         """The same file and kernels (and ``cache_key``, not hashed again), with an interpreter of its own."""
         import copy
@@ -61,12 +67,12 @@ class TFLiteRunner(Runner):
         clone.interp = None
         return clone
 
-    def run(self, inputs, stop=None):
+    def run(self, inputs, stop=None, indices=None):
         """The reference kernels run in a child process (``run_in_child``: one that aborts is
-        this row's failure, not edgeport's end); the optimised ones here."""
+        this row's failure, not edgeport's end), on all of ``inputs``; the optimised ones here."""
         if self.kernels == "reference":
             return run_in_child(self, inputs, stop)
-        return super().run(inputs, stop)
+        return super().run(inputs, stop, indices)
 
     def _load(self) -> None:
         try:
