@@ -59,14 +59,20 @@ def assert_same_outputs(pass_name: str, before, after, inputs: np.ndarray, *, re
     """Raise PassCheckError when outputs differ by more than ``rel_tol`` x max|output|.
 
     ``rel_tol=0`` demands bit-identical outputs. An output whose rows come back in another order,
-    each row matching (a top-k or NMS tail reordering ties), is the same output. Returns the worst
-    relative error seen (element by element).
+    each row matching (a top-k or NMS tail reordering ties), is the same output. NaN and infinite
+    values must stay where they were, as they were (a NaN's error is NaN, which no comparison with
+    ``rel_tol`` refuses); the error is that of the finite values. Returns the worst relative error
+    seen (element by element).
     """
     worst = 0.0
     for i, (a, b) in enumerate(zip(forward(before, inputs), forward(after, inputs), strict=True)):
         if a.shape != b.shape:
             raise PassCheckError(f"{pass_name}: output {i} changed shape {a.shape} -> {b.shape}")
-        err = max_abs_rel(a, b)
+        bad_a, bad_b = ~np.isfinite(a), ~np.isfinite(b)
+        if not np.array_equal(bad_a, bad_b) or not np.array_equal(a[bad_a], b[bad_b], equal_nan=True):
+            raise PassCheckError(f"{pass_name}: output {i} is NaN or infinite in other places than before "
+                                 f"({int(bad_a.sum())} -> {int(bad_b.sum())} such values)")
+        err = max_abs_rel(a[~bad_a], b[~bad_b])
         if err > rel_tol and not rows_match(a, b, max(rel_tol, 1e-6)):
             raise PassCheckError(
                 f"{pass_name}: output {i} changed by {err:.3g} x max|output| (allowed {rel_tol:g})"

@@ -1,8 +1,12 @@
-"""``modelcheck.rows_match``: a top-k tail's rows compared as a set, ties at its cut included."""
+"""``modelcheck``: a pass's check of the model's outputs; ``rows_match``, a top-k tail's rows
+compared as a set, ties at its cut included."""
 
 import numpy as np
+import pytest
+import torch
 
-from edgeport.convert.modelcheck import rows_match
+from edgeport.convert.modelcheck import assert_same_outputs, rows_match
+from edgeport.errors import PassCheckError
 
 TOL = 1e-5
 
@@ -88,3 +92,29 @@ def test_ties_are_judged_on_the_scores_own_scale_not_the_boxes():
     b[0, -3:, :4] += 100  # the three lowest rows: other boxes ...
     b[0, -3:, 4] -= 0.001  # ... at scores 0.001 lower: not a tie at 1e-5 of the scores
     assert not rows_match(a, b, TOL)
+
+
+class _Outputs(torch.nn.Module):
+    """x's first channel, with ``where`` set to ``value``."""
+
+    def __init__(self, where=(), value=float("nan")):
+        super().__init__()
+        self.where, self.value = where, value
+
+    def forward(self, x):
+        y = x[:, :1].clone()
+        for idx in self.where:
+            y[(slice(None), 0, *idx)] = self.value
+        return y
+
+
+def test_a_pass_that_makes_nan_fails_its_check_and_nan_that_stays_does_not():
+    x = torch.rand(2, 3, 4, 4).numpy()
+    with pytest.raises(PassCheckError, match="NaN or infinite in other places than before"):
+        assert_same_outputs("p", _Outputs(), _Outputs([(0, 0)]), x, rel_tol=1e-3)  # its error was NaN: it passed
+    with pytest.raises(PassCheckError, match="NaN or infinite"):
+        assert_same_outputs("p", _Outputs([(0, 0)]), _Outputs([(1, 1)]), x, rel_tol=1e-3)  # moved
+    with pytest.raises(PassCheckError, match="NaN or infinite"):
+        assert_same_outputs("p", _Outputs([(0, 0)], float("inf")), _Outputs([(0, 0)], -float("inf")), x, rel_tol=1e-3)
+    # a model whose outputs hold NaN where they did: its finite values judged as before
+    assert assert_same_outputs("p", _Outputs([(0, 0)]), _Outputs([(0, 0)]), x, rel_tol=0.0) == 0.0
