@@ -100,7 +100,11 @@ def calibrate_shared(calibrate, calibrator, dataset_gen):
         return calibrate(calibrator, lambda: iter(samples))
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="edgeport-calibration-") as tmp:
+    try:
+        claims_folder = tempfile.TemporaryDirectory(prefix="edgeport-calibration-")
+    except OSError:  # no temporary folder to share the images through: TensorFlow's own calibration
+        return calibrate(calibrator, lambda: iter(samples))
+    with claims_folder as tmp:
         folder = Path(tmp)
         claims = Claims(folder, len(samples))
         mine: list[int] = []
@@ -111,7 +115,10 @@ def calibrate_shared(calibrate, calibrator, dataset_gen):
             start = time.perf_counter()
             for i in claims.from_first():
                 if i == 1 and (len(samples) - 1) * (time.perf_counter() - start) > HELPER_PAYS_OFF_S:
-                    helper = start_helper(folder, model, inputs)
+                    try:
+                        helper = start_helper(folder, model, inputs)
+                    except OSError as exc:  # no room for the images, no process: every image here
+                        print(f"edgeport: no calibration helper ({exc}); every image is calibrated here", file=sys.stderr)
                 mine.append(i)
                 yield samples[i]
 
