@@ -14,7 +14,7 @@ free, and a helper that comes late costs its start-up only.
 
 TensorFlow's calibrator records each tensor's minimum and maximum over the images it runs, so
 the helper's figures merge into this process's calibrated model in place (the minimum of
-minima, the maximum of maxima, ``merge_stats``): the same bytes as one calibrator running every
+minima, the maximum of maxima, ``ops.tflite_file.widen_ranges``): the same bytes as one calibrator running every
 image (``tests/convert/test_tf_calibration.py``; the shipped int8 file is plain onnx2tf's,
 ``tests/convert/test_onnx2tf_lean.py``). A calibrator fed more images after it returned goes on
 counting them, so where the helper fails, or its model does not match, its images are run here,
@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeport.ops.tflite_file import DamagedModel, widen_ranges
 from edgeport.process import usable_cores
 
 MODEL, IMAGES, HELPER_OUT = "model.tflite", "images.npy", "helper.tflite"
@@ -137,8 +138,8 @@ def calibrate_shared(calibrate, calibrator, dataset_gen):
         try:
             if helper is None or helper.returncode != 0 or not out.is_file():
                 raise ValueError(f"it ended with exit {helper.returncode if helper else None}")
-            merged = merge_stats(calibrated, out.read_bytes())
-        except ValueError as exc:
+            merged = widen_ranges(calibrated, out.read_bytes())
+        except (ValueError, DamagedModel) as exc:
             print(f"edgeport: the calibration helper's {len(theirs)} images are calibrated here ({exc})", file=sys.stderr)
             return calibrate(calibrator, lambda: (samples[i] for i in theirs))
         print(f"edgeport: calibrated {len(mine)} images here and {len(theirs)} in a helper process", file=sys.stderr)
@@ -159,35 +160,6 @@ def start_helper(folder: Path, model: bytes, inputs: list) -> subprocess.Popen:
         helper.wait()
         raise
     return helper
-
-
-def merge_stats(mine: bytes, theirs: bytes) -> bytes:
-    """``mine``, a calibrated model, with each tensor's minimum and maximum widened to ``theirs``'s
-    (the same model calibrated on other images), in place: every other byte stays. ValueError where
-    the two are not the same model with statistics on the same tensors."""
-    from edgeport.ops.tflite_file import schema
-
-    fb = schema()
-    buf = bytearray(mine)
-    a, b = fb.Model.GetRootAsModel(buf, 0), fb.Model.GetRootAsModel(theirs, 0)
-    if a.SubgraphsLength() != b.SubgraphsLength():
-        raise ValueError("the helper's model has other subgraphs")
-    for s in range(a.SubgraphsLength()):
-        ga, gb = a.Subgraphs(s), b.Subgraphs(s)
-        if ga.TensorsLength() != gb.TensorsLength():
-            raise ValueError("the helper's model has other tensors")
-        for t in range(ga.TensorsLength()):
-            qa, qb = ga.Tensors(t).Quantization(), gb.Tensors(t).Quantization()
-            sizes_a = (0, 0) if qa is None else (qa.MinLength(), qa.MaxLength())
-            sizes_b = (0, 0) if qb is None else (qb.MinLength(), qb.MaxLength())
-            if sizes_a != sizes_b:
-                raise ValueError(f"the helper's statistics of tensor {t} differ in kind")
-            if sizes_a == (0, 0):
-                continue
-            low, high = qa.MinAsNumpy(), qa.MaxAsNumpy()  # views into ``buf``
-            np.minimum(low, qb.MinAsNumpy(), out=low)
-            np.maximum(high, qb.MaxAsNumpy(), out=high)
-    return bytes(buf)
 
 
 def helper(folder: Path, parent: int) -> None:

@@ -109,6 +109,39 @@ def check(data: bytes, what: str = "the model") -> None:
 _WALKED = ByContent(64)
 
 
+def widen_ranges(calibrated: bytes, other: bytes) -> bytes:
+    """``calibrated``, a model with calibration statistics on its tensors (TensorFlow's calibrator:
+    a minimum and a maximum each), with each widened to ``other``'s -- the same model calibrated on
+    other images -- in place: the minimum of minima, the maximum of maxima, every other byte kept
+    (``convert/tf_calibration.py``). ValueError where the two are not the same model with
+    statistics on the same tensors; ``DamagedModel`` where either is no sound flatbuffer."""
+    import numpy as np
+
+    check(calibrated, "the calibrated model")
+    check(other, "the other calibrated model")
+    fb = schema()
+    buf = bytearray(calibrated)
+    a, b = fb.Model.GetRootAs(buf, 0), fb.Model.GetRootAs(bytes(other), 0)
+    if a.SubgraphsLength() != b.SubgraphsLength():
+        raise ValueError("the other model has other subgraphs")
+    for s in range(a.SubgraphsLength()):
+        ga, gb = a.Subgraphs(s), b.Subgraphs(s)
+        if ga.TensorsLength() != gb.TensorsLength():
+            raise ValueError("the other model has other tensors")
+        for t in range(ga.TensorsLength()):
+            qa, qb = ga.Tensors(t).Quantization(), gb.Tensors(t).Quantization()
+            sizes_a = (0, 0) if qa is None else (qa.MinLength(), qa.MaxLength())
+            sizes_b = (0, 0) if qb is None else (qb.MinLength(), qb.MaxLength())
+            if sizes_a != sizes_b:
+                raise ValueError(f"the other model's statistics of tensor {t} differ in kind")
+            if sizes_a == (0, 0):
+                continue
+            low, high = qa.MinAsNumpy(), qa.MaxAsNumpy()  # views into ``buf``
+            np.minimum(low, qb.MinAsNumpy(), out=low)
+            np.maximum(high, qb.MaxAsNumpy(), out=high)
+    return bytes(buf)
+
+
 def _walk(data: bytes, what: str) -> None:
     walk = _Walk(bytes(data), what)
     try:

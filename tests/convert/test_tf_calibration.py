@@ -76,7 +76,7 @@ T.HELPER_PAYS_OFF_S = 0.0  # a helper for every calibration from here on
 shared = T.calibrate_shared(parent_waits(False), C.Calibrator(model), lambda: iter(images))
 print("killed:", file=sys.stderr, flush=True)
 killed = T.calibrate_shared(parent_waits(True), C.Calibrator(model), lambda: iter(images))
-print(json.dumps({"merged": T.merge_stats(first, last) == whole, "halves_differ": first != whole,
+print(json.dumps({"merged": T.widen_ranges(first, last) == whole, "halves_differ": first != whole,
                   "alone": alone == whole, "shared": shared == whole, "killed": killed == whole}))
 """
 
