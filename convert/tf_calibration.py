@@ -6,7 +6,7 @@ one): 11.6 s of the int8 run's 27 s for YOLOv8n at 640 px, 107 s of MobileViT-xx
 other core waits (py-spy, and a per-process CPU trace of the convert).
 
 ``calibrate_shared`` (installed over ``Calibrator.calibrate``) shares the images with a helper
-process on the other core, started after the first image where the rest would take longer than
+process on the other core, started after the second image where the rest would take longer than
 ``HELPER_PAYS_OFF_S``. This process takes the images from the first, the helper -- once it has
 imported TensorFlow (about 3 s) -- from the last; each claims an image before running it (a
 file created exclusively), until they meet. So each image is run once, by whichever process is
@@ -15,11 +15,13 @@ free, and a helper that comes late costs its start-up only.
 TensorFlow's calibrator records each tensor's minimum and maximum over the images it runs, so
 the helper's figures merge into this process's calibrated model in place (the minimum of
 minima, the maximum of maxima, ``ops.tflite_file.widen_ranges``): the same bytes as one calibrator running every
-image (``tests/convert/test_tf_calibration.py``; the shipped int8 file is plain onnx2tf's,
+image (up to the sign of a bound that is zero in images of both signs of zero: the helper runs its
+images last to first) (``tests/convert/test_tf_calibration.py``; the shipped int8 file is plain onnx2tf's,
 ``tests/convert/test_onnx2tf_lean.py``). A calibrator fed more images after it returned goes on
 counting them, so where the helper fails, or its model does not match, its images are run here,
-after this process's own: slower, the same bytes. Not shared (one core, one image, or a sample
-other than one input array): TensorFlow's own calibration, unchanged.
+after this process's own: slower, the same bytes. Not shared (one core, two images, or samples
+other than one input array of one shape): TensorFlow's own calibration, unchanged but for the
+samples read first (their arrays once more in memory; shared, twice more, with their file).
 
     python -m edgeport.convert.tf_calibration FOLDER PARENT_PID   # the helper
 """
@@ -46,14 +48,17 @@ HELPER_PAYS_OFF_S = 6.0
 
 
 def install() -> None:
-    """Every TensorFlow calibrator of this process shares its images with a helper process."""
+    """Every TensorFlow calibrator of this process shares its images with a helper process (once)."""
     from tensorflow.lite.python.optimize import calibrator
 
     own = calibrator.Calibrator.calibrate
+    if getattr(own, "edgeport_shared", False):
+        return
 
     def calibrate(self, dataset_gen):
         return calibrate_shared(own, self, dataset_gen)
 
+    calibrate.edgeport_shared = True
     calibrator.Calibrator.calibrate = calibrate
 
 
@@ -92,52 +97,54 @@ def one_input(sample):
 
 def calibrate_shared(calibrate, calibrator, dataset_gen):
     """``calibrate(calibrator, dataset_gen)``, TensorFlow's, with the images shared with a helper
-    process where the rest of them, at the first image's pace, would take longer than
-    ``HELPER_PAYS_OFF_S``."""
+    process where the rest of them, at the second image's pace (the first includes allocating the
+    interpreter), would take longer than ``HELPER_PAYS_OFF_S``."""
     samples = list(dataset_gen())
     inputs = [one_input(s) for s in samples]
     model = getattr(calibrator, "_model_content", None)
-    if len(samples) < 2 or usable_cores() < 2 or model is None or any(x is None for x in inputs):
+    if (len(samples) < 3 or usable_cores() < 2 or model is None or any(x is None for x in inputs)
+            or len({(tuple(x.shape), str(x.dtype)) for x in inputs}) != 1):
         return calibrate(calibrator, lambda: iter(samples))
     import tempfile
 
-    try:
-        claims_folder = tempfile.TemporaryDirectory(prefix="edgeport-calibration-")
-    except OSError:  # no temporary folder to share the images through: TensorFlow's own calibration
+    try:  # in the run's own folder (the driver works there), removed with it however this process ends
+        claims_folder = tempfile.TemporaryDirectory(prefix="edgeport-calibration-", dir=os.getcwd())
+    except OSError:  # no folder to share the images through: TensorFlow's own calibration
         return calibrate(calibrator, lambda: iter(samples))
     with claims_folder as tmp:
         folder = Path(tmp)
         claims = Claims(folder, len(samples))
         mine: list[int] = []
-        helper: subprocess.Popen | None = None
+        proc: subprocess.Popen | None = None
 
         def my_images():
-            nonlocal helper
-            start = time.perf_counter()
+            nonlocal proc
+            paced = 0.0
             for i in claims.from_first():
-                if i == 1 and (len(samples) - 1) * (time.perf_counter() - start) > HELPER_PAYS_OFF_S:
+                if i == 2 and (len(samples) - 2) * (time.perf_counter() - paced) > HELPER_PAYS_OFF_S:
                     try:
-                        helper = start_helper(folder, model, inputs)
+                        proc = start_helper(folder, model, inputs)
                     except OSError as exc:  # no room for the images, no process: every image here
                         print(f"edgeport: no calibration helper ({exc}); every image is calibrated here", file=sys.stderr)
+                paced = time.perf_counter()
                 mine.append(i)
                 yield samples[i]
 
         try:
             calibrated = calibrate(calibrator, my_images)
-            if helper is not None:
-                helper.wait()
+            theirs = sorted(set(range(len(samples))) - set(mine))
+            if proc is not None and theirs:
+                proc.wait()  # at most the image it is running
         finally:
-            if helper is not None and helper.poll() is None:
-                helper.kill()
-                helper.wait()
-        theirs = sorted(set(range(len(samples))) - set(mine))
+            if proc is not None and proc.poll() is None:
+                proc.kill()  # none of the images is the helper's: it has nothing to say
+                proc.wait()
         if not theirs:
             return calibrated
         out = folder / HELPER_OUT
         try:
-            if helper is None or helper.returncode != 0 or not out.is_file():
-                raise ValueError(f"it ended with exit {helper.returncode if helper else None}")
+            if proc is None or proc.returncode != 0 or not out.is_file():
+                raise ValueError(f"it ended with exit {proc.returncode if proc else None}")
             merged = widen_ranges(calibrated, out.read_bytes())
         except (ValueError, DamagedModel) as exc:
             print(f"edgeport: the calibration helper's {len(theirs)} images are calibrated here ({exc})", file=sys.stderr)

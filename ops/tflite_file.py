@@ -112,7 +112,8 @@ _WALKED = ByContent(64)
 def widen_ranges(calibrated: bytes, other: bytes) -> bytes:
     """``calibrated``, a model with calibration statistics on its tensors (TensorFlow's calibrator:
     a minimum and a maximum each), with each widened to ``other``'s -- the same model calibrated on
-    other images -- in place: the minimum of minima, the maximum of maxima, every other byte kept
+    later images -- in place: the minimum of minima, the maximum of maxima (a tie keeps
+    ``calibrated``'s, as one calibrator keeps the first it saw), every other byte kept
     (``convert/tf_calibration.py``). ValueError where the two are not the same model with
     statistics on the same tensors; ``DamagedModel`` where either is no sound flatbuffer."""
     import numpy as np
@@ -137,8 +138,9 @@ def widen_ranges(calibrated: bytes, other: bytes) -> bytes:
             if sizes_a == (0, 0):
                 continue
             low, high = qa.MinAsNumpy(), qa.MaxAsNumpy()  # views into ``buf``
-            np.minimum(low, qb.MinAsNumpy(), out=low)
-            np.maximum(high, qb.MaxAsNumpy(), out=high)
+            other_low, other_high = qb.MinAsNumpy(), qb.MaxAsNumpy()
+            np.copyto(low, other_low, where=other_low < low)  # a tie keeps the first seen, as TensorFlow's std::min
+            np.copyto(high, other_high, where=other_high > high)
     return bytes(buf)
 
 

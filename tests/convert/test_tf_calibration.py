@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 
@@ -20,7 +19,7 @@ needs_tensorflow = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is 
                                       reason="TensorFlow is on the onnx2tf 1.28 line only (Python 3.11)")
 
 SCRIPT = r"""
-import glob, json, os, signal, sys, tempfile, time
+import glob, json, os, sys, time
 import numpy as np
 import tensorflow as tf
 from tensorflow.lite.python.optimize import calibrator as C
@@ -33,7 +32,7 @@ class Small(tf.Module):
         y = tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME"))
         return tf.concat([y, tf.sigmoid(y)], -1)
 
-saved = os.path.join(tempfile.mkdtemp(prefix="saved-"), "small")
+saved = os.path.join(os.getcwd(), "saved", "small")  # in the test's folder
 tf.saved_model.save(Small(), saved)  # as onnx2tf converts: from a saved model, one signature
 model = tf.lite.TFLiteConverter.from_saved_model(saved).convert()
 model = C.add_intermediate_tensors(model)
@@ -46,36 +45,38 @@ first, last = (bytes(own(C.Calibrator(model), lambda part=part: iter(part))) for
 
 def helper_claimed_the_last():
     deadline = time.time() + 120
-    while not glob.glob(os.path.join(tempfile.gettempdir(), "edgeport-calibration-*", f"claim-{len(images) - 1}")):
+    while not glob.glob(os.path.join("edgeport-calibration-*", f"claim-{len(images) - 1}")):  # in the working folder
         assert time.time() < deadline, "the helper never took an image"
         time.sleep(0.05)
-    return glob.glob(os.path.join(tempfile.gettempdir(), "edgeport-calibration-*"))[0]
 
-def parent_waits(kill_helper):
-    # the parent's second image waits until the helper has taken the last one (and, asked, kills it)
-    def calibrate(self, gen):
-        def images_():
-            for k, sample in enumerate(gen()):
-                if k == 1:
-                    folder = helper_claimed_the_last()
-                    if kill_helper:
-                        for pid in os.listdir("/proc"):
-                            try:
-                                cmd = open(f"/proc/{pid}/cmdline", "rb").read().decode()
-                            except OSError:
-                                continue
-                            if "tf_calibration" in cmd and folder in cmd:
-                                os.kill(int(pid), signal.SIGKILL)
-                yield sample
-        return own(self, images_)
-    return calibrate
+def parent_waits(self, gen):
+    # the parent's fourth image (the helper starts at its third) waits until the helper has taken the last one
+    def images_():
+        for k, sample in enumerate(gen()):
+            if k == 3:
+                helper_claimed_the_last()
+            yield sample
+    return own(self, images_)
 
 alone = T.calibrate_shared(own, C.Calibrator(model), lambda: iter(images))  # microseconds an image: no helper
 print("shared:", file=sys.stderr, flush=True)
 T.HELPER_PAYS_OFF_S = 0.0  # a helper for every calibration from here on
-shared = T.calibrate_shared(parent_waits(False), C.Calibrator(model), lambda: iter(images))
+shared = T.calibrate_shared(parent_waits, C.Calibrator(model), lambda: iter(images))
 print("killed:", file=sys.stderr, flush=True)
-killed = T.calibrate_shared(parent_waits(True), C.Calibrator(model), lambda: iter(images))
+start_helper = T.start_helper
+
+def start_and_kill(folder, model, inputs):
+    # a helper that took the last four images, then died
+    proc = start_helper(folder, model, inputs)
+    for i in range(4, len(images)):
+        os.close(os.open(folder / f"claim-{i}", os.O_CREAT | os.O_WRONLY))
+    proc.kill()
+    proc.wait()
+    return proc
+
+T.start_helper = start_and_kill
+killed = T.calibrate_shared(own, C.Calibrator(model), lambda: iter(images))
+T.start_helper = start_helper
 print(json.dumps({"merged": T.widen_ranges(first, last) == whole, "halves_differ": first != whole,
                   "alone": alone == whole, "shared": shared == whole, "killed": killed == whole}))
 """
@@ -84,8 +85,7 @@ print(json.dumps({"merged": T.widen_ranges(first, last) == whole, "halves_differ
 @needs_tensorflow
 @pytest.mark.slow
 def test_a_shared_calibration_is_one_calibrators_bytes(tmp_path):
-    env = dict(os.environ, TMPDIR=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["halves_differ"], "each half's ranges are narrower than the whole's: the merge has work to do"
@@ -97,7 +97,7 @@ def test_a_shared_calibration_is_one_calibrators_bytes(tmp_path):
     assert result["alone"] and "edgeport:" not in alone_log, "images this fast: no helper, TensorFlow's own calibration"
     assert "in a helper process" in shared_log
     assert "are calibrated here (it ended with exit -9)" in killed_log
-    assert not list(tmp_path.glob("edgeport-calibration-*")), "the claims' folder is removed"
+    assert not list(tmp_path.glob("edgeport-calibration-*")), "the claims' folder, in the working one, is removed"
     assert "Traceback" not in proc.stderr
 
 

@@ -301,6 +301,67 @@ def test_a_row_left_alone_is_joined_by_a_helper_taking_its_last_images(tmp_path,
     assert row["repeat"]["passed"], "each share checks its own images' repeats"
 
 
+def test_a_helper_that_fails_leaves_its_images_to_the_runner_and_decides_nothing(tmp_path, monkeypatch):
+    import time
+
+    import edgeport.validate.parity.run as parity
+    from edgeport.validate.parity.runners import RuntimeRefused
+
+    monkeypatch.setattr(parity, "_workers", lambda: 2)
+    ran: list = []
+
+    class Main(FakeRunner):
+        def helper(self):
+            return Broken(self.runtime)
+
+        def _run_one(self, x):
+            time.sleep(0.1)
+            ran.append(float(x[0, 0, 0, 0]))
+            return super()._run_one(x)
+
+    class Broken(FakeRunner):
+        def _run_one(self, x):
+            raise RuntimeRefused("out of memory for a second interpreter")
+
+    rows = lambda subject, shapes: [("float32", Main("main"), None, None)]  # noqa: E731
+    (row,) = [r for r in _run(_subject(tmp_path), rows)["results"] if r["runtime"] == "main"]
+    assert row["passed"] and row["outputs"][0]["max_abs"] == 0.0, row
+    from collections import Counter
+
+    assert sorted(Counter(ran).values()) == [2, 2, 2, 2], "every image run by the runner once (two invokes: the repeat check)"
+
+
+def test_a_runner_that_fails_ends_its_helpers_share():
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from edgeport.validate.parity.run import _share
+    from edgeport.validate.parity.runners import RuntimeRefused, Shares
+
+    started, helper_ran = threading.Event(), []
+
+    class Refuses(FakeRunner):
+        def _run_one(self, x):
+            started.wait(5)
+            raise RuntimeRefused("no kernel")
+
+    class Helper(FakeRunner):
+        def _run_one(self, x):
+            helper_ran.append(1)
+            started.set()
+            threading.Event().wait(0.2)
+            return super()._run_one(x)
+
+    x, shares = np.zeros((20, 3, 2, 2), np.float32), Shares(20)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(_share, Refuses("r"), x, threading.Event(), shares, first=True)
+        helper = pool.submit(_share, Helper("r"), x, threading.Event(), shares, first=False)
+        with pytest.raises(RuntimeRefused):
+            first.result()
+        helper.result()
+    assert len(helper_ran) <= 2, "the helper stopped at its next image"
+
+
 def test_shares_from_both_ends_take_each_image_once_and_a_late_helper_runs_none():
     from edgeport.validate.parity.runners import RunOutput, Shares
 

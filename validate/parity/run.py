@@ -189,11 +189,12 @@ def execute(runners: list[Runner], inputs: np.ndarray, early: EarlyRuns | None =
     core itself, on its untimed first invoke); then the others -- each on one thread, or in a child process -- side by side, at
     most one per core. A slow runner's images are shared out (``split``: the reference kernels),
     slow shares first, so the cores finish together: YOLOv8n's parity at 320 px takes 8 s instead
-    of 11 on two cores. A run that takes no fixed share is joined, when a core comes free, by a
-    helper taking its last images (``Runner.helper``, ``Shares``): a row left running alone --
-    MobileViT-xxs's int8 file at 640 px, a second an image, once its reference kernels' row has
-    aborted -- ends on both cores. Each image is still timed on its own, but beside another run: on a small
-    machine the reference kernels' ms/img reads up to a fifth higher than alone. A run's refusal
+    of 11 on two cores. A run on the optimised TFLite kernels (the other runners have no helper)
+    is joined, when a core comes free, by a second interpreter taking its last images
+    (``Runner.helper``, ``Shares``): a row left running alone -- MobileViT-xxs's int8 file at
+    640 px, a second an image, once its reference kernels' row has aborted -- ends on both cores.
+    Each image is still timed on its own, but beside another run: on a small machine the
+    reference kernels' ms/img reads up to a fifth higher than alone. A run's refusal
     (``RuntimeRefused``: the runtime's verdict) waits in its future for its row."""
     needed: dict[object, int | None] = {}  # run -> how many of the first inputs it computes (None: all)
     for runner in runners:
@@ -217,25 +218,56 @@ def execute(runners: list[Runner], inputs: np.ndarray, early: EarlyRuns | None =
     stop = threading.Event()
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edgeport-parity")
     try:
-        jobs, helpers = {}, []
+        jobs, helped = {}, {}
         for key, pieces in sorted(shared.items(), key=lambda kv: len(kv[1]) == 1):  # split (slow) runs first
             helper = pieces[0][0].helper() if len(pieces) == 1 and workers > 1 else None
             if helper is None:
                 jobs[key] = [pool.submit(piece.run, inputs[idx], stop) for piece, idx in pieces]
                 continue
             (piece, idx), = pieces
-            shares = Shares(len(idx))
-            jobs[key] = [pool.submit(piece.run, inputs[idx], stop, shares.from_first())]
-            helpers.append((key, helper, idx, shares))
-        for key, helper, idx, shares in helpers:  # queued last: each starts when a core comes free
-            jobs[key].append(pool.submit(helper.run, inputs[idx], stop, shares.from_last()))
+            x, shares = inputs[idx], Shares(len(idx))
+            jobs[key] = [pool.submit(_share, piece, x, stop, shares, first=True)]
+            helped[key] = (helper, piece, x, shares)
+        for key, (helper, _, x, shares) in helped.items():  # queued last: each starts when a core comes free
+            jobs[key].append(pool.submit(_share, helper, x, stop, shares, first=False))
         wait([f for fs in jobs.values() for f in fs])
     finally:
         stop.set()  # an interrupt, or an error: the others stop at their next image
         pool.shutdown(wait=True, cancel_futures=True)
     for key, fs in jobs.items():
-        runs[key] = _settled(lambda fs=fs: fs[0].result() if len(fs) == 1 else RunOutput.joined([f.result() for f in fs]))
+        if key in helped:
+            runs[key] = _settled(lambda fs=fs, h=helped[key]: _helped(fs, *h[1:]))
+        else:
+            runs[key] = _settled(lambda fs=fs: fs[0].result() if len(fs) == 1 else RunOutput.joined([f.result() for f in fs]))
     return runs
+
+
+def _share(runner: Runner, x: np.ndarray, stop: threading.Event, shares: Shares, *, first: bool) -> RunOutput:
+    """One side of a helped run: the runner from the first image, the helper from the last (loaded
+    before it takes one, and only where two are left: a helper that comes late takes nothing).
+    The runner failing ends the helper's share at its next image (the row is the runner's verdict);
+    the helper failing leaves the rest to the runner, and what it took to ``_helped``."""
+    if not first:
+        if shares.left() < 2:
+            return RunOutput([], float("nan"))
+        runner.prepare()
+        return runner.run(x, stop, shares.from_last())
+    try:
+        return runner.run(x, stop, shares.from_first())
+    except BaseException:
+        shares.close()
+        raise
+
+
+def _helped(fs: list[Future], runner: Runner, x: np.ndarray, shares: Shares) -> RunOutput:
+    """The runner's share joined with its helper's; where only the helper failed (its own
+    interpreter: memory, say), its images are run by the runner, so the helper decides nothing."""
+    mine = fs[0].result()
+    try:
+        theirs = fs[1].result()
+    except Exception:  # noqa: BLE001 -- the runner's own run is the verdict
+        theirs = runner.run(x, None, iter(sorted(shares.helper_took)))
+    return RunOutput.joined([mine, theirs])
 
 
 # -- 3. judging each run -----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Iterable
 
 import numpy as np
 
@@ -52,11 +52,22 @@ class RunOutput:
 class Shares:
     """The images of one run, shared by a runner taking them from the first and a helper from the
     last, each image once (``Runner.helper``): the helper, started when a core comes free, takes
-    what is left then, and nothing where nothing is."""
+    what is left then, and nothing where nothing is. ``helper_took``: the helper's images, so a
+    helper that fails leaves them to the runner (``run.execute``)."""
 
     def __init__(self, count: int):
         self._lock = threading.Lock()
         self._low, self._high = 0, count
+        self.helper_took: list[int] = []
+
+    def left(self) -> int:
+        with self._lock:
+            return self._high - self._low
+
+    def close(self) -> None:
+        """No more images for either: one of them failed."""
+        with self._lock:
+            self._high = self._low
 
     def from_first(self):
         while True:
@@ -74,6 +85,7 @@ class Shares:
                     return
                 self._high -= 1
                 i = self._high
+                self.helper_took.append(i)
             yield i
 
 
@@ -114,6 +126,9 @@ class Runner(abc.ABC):
         images on a core that comes free while it runs (``Shares``); None: this runner alone."""
         return None
 
+    def prepare(self) -> None:  # noqa: B027 -- optional: most runners load nothing ahead
+        """Load what the first image would (a helper does, before it takes one): by default nothing."""
+
     @abc.abstractmethod
     def _run_one(self, x: np.ndarray) -> list[np.ndarray]:
         """One image, ``(1, 3, H, W)`` float32 -> outputs with batch 1."""
@@ -122,7 +137,7 @@ class Runner(abc.ABC):
         """An image's second, timed invoke: by default as the first."""
         return self._run_one(x)
 
-    def run(self, inputs: np.ndarray, stop: threading.Event | None = None, indices=None) -> RunOutput:
+    def run(self, inputs: np.ndarray, stop: threading.Event | None = None, indices: Iterable[int] | None = None) -> RunOutput:
         """Every image, or those ``indices`` yields (a share: ``Shares``), in the images' order."""
         per_image, times, repeat = {}, {}, None
         for i in range(inputs.shape[0]) if indices is None else indices:

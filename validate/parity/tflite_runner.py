@@ -59,6 +59,10 @@ class TFLiteRunner(Runner):
         image, every image twice). The reference kernels are shared out in fixed parts (``split``)."""
         return self._unloaded_copy() if self.kernels != "reference" else None
 
+    def prepare(self) -> None:
+        if self.interp is None:
+            self._load()
+
     def _unloaded_copy(self) -> "TFLiteRunner":
         """The same file and kernels (and ``cache_key``, not hashed again), with an interpreter of its own."""
         import copy
