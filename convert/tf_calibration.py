@@ -45,6 +45,9 @@ MODEL, IMAGES, HELPER_OUT = "model.tflite", "images.npy", "helper.tflite"
 # costs a core that may be busy. YOLOv8n at 320 px (32 images, 3 s of calibration): not started,
 # and the convert measured 1 s slower with it; at 640 px (12 s): started.
 HELPER_PAYS_OFF_S = 6.0
+# how long the helper may take, once this process has run its share, to finish the image it runs
+# (MobileViT-xxs at 640 px: 3.3 s an image); past that it is killed and its images run here
+HELPER_GRACE_S = 120.0
 
 
 def install() -> None:
@@ -134,7 +137,10 @@ def calibrate_shared(calibrate, calibrator, dataset_gen):
             calibrated = calibrate(calibrator, my_images)
             theirs = sorted(set(range(len(samples))) - set(mine))
             if proc is not None and theirs:
-                proc.wait()  # at most the image it is running
+                try:
+                    proc.wait(timeout=HELPER_GRACE_S)  # at most the image it is running
+                except subprocess.TimeoutExpired:
+                    pass  # killed below: its images are calibrated here
         finally:
             if proc is not None and proc.poll() is None:
                 proc.kill()  # none of the images is the helper's: it has nothing to say
