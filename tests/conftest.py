@@ -30,6 +30,20 @@ REPO = Path(__file__).resolve().parents[1]
 DEMO_CKPT = REPO / "models" / "weights" / "pdet_n_person.pt"
 
 
+def fc_model():
+    """float32 x[1,4] -> FULLY_CONNECTED(w[3,4], b[3]) -> y[1,3], as a ``Graph``: weights a runtime reads."""
+    from edgeport.ops.tflite_graph import Graph
+
+    g = Graph.empty()
+    x = g.add_tensor("x", (1, 4), "float32")
+    w = g.constant("w", np.arange(12, dtype=np.float32).reshape(3, 4))
+    bias = g.constant("b", np.ones(3, np.float32))
+    y = g.add_tensor("y", (1, 3), "float32")
+    g.add(g.new_op("FULLY_CONNECTED", [x, w, bias], [y], "FullyConnectedOptions"))
+    g.set_io([x], [y])
+    return g
+
+
 def perturb_bn(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     """Give every BatchNorm non-trivial statistics and affine parameters."""
     g = torch.Generator().manual_seed(seed)

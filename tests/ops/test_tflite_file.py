@@ -4,19 +4,15 @@ import numpy as np
 import pytest
 
 from edgeport.ops.tflite_file import unpack, widen_ranges
-from edgeport.ops.tflite_graph import Graph
+
+from ..conftest import fc_model
 
 
 def _calibrated(ranges: dict[int, tuple[float, float]]) -> bytes:
     """x[1,4] -> FULLY_CONNECTED -> y[1,3], as TensorFlow's calibrator leaves it: a minimum and a
     maximum on the tensors named in ``ranges``."""
-    g = Graph.empty()
-    x = g.add_tensor("x", (1, 4), "float32")
-    w = g.constant("w", np.arange(12, dtype=np.float32).reshape(3, 4))
-    bias = g.constant("b", np.ones(3, np.float32))
-    y = g.add_tensor("y", (1, 3), "float32")
-    g.add(g.new_op("FULLY_CONNECTED", [x, w, bias], [y], "FullyConnectedOptions"))
-    g.set_io([x], [y])
+    g = fc_model()
+    x, y = g.sg.inputs[0], g.sg.outputs[0]
     for i, (low, high) in ranges.items():
         q = g.schema.QuantizationParametersT()
         q.min, q.max = [low], [high]

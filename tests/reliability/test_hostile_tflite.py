@@ -31,6 +31,7 @@ from edgeport.ops.tflite_graph import Graph
 from edgeport.ops.tflite_model import read_tflite
 from edgeport.validate.board.profiles import check_model, load_board
 
+from ..conftest import fc_model
 from .conftest import assert_kept, assert_one_line, inventory, run_cli
 
 
@@ -250,18 +251,6 @@ def test_no_module_reads_a_tflite_but_through_the_bounded_reader():
 
 
 # -- structurally invalid files: not runnable, with the reason ------------------------------------
-
-
-def fc_model() -> Graph:
-    """float32 x[1,4] -> FULLY_CONNECTED(w[3,4], b[3]) -> y[1,3]: weights a runtime reads."""
-    g = Graph.empty()
-    x = g.add_tensor("x", (1, 4), "float32")
-    w = g.constant("w", np.arange(12, dtype=np.float32).reshape(3, 4))
-    bias = g.constant("b", np.ones(3, np.float32))
-    y = g.add_tensor("y", (1, 3), "float32")
-    g.add(g.new_op("FULLY_CONNECTED", [x, w, bias], [y], "FullyConnectedOptions"))
-    g.set_io([x], [y])
-    return g
 
 
 def _damaged(kind: str) -> bytes:
