@@ -25,10 +25,11 @@ MAX_CLASSES = 10_000
 MAX_EPOCHS = 100_000
 MAX_BATCH = 65_536
 MAX_IMGSZ = 8192
+MAX_WORKERS = 64
 # where the run happens, not what the run is: on --resume these come from the command line
-ENVIRONMENT = ("device", "world_size", "dist_url", "backend", "data", "out", "resume")
+ENVIRONMENT = ("device", "world_size", "dist_url", "backend", "data", "out", "resume", "workers")
 # what shapes the model and its optimizer state: a resumed run cannot change them
-FIXED_ON_RESUME = ("arch", "num_classes", "optimizer", "freeze_layers")
+FIXED_ON_RESUME = ("arch", "num_classes", "optimizer", "freeze_layers", "float64")
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class TrainConfig:
     sync_micro_steps: bool = False
     eval_every: int = 1
     amp: str | None = None  # None, "bf16" or "fp16"
+    workers: int | None = None  # data-loading processes per rank; None: loader_workers() decides
+    float64: bool = False  # weights, activations and loss in float64 (checks; not for deployment speed)
     # options given on the command line (what --resume takes over the saved run's)
     explicit: tuple[str, ...] = field(default=(), compare=False)
 
@@ -101,6 +104,8 @@ class TrainConfig:
             ("freeze_layers", isinstance(self.freeze_layers, bool), "true or false"),
             ("deterministic", isinstance(self.deterministic, bool), "true or false"),
             ("sync_micro_steps", isinstance(self.sync_micro_steps, bool), "true or false"),
+            ("float64", isinstance(self.float64, bool), "true or false"),
+            ("workers", self.workers is None or whole(self.workers, 0, MAX_WORKERS), f"a whole number in 0..{MAX_WORKERS} or none"),
             ("imgsz", whole(self.imgsz, 32, MAX_IMGSZ), f"a whole number in 32..{MAX_IMGSZ}"),
             ("seed", whole(self.seed, -(2**63), 2**63 - 1), "a 64-bit whole number"),
             ("eval_every", whole(self.eval_every, 1, MAX_EPOCHS), f"a whole number in 1..{MAX_EPOCHS}"),
@@ -188,6 +193,12 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
                    "--device, --world-size ...) override the saved run's and are recorded in args.json")
     p.add_argument("--sync-micro-steps", action="store_true", help="all-reduce on every micro-step instead of using no_sync (for comparison)")
     p.add_argument("--eval-every", type=positive_int, default=1, help="evaluate mAP every N epochs (and always after the last; default 1)")
+    p.add_argument("--workers", type=int_range(0, MAX_WORKERS), metavar="N",
+                   help="data-loading processes per rank (default: 0 on cpu, where the ranks use every core; on cuda "
+                        "this machine's cores shared among its ranks, at most 8). The images do not depend on it")
+    p.add_argument("--float64", action="store_true",
+                   help="train in float64 (slow): with --deterministic, 2 ranks x batch B equal 1 rank x batch 2B to float64 "
+                        "rounding, where float32's rounding can flip a ReLU (docs/training.md)")
     p.add_argument("--amp", choices=AMP_DTYPES, help="mixed precision: bf16 (cpu or cuda) or fp16 with a gradient scaler (cuda)")
     p.add_argument("--force", action="store_true", help="replace an earlier edgeport training run in --out (never other files)")
 

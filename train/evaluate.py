@@ -17,10 +17,10 @@ from edgeport.validate.metrics import coco_map
 
 
 def model_outputs(model: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
-    """Forward ``x`` on the model's own device; the outputs come back float32 on the CPU."""
-    device = next(model.parameters()).device
+    """Forward ``x`` on the model's own device and dtype; the outputs come back float32 on the CPU."""
+    p = next(model.parameters())
     with torch.no_grad():
-        return [o.detach().float().cpu() for o in model(x.to(device))]
+        return [o.detach().float().cpu() for o in model(x.to(p.device, p.dtype))]
 
 
 def predict(model: torch.nn.Module, samples: list[Sample], imgsz: int, strides, *, batch: int = 16, images: list[np.ndarray] | None = None) -> list[Detections]:

@@ -107,6 +107,8 @@ def validate_inputs(cfg: TrainConfig, *, local_world: int | None = None, preflig
                                 f"or fewer, or --backend gloo to let ranks share GPUs")
     if cfg.amp == "fp16" and cfg.device != "cuda":
         raise BadInputError("--amp fp16 needs --device cuda; use --amp bf16 on the CPU")
+    if cfg.amp and cfg.float64:
+        raise BadInputError(f"--amp {cfg.amp} and --float64 ask for two precisions; pass one of them")
     if cfg.resolved_backend == "mpi":
         import torch.distributed as dist
 

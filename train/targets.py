@@ -99,13 +99,15 @@ def detection_loss(outputs: list[torch.Tensor], targets: list[dict[str, torch.Te
     Computed densely over every cell and masked by the positives, then reduced per image:
     every tensor lives on the outputs' device, and no ``index_add``/scatter is involved,
     so the loss is deterministic on CUDA (where ``index_add`` accumulates atomically).
-    The loss is computed in float32 whatever dtype the outputs come in (AMP).
+    The loss is computed in float32 when the outputs come in a narrower dtype (AMP), in
+    float64 when they come in float64 (``--float64``).
     """
     device = outputs[0].device
-    num_pos = sum(t["pos"].flatten(1).sum(1) for t in targets).clamp_min(1).to(device=device, dtype=torch.float32)
-    obj_l = cls_l = box_l = torch.zeros(outputs[0].shape[0], dtype=torch.float32, device=device)
+    dtype = torch.promote_types(outputs[0].dtype, torch.float32)
+    num_pos = sum(t["pos"].flatten(1).sum(1) for t in targets).clamp_min(1).to(device=device, dtype=dtype)
+    obj_l = cls_l = box_l = torch.zeros(outputs[0].shape[0], dtype=dtype, device=device)
     for out, t in zip(outputs, targets):
-        out = out.float()
+        out = out.to(dtype)
         pos = t["pos"].to(device)
         posf = pos.to(out.dtype)
         obj_l = obj_l + F.binary_cross_entropy_with_logits(out[:, 4], posf, reduction="none").flatten(1).sum(1)

@@ -141,6 +141,19 @@ def worker_device(cfg: TrainConfig, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
 
 
+def loader_workers(cfg: TrainConfig, world: int) -> int:
+    """Data-loading processes per rank: ``--workers``, else none on the CPU (the ranks' own
+    compute uses every core) and, on CUDA, this machine's cores shared among its ranks, one
+    left to each rank, at most 8. Augmentation draws from (seed, epoch, index): the batches
+    are the same whatever the count."""
+    if cfg.workers is not None:
+        return cfg.workers
+    if cfg.device != "cuda":
+        return 0
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    return max(0, min(8, (os.cpu_count() or 1) // max(local, 1) - 1))
+
+
 def set_determinism() -> None:
     """``--deterministic``: seeded, unshuffled, unaugmented, and deterministic kernels.
 
@@ -238,7 +251,8 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
         _freeze_backbone(model)
     if cfg.sync_bn:
         model = convert_sync_batchnorm(model, device)
-    model.to(device)
+    dtype = torch.float64 if cfg.float64 else torch.float32
+    model.to(device, dtype)
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     counter = CommCounter(process_group=dist.group.WORLD)
     ddp.register_comm_hook(counter, counting_allreduce_hook)
@@ -247,8 +261,9 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
     val_samples = load_split(cfg.data, "val", cfg.num_classes)
     dataset = DetectionDataset(train_samples, cfg.imgsz, strides, augment=not cfg.deterministic, seed=cfg.seed, aug=AugmentConfig())
     sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=not cfg.deterministic, seed=cfg.seed)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, collate_fn=collate, num_workers=0,
-                                         pin_memory=device.type == "cuda")
+    workers = loader_workers(cfg, world)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, collate_fn=collate,
+                                         num_workers=workers, pin_memory=device.type == "cuda")
     sizes = micro_batch_sizes(len(sampler), cfg.batch_size)
     windows = window_sizes(sizes, cfg.accumulate)
     steps_per_epoch = math.ceil(len(sizes) / cfg.accumulate)
@@ -282,7 +297,8 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
         write_output(out, "args.json", json.dumps(record, indent=2) + "\n")
     log(rank, f"training {cfg.arch} on {len(train_samples)} images, world size {world} ({cfg.resolved_backend}, {device.type}), "
               f"batch {cfg.batch_size}/process x accumulate {cfg.accumulate} = {cfg.batch_size * cfg.accumulate * world} images/step, "
-              f"SyncBN {'on' if cfg.sync_bn else 'off'}, AMP {cfg.amp or 'off'}, {steps_per_epoch} optimizer steps/epoch")
+              f"SyncBN {'on' if cfg.sync_bn else 'off'}, AMP {cfg.amp or 'off'}{', float64' if cfg.float64 else ''}, "
+              f"{steps_per_epoch} optimizer steps/epoch, {workers} loader worker{'' if workers == 1 else 's'}/process")
 
     params = [p for p in ddp.parameters() if p.requires_grad]
     summary: dict = {}
@@ -299,7 +315,7 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
         for m, (images, targets, _) in enumerate(loader):
             last_in_window = (m + 1) % cfg.accumulate == 0 or m + 1 == len(sizes)
             sync_now = last_in_window or cfg.sync_micro_steps
-            images = images.to(device, non_blocking=True)
+            images = images.to(device, dtype, non_blocking=True)
             targets = [{k: v.to(device, non_blocking=True) for k, v in t.items()} for t in targets]
             with contextlib.nullcontext() if sync_now else ddp.no_sync():
                 with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
