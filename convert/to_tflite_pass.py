@@ -61,6 +61,7 @@ def _parity_meanwhile(early: EarlyRuns, exported: Exported, float32_row: bool):
     call, the float32 file's on the optimised kernels once it is written (its row's, where the
     board runs float32). Nothing here stops the conversion: a run that cannot start is parity's to
     run, and to report."""
+    from edgeport.validate.parity.run import diagnostic
     from edgeport.validate.parity.runners import OnnxRuntimeRunner, TorchRunner
     from edgeport.validate.parity.tflite_runner import TFLiteRunner
 
@@ -68,10 +69,10 @@ def _parity_meanwhile(early: EarlyRuns, exported: Exported, float32_row: bool):
 
     def meanwhile(files: dict) -> None:
         try:
-            if not started:
+            if not started:  # as parity plans them (``run.plan_rows``)
                 started["reference"] = early.start(TorchRunner(prepared.reference))
-                early.start(TorchRunner(prepared.module))
-                early.start(OnnxRuntimeRunner(exported.onnx))
+                early.start(diagnostic(TorchRunner(prepared.module)))
+                early.start(diagnostic(OnnxRuntimeRunner(exported.onnx)))
             reference = started["reference"]
             if float32_row and "float32" in files and "float32" not in started and reference.exception() is None:
                 started["float32"] = early.start(TFLiteRunner(files["float32"], [(1, *o.shape[1:]) for o in reference.result().outputs]))

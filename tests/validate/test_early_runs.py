@@ -85,6 +85,27 @@ def test_a_run_on_other_inputs_or_of_another_key_is_parity_own(tmp_path):
         assert mine.runs == 1
 
 
+def test_a_diagnostics_early_run_is_taken_only_for_its_sample(tmp_path):
+    """A diagnostic runner (``run.diagnostic``: the first ``DIAGNOSTIC_IMAGES`` inputs) runs only
+    those early; parity takes that run for a row of the sample, and runs every input itself where a
+    row of the same run needs them all."""
+    from edgeport.validate.parity.run import DIAGNOSTIC_IMAGES, diagnostic
+
+    subject = _subject(tmp_path)
+    inputs = parity_inputs(subject.inputs, subject.seed)
+    early = EarlyRuns(inputs)
+    sampled = diagnostic(Keyed("onnxruntime", "graph"))
+    early.start(sampled)
+    sampled_row = diagnostic(Keyed("onnxruntime", "graph"))
+    report = run_parity(replace(subject, early=early), plan=lambda s, shapes: [PlannedRow("onnx", "onnxruntime", sampled_row)])
+    assert sampled.runs == 1 and sampled_row.runs == 0, "the early run is the row's"
+    (row,) = [r for r in report.rows if r.variant == "onnx"]
+    assert row.images == DIAGNOSTIC_IMAGES < len(inputs)
+    whole = Keyed("onnxruntime", "graph")  # the same run, a row on every input
+    run_parity(replace(subject, early=early), plan=lambda s, shapes: [PlannedRow("onnx", "onnxruntime", whole)])
+    assert whole.runs == 1, "a sample is not every input: parity runs it"
+
+
 def test_a_run_stopped_or_never_started_is_parity_own(tmp_path):
     subject = _subject(tmp_path)
     early = EarlyRuns(parity_inputs(subject.inputs, subject.seed))

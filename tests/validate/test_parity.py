@@ -541,14 +541,21 @@ def test_the_default_boards_emulator_is_the_optimised_kernels_run(tmp_path):
 
     model = tmp_path / "m.tflite"
     model.write_bytes(unary("RELU", (1, 8, 8, 1)))  # planned, never run here
+    (tmp_path / "m.onnx").write_bytes(b"planned, never loaded")
     subject = _subject(tmp_path, board=load_board("default"))
-    subject = ParitySubject(**{**subject.__dict__, "tflite": {"float32": model, "int8": model}})
+    subject = ParitySubject(**{**subject.__dict__, "tflite": {"float32": model, "int8": model}, "folded_module": Doubler(),
+                               "onnx_path": tmp_path / "m.onnx"})
     planned = plan_rows(subject, [(1, 1, 8, 8)])
     rows = {(r.variant, r.runtime): r.runner for r in planned}
+    assert ("folded", "pytorch") in rows and ("onnx", "onnxruntime") in rows
     assert rows[("int8", "board:default")].cache_key == rows[("int8", "tflite")].cache_key
     assert rows[("int8", "tflite-ref")].images == DIAGNOSTIC_IMAGES and rows[("int8", "tflite")].images is None
+    # the folded model's and the ONNX graph's rows: diagnostics too; every TFLite row runs every input
+    assert all(rows[k].images == DIAGNOSTIC_IMAGES for k in rows if k[0] in ("folded", "onnx"))
+    assert all(rows[k].images is None for k in rows if k[1] in ("tflite", "board:default"))
     # float32's reference kernels agree with the optimised ones within float rounding: no diagnostic row
     assert [r.runtime for r in planned if r.variant == "float32"] == ["tflite", "board:default"]
+    subject = replace(subject, folded_module=None, onnx_path=None)
     old = {(r.variant, r.runtime): r.runner for r in plan_rows(replace(subject, board=load_board("tflite-1.13")), [(1, 1, 8, 8)])}
     emulated = old[("float32", "board:tflite-1.13 (emulated)")]
     assert emulated.kernels == "reference" and emulated.images is None, "an old board's emulator: every image"

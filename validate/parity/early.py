@@ -53,7 +53,7 @@ class EarlyRuns:
             _OPEN.add(self)
 
     def start(self, runner: Runner) -> Future:
-        """Queue ``runner``'s run on every input (once per ``cache_key``); its future."""
+        """Queue ``runner``'s run on every input, or its first ``images`` (once per ``cache_key``); its future."""
         with self._lock:
             if runner.cache_key in self._runs:
                 return self._runs[runner.cache_key][1]
@@ -87,18 +87,20 @@ class EarlyRuns:
             try:
                 # PyTorch on its own threads, as in parity: on one, its outputs differ in the last
                 # bits (another order of sums), and so would the report's figures from validate's
-                future.set_result(runner.run(self.inputs, self._stop))
+                future.set_result(runner.run(self.inputs[: runner.images], self._stop))
             except BaseException as exc:  # noqa: BLE001 -- parity decides what it means (``taken``)
                 future.set_exception(exc)
 
-    def taken(self, runner: Runner, inputs: np.ndarray) -> Future | None:
-        """The run of ``runner`` on ``inputs`` started here, or None: parity runs it itself. Taken
-        are a finished run and a runtime's refusal (its verdict on the file); a run stopped, never
-        started, or that failed otherwise (beside the converter, on another thread) is run again."""
+    def taken(self, runner: Runner, inputs: np.ndarray, images: int | None = None) -> Future | None:
+        """The run of ``runner`` on the first ``images`` of ``inputs`` (None: all) started here, or
+        None: parity runs it itself. Taken are a finished run and a runtime's refusal (its verdict on
+        the file); a run stopped, never started, on fewer inputs (a diagnostic's sample, where a row
+        of the same run needs them all), or that failed otherwise (beside the converter, on another
+        thread) is run again."""
         if inputs.shape != self.inputs.shape or not np.array_equal(inputs, self.inputs):
             return None
-        _, future = self._runs.get(runner.cache_key, (None, None))
-        if future is None:
+        ran, future = self._runs.get(runner.cache_key, (None, None))
+        if future is None or (ran.images is not None and (images is None or images > ran.images)):
             return None
         try:
             failed = future.exception()  # waits for it (``wait`` would wait forever on one cancelled before it ran)

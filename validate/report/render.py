@@ -148,9 +148,10 @@ def legend(report: dict) -> list[str]:
     if sampled:
         total = report.get("inputs", {})
         of = f" of the {total['count'] + total['random']} inputs" if {"count", "random"} <= set(total) else ""
-        lines.append(f"{SAMPLED} judged on the first {', '.join(map(str, sampled))} images{of} only: the reference kernels "
-                     "where no board row runs them, a diagnostic (which op parts from the optimised kernels' arithmetic); "
-                     "mAP is not computed on so few.")
+        lines.append(f"{SAMPLED} judged on the first {', '.join(map(str, sampled))} images{of} only, a diagnostic: the folded "
+                     "model and the ONNX graph (where an error entered: every file made from them is judged on every input), "
+                     "and the reference kernels where no board row runs them (which op parts from the optimised kernels' "
+                     "arithmetic); mAP is not computed on so few.")
     return lines
 
 
