@@ -143,15 +143,18 @@ def worker_device(cfg: TrainConfig, local_rank: int) -> torch.device:
 
 def loader_workers(cfg: TrainConfig, world: int) -> int:
     """Data-loading processes per rank: ``--workers``, else none on the CPU (the ranks' own
-    compute uses every core) and, on CUDA, this machine's cores shared among its ranks, one
-    left to each rank, at most 8. Augmentation draws from (seed, epoch, index): the batches
+    compute uses every core) and, on CUDA, the cores this process may use (its affinity: a
+    container's or a scheduler's share) shared among this machine's ranks, one left to each
+    rank, at most 8. Augmentation draws from (seed, epoch, index): the batches
     are the same whatever the count."""
+    from edgeport.process import usable_cores
+
     if cfg.workers is not None:
         return cfg.workers
     if cfg.device != "cuda":
         return 0
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    return max(0, min(8, (os.cpu_count() or 1) // max(local, 1) - 1))
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", world)))
+    return max(0, min(8, usable_cores() // max(local, 1) - 1))
 
 
 def set_determinism() -> None:

@@ -88,8 +88,8 @@ def test_gpu_check_smoke_runs_where_edgeport_is_not_installed(tmp_path):
     assert checks["train"]["world_size"] == 2 and checks["train"]["allreduce_rounds_per_step"] == 1
     assert checks["resume"]["resumed_to_epoch"] == 2
     assert checks["equivalence"]["max_rel_diff"] <= 1e-9 and checks["equivalence"]["dtype"] == "float64" and checks["bf16"]["passed"]
-    assert "not installed here" in checks["convert_cpu"]["skipped"]
-    assert checks["fp16"]["skipped"] == "--amp fp16 needs CUDA"  # the machine has no converter stack
+    assert "not installed here" in checks["convert_cpu"]["skipped"]  # the machine has no converter stack
+    assert checks["fp16"]["skipped"] == "--amp fp16 needs CUDA"
     assert set(summary["steps"]) >= {"train", "resume", "equivalence, 2 ranks", "equivalence, 1 rank", "bf16"}
 
 

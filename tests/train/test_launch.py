@@ -43,6 +43,29 @@ def test_resume_refuses_what_it_cannot_change_and_epochs_already_done():
         TrainConfig(data=Path("d"), arch="pdet-s", explicit=("arch",)).resumed(saved, 2)
     with pytest.raises(BadInputError, match="already trained 5 of 5"):
         TrainConfig(data=Path("d")).resumed(saved, 5)
+    # a float64 run stays float64, and takes no --amp on resume
+    f64 = TrainConfig(data=Path("d"), epochs=5, float64=True).to_dict()
+    assert TrainConfig(data=Path("d")).resumed(f64, 2).float64
+    with pytest.raises(BadInputError, match="trained in float64"):
+        TrainConfig(data=Path("d"), amp="bf16", explicit=("amp",)).resumed(f64, 2)
+    with pytest.raises(BadInputError, match="float64=False"):
+        TrainConfig(data=Path("d"), float64=True, explicit=("float64",)).resumed(saved, 2)
+
+
+def test_loader_workers_by_default(monkeypatch):
+    from edgeport import process
+    from edgeport.train.trainer import loader_workers
+
+    monkeypatch.setattr(process, "usable_cores", lambda: 16)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
+    assert loader_workers(TrainConfig(data=Path("d")), 1) == 0, "on the CPU the ranks use every core"
+    cuda = TrainConfig(data=Path("d"), device="cuda")
+    assert loader_workers(cuda, 1) == 8, "capped at 8"
+    assert loader_workers(cuda, 4) == 3, "16 cores among 4 ranks, one left to each"
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # 2 of the 4 ranks on this machine
+    assert loader_workers(cuda, 4) == 7
+    assert loader_workers(TrainConfig(data=Path("d"), device="cuda", workers=2), 4) == 2, "--workers wins"
 
 
 def test_schedule_continues_at_the_same_fraction_on_another_world_size():

@@ -151,6 +151,12 @@ def test_a_row_judged_on_a_sample_says_so_in_every_rendering():
     print_table(report, console)
     assert "tflite-ref (first 2 images)" in console.file.getvalue()
     assert "\u2021" not in render_markdown(_with_board_rows(same_run=False))
+    # the legend names the kinds of sampled row the report has, and no other
+    assert "reference kernels where no board row runs them" in md and "folded model" not in md
+    report["results"][-2].pop("images")
+    report["results"][0].update(variant="folded", runtime="pytorch", images=2)
+    md = render_markdown(report)
+    assert "the folded model and the ONNX graph" in md and "reference kernels where" not in md
 
 
 @pytest.mark.parametrize("reference, candidate, says", [

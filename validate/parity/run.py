@@ -349,7 +349,7 @@ class _Reference:
             return None
         if bound not in self.floors:
             real = [o[: self.n_real] for o in self.outputs]
-            # the bound measured where the tensor tolerance is (every input), applied to the real images
+            # the bound measured where the tensor tolerance is (every input the row is judged on), applied to the real images
             perturbed = [self.head.decode(perturb(real, self.head.groups, bound, how, self.outputs)) for how in PERTURBATIONS]
             possible = self.head.decode(perturb(real, self.head.groups, bound, "+", self.outputs), possible_protocol(DETECT))
             self.floors[bound] = stability(self.detections, perturbed, possible, bound)

@@ -148,10 +148,16 @@ def legend(report: dict) -> list[str]:
     if sampled:
         total = report.get("inputs", {})
         of = f" of the {total['count'] + total['random']} inputs" if {"count", "random"} <= set(total) else ""
-        lines.append(f"{SAMPLED} judged on the first {', '.join(map(str, sampled))} images{of} only, a diagnostic: the folded "
-                     "model and the ONNX graph (where an error entered: every file made from them is judged on every input), "
-                     "and the reference kernels where no board row runs them (which op parts from the optimised kernels' "
-                     "arithmetic); mAP is not computed on so few.")
+        rows = [r for r in report["results"] if r.get("images") is not None]
+        which = []
+        if any(r["variant"] in ("folded", "onnx") for r in rows):
+            which.append("the folded model and the ONNX graph (where an error entered: every file made from them is judged "
+                         "on every input)")
+        if any(r["runtime"] == "tflite-ref" for r in rows):
+            which.append("the reference kernels where no board row runs them (which op parts from the optimised kernels' "
+                         "arithmetic)")
+        lines.append(f"{SAMPLED} judged on the first {', '.join(map(str, sampled))} images{of} only, a diagnostic: "
+                     f"{' and '.join(which) or 'rows no verdict rests on'}; mAP is not computed on so few.")
     return lines
 
 
