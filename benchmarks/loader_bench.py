@@ -21,11 +21,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
-from edgeport.models.synth import make_scene
-from edgeport.train.data import write_dataset
-
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -51,10 +46,9 @@ def main() -> None:
     said = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        rng = np.random.default_rng(0)
         data = tmp / "data"
-        write_dataset(data, {"train": [make_scene(rng, args.imgsz) for _ in range(args.images)],
-                             "val": [make_scene(rng, args.imgsz) for _ in range(8)]}, size=args.imgsz)
+        subprocess.run([sys.executable, "-m", "edgeport.cli", "data", "synth", "--out", str(data), "--n", str(args.images),
+                        "--n-val", "8", "--imgsz", str(args.imgsz)], check=True, capture_output=True)
         for r in range(args.rounds):
             for name, workers in (("none", ["--workers", "0"]), ("default", [])):
                 rate, said[name] = _epoch_rate(data, tmp / name, args.device, args.imgsz, args.batch_size, workers)

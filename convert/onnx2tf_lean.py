@@ -157,6 +157,8 @@ def collect_on_optimised_kernels(collect, *, tflite_path: str, calibration_sampl
     kernels). The kernels round their own way, so a range may differ in its last bits (the file
     with it); the default board runs these kernels. Samples that do not fit the inputs as they
     are: 2.x's own loop, which resizes them."""
+    from pathlib import Path
+
     import numpy as np
     from ai_edge_litert.interpreter import Interpreter
     from onnx2tf.tflite_builder.quantization import TensorCalibrationRange, _normalize_tensor_detail_name
@@ -164,7 +166,7 @@ def collect_on_optimised_kernels(collect, *, tflite_path: str, calibration_sampl
     from edgeport.validate.parity.divergence import every_tensor_as_output
 
     samples = list(calibration_samples)
-    model, _ = every_tensor_as_output(open(tflite_path, "rb").read())
+    model, _ = every_tensor_as_output(Path(tflite_path).read_bytes())
     interpreter = Interpreter(model_content=model, num_threads=1)
     interpreter.allocate_tensors()
     inputs = list(interpreter.get_input_details())

@@ -146,9 +146,6 @@ class TrainConfig:
         merged.update({k: mine[k] for k in self.explicit if k in mine})
         merged["explicit"] = list(self.explicit)
         cfg = TrainConfig.from_dict(merged)
-        if cfg.amp and cfg.float64:
-            raise BadInputError(f"--resume: the run was trained in float64 (--float64, kept on resume); --amp {cfg.amp} asks for "
-                                f"another precision: drop --amp, or start a new run with --weights")
         if cfg.epochs is not None and cfg.epochs <= start_epoch:
             raise BadInputError(f"--resume: the run has already trained {start_epoch} of {cfg.epochs} epochs; "
                                 f"pass --epochs N with N > {start_epoch} to train further")

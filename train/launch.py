@@ -84,11 +84,20 @@ def launched_rank(env=None) -> tuple[int, int, int, str] | None:
 
 
 def validate_inputs(cfg: TrainConfig, *, local_world: int | None = None, preflight: bool = True) -> None:
-    """Fail fast, once, before any process starts."""
+    """Fail fast, once, before any process starts: on the run as it will go on (a resumed run's
+    saved options merged with this command line's, as each rank merges them)."""
     from edgeport.models.registry import REGISTRY, arch_names
     from edgeport.train.data import load_split
     from edgeport.train.data import preflight as scan_images
 
+    for path, flag in ((cfg.weights, "--weights"), (cfg.resume, "--resume")):
+        if path is not None and not path.is_file():
+            raise BadInputError(f"{flag} {str(path)!r} does not exist")
+    if cfg.resume is not None:
+        from edgeport.train.checkpoint import load_resume
+
+        saved = load_resume(cfg.resume)
+        cfg = cfg.resumed(saved["args"], saved["epoch"])  # refuses what a resumed run cannot change
     if cfg.arch not in REGISTRY:
         raise BadInputError(f"unknown architecture {cfg.arch!r}; valid: {', '.join(arch_names())}")
     stride = max(REGISTRY[cfg.arch].config.strides)
@@ -108,7 +117,8 @@ def validate_inputs(cfg: TrainConfig, *, local_world: int | None = None, preflig
     if cfg.amp == "fp16" and cfg.device != "cuda":
         raise BadInputError("--amp fp16 needs --device cuda; use --amp bf16 on the CPU")
     if cfg.amp and cfg.float64:
-        raise BadInputError(f"--amp {cfg.amp} and --float64 ask for two precisions; pass one of them")
+        raise BadInputError(f"--amp {cfg.amp} and --float64 ask for two precisions; pass one of them "
+                            f"(a resumed run keeps the one it was trained in)")
     if cfg.resolved_backend == "mpi":
         import torch.distributed as dist
 
@@ -116,14 +126,6 @@ def validate_inputs(cfg: TrainConfig, *, local_world: int | None = None, preflig
             raise BadInputError("--backend mpi but this torch build has no MPI support; use gloo (cpu) or nccl (cuda)")
     if cfg.resolved_backend == "nccl" and cfg.device != "cuda":
         raise BadInputError("--backend nccl needs --device cuda; use gloo on cpu")
-    for path, flag in ((cfg.weights, "--weights"), (cfg.resume, "--resume")):
-        if path is not None and not path.is_file():
-            raise BadInputError(f"{flag} {str(path)!r} does not exist")
-    if cfg.resume is not None:
-        from edgeport.train.checkpoint import load_resume
-
-        saved = load_resume(cfg.resume)
-        cfg.resumed(saved["args"], saved["epoch"])  # refuses what a resumed run cannot change
     train = load_split(cfg.data, "train", cfg.num_classes)
     val = load_split(cfg.data, "val", cfg.num_classes)
     if preflight:

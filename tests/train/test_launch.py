@@ -43,13 +43,29 @@ def test_resume_refuses_what_it_cannot_change_and_epochs_already_done():
         TrainConfig(data=Path("d"), arch="pdet-s", explicit=("arch",)).resumed(saved, 2)
     with pytest.raises(BadInputError, match="already trained 5 of 5"):
         TrainConfig(data=Path("d")).resumed(saved, 5)
-    # a float64 run stays float64, and takes no --amp on resume
+    # a float64 run stays float64; a float32 run does not become one
     f64 = TrainConfig(data=Path("d"), epochs=5, float64=True).to_dict()
     assert TrainConfig(data=Path("d")).resumed(f64, 2).float64
-    with pytest.raises(BadInputError, match="trained in float64"):
-        TrainConfig(data=Path("d"), amp="bf16", explicit=("amp",)).resumed(f64, 2)
     with pytest.raises(BadInputError, match="float64=False"):
         TrainConfig(data=Path("d"), float64=True, explicit=("float64",)).resumed(saved, 2)
+
+
+@pytest.mark.parametrize("saved, now, says", [
+    ({"float64": True}, {"amp": "bf16"}, "--amp bf16 and --float64 ask for two precisions"),
+    ({"amp": "fp16", "device": "cuda"}, {"device": "cpu"}, "--amp fp16 needs --device cuda"),
+])
+def test_a_resumed_run_is_checked_as_it_will_go_on(tmp_path, monkeypatch, saved, now, says):
+    """The saved options merged with this command line's are what is checked: a float64 run given
+    --amp, an fp16 run moved to the CPU -- each one line, exit 2, before any process starts."""
+    from edgeport.train import checkpoint
+
+    last = tmp_path / "last.pt"
+    last.write_bytes(b"read by the stand-in below")
+    args = TrainConfig(data=Path("d"), epochs=5, **saved).to_dict()
+    monkeypatch.setattr(checkpoint, "load_resume", lambda path: {"args": args, "epoch": 1})
+    cfg = TrainConfig(data=tmp_path, resume=last, **now, explicit=("data", "resume", *now))
+    with pytest.raises(BadInputError, match=says):
+        validate_inputs(cfg, preflight=False)
 
 
 def test_loader_workers_by_default(monkeypatch):
