@@ -213,7 +213,10 @@ def test_force_on_a_run_that_is_still_training_is_refused(workspace, data):
                 return json.loads((workspace / "run" / LOCK).read_text()).get("pid") == live.pid
             return False
 
-        assert _wait_for(lambda: holds_the_lock() and (workspace / "run" / "args.json").is_file() and live.poll() is None)
+        # and its first epoch written: --force cleared the folder, and a --resume of a last.pt not there
+        # yet is refused on that (one line, exit 2) before the lock is looked at (on a busy machine, a race)
+        assert _wait_for(lambda: holds_the_lock() and (workspace / "run" / "args.json").is_file()
+                         and (workspace / "run" / "last.pt").is_file() and live.poll() is None)
         second = run_cli(*TRAIN, "--out", "run", "--epochs", "1", "--force", "--seed", "5", cwd=workspace)
         assert_one_line(second, 2, "is in use by a running edgeport train", f"process {live.pid}")
         resumed = run_cli("train", "--data", "data", "--resume", "run/last.pt", "--epochs", "300", cwd=workspace)
