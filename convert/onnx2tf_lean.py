@@ -1,11 +1,11 @@
-"""onnx2tf without the work on files edgeport never ships; on 1.28 what it ships is byte for byte plain onnx2tf's.
+"""onnx2tf without the work on files edgeport never ships; what it ships is plain onnx2tf's (int8: to its ranges' last bits).
 
 Asked for int8 (``-oiqt``), onnx2tf writes six or seven files; edgeport ships two: float32
 and full-integer int8 -- and where int8 is converted from its own graph (output groups scaled
 apart: ``int8_groups.py``), one run ships float32 and the other int8 alone (``--ships``, the
 driver's own flag). On the 1.28 line (TensorFlow) this driver skips the others' work and
-changes nothing else (``tests/convert/test_onnx2tf_lean.py`` compares the shipped files with
-plain onnx2tf's). Each unshipped variant costs a TensorFlow conversion; on YOLOv8n at 320 px,
+changes nothing else but the calibration's last bits, below (``tests/convert/test_onnx2tf_lean.py``
+compares the shipped files with plain onnx2tf's). Each unshipped variant costs a TensorFlow conversion; on YOLOv8n at 320 px,
 the int8 run's took 15 s of 24 (1.28.8, a quiet machine):
 
 - declined, where onnx2tf runs the variant in its own ``try`` block that warns on
@@ -24,9 +24,9 @@ an invoke without holding Python's lock. A range is the minimum and maximum over
 any grouping, so the halves merge exactly. Each half runs on the optimised kernels
 (``collect_on_optimised_kernels``: 0.58 s an image -> 0.2 s at 640 px), which round their own
 way: a range may differ from 2.x's in its last bits, and the int8 file with it (the same ops,
-tensors and weights; ``tests/convert/test_onnx2tf_lean.py``). On 1.28 TensorFlow's calibrator holds
-Python's lock, so the images are shared with a helper process instead (``tf_calibration``; the
-same bytes too).
+tensors and weights; ``tests/convert/test_onnx2tf_lean.py``). On 1.28 TensorFlow's calibrator runs the first
+image only, and the ranges it records are computed over every image on the optimised kernels, as it
+records them (``tf_calibration``): the same ranges to float rounding, the int8 file with them.
 
 On both lines the driver imports onnx2tf with the cyclic garbage collector paused, and freezes
 what the import leaves (``_lazy.importing``): the conversion's own collections then no longer
@@ -104,12 +104,12 @@ def _lean(converter, ships: set[str]):
 
 def install_tensorflow(ships: set[str]) -> None:
     """1.28: make every TFLite converter onnx2tf creates skip the variants this run does not ship,
-    and calibrate on two processes (``tf_calibration``)."""
+    and compute its calibration ranges on the optimised kernels (``tf_calibration``)."""
     import tensorflow as tf
 
     from edgeport.convert import tf_calibration
 
-    tf_calibration.install()  # and calibrate on two processes
+    tf_calibration.install()  # the ranges computed on the optimised kernels, on two threads
     cls = tf.lite.TFLiteConverter
     for name in ("from_saved_model", "from_concrete_functions", "from_keras_model"):
         make = getattr(cls, name)
@@ -230,7 +230,7 @@ def install_flatbuffer_direct() -> None:
 
 
 def install(ships: set[str]) -> bool:
-    """1.28: skip the unshipped variants and calibrate on two processes (True); 2.x: calibrate on two
+    """1.28: skip the unshipped variants and compute the calibration ranges (True); 2.x: calibrate on two
     threads, nothing to skip (False)."""
     from edgeport.convert.onnx2tf import installed_backend
 

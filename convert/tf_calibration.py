@@ -1,94 +1,74 @@
-"""TensorFlow's calibrator on two processes (onnx2tf 1.28's int8 run): each image run once, the same bytes.
+"""TensorFlow's calibrator, its ranges computed on the optimised kernels (onnx2tf 1.28's int8 run).
 
-onnx2tf 1.28 quantises through TensorFlow's converter, whose calibrator runs the float model
-image by image on one core and holds Python's lock while it does (two threads take as long as
-one): 11.6 s of the int8 run's 27 s for YOLOv8n at 640 px, 107 s of MobileViT-xxs's, while the
-other core waits (py-spy, and a per-process CPU trace of the convert).
+onnx2tf 1.28 quantises through TensorFlow's converter, whose calibrator runs the float model image
+by image on one core, on kernels that log every tensor: 18 s of CPU for YOLOv8n's 32 images at
+640 px, 109 s for MobileViT-xxs's (TensorFlow holds Python's lock meanwhile, so a thread beside it
+gains nothing). TFLite's optimised kernels (XNNPACK, the default board's) run the same images in
+4 s and 15 s, keeping every tensor when each op's output is made a graph output
+(``every_tensor_as_output``), on two threads, each half of the images (an invoke runs without
+Python's lock).
 
-``calibrate_shared`` (installed over ``Calibrator.calibrate``) shares the images with a helper
-process on the other core, started after the second image where the rest would take longer than
-``HELPER_PAYS_OFF_S``. This process takes the images from the first, the helper -- once it has
-imported TensorFlow (about 3 s) -- from the last; each claims an image before running it (a
-file created exclusively), until they meet. So each image is run once, by whichever process is
-free, and a helper that comes late costs its start-up only.
+What TensorFlow records is not quite each tensor's range. Its calibrator
+(``tensorflow/lite/tools/optimize/calibration/calibrator.cc``) logs each op's inputs again after the
+op has run, and where TFLite's memory planner lets an op write its output over an input (in place:
+MUL, ADD, LOGISTIC ...), that input is recorded with the output's values too
+(tensorflow/tensorflow#127842, open): on YOLOv8n at 640 px, 72 of the 252 tensors it records, each
+SiLU's sigmoid down to -0.278 (the SiLU's own minimum). The int8 file onnx2tf ships is quantised
+with those ranges, and edgeport ships that file (parity judges it): so each recorded range here is
+TensorFlow's, computed -- a tensor's own minimum and maximum over the images, joined with those of
+the output written over it; and a maximum never below the smallest positive float, where the
+logger starts it.
 
-TensorFlow's calibrator records each tensor's minimum and maximum over the images it runs, so
-the helper's figures merge into this process's calibrated model in place (the minimum of
-minima, the maximum of maxima, ``ops.tflite_file.widen_ranges``): the same bytes as one calibrator running every
-image (up to the sign of a bound that is zero in images of both signs of zero: the helper runs its
-images last to first) (``tests/convert/test_tf_calibration.py``; the shipped int8 file is plain onnx2tf's,
-``tests/convert/test_onnx2tf_lean.py``). A calibrator fed more images after it returned goes on
-counting them, so where the helper fails, or its model does not match, its images are run here,
-after this process's own: slower, the same bytes. Not shared (one core, two images, or samples
-other than one input array of one shape): TensorFlow's own calibration, unchanged but for the
-samples read first (their arrays once more in memory; shared, twice more, with their file).
+``calibrate_measured`` (installed over ``Calibrator.calibrate``): TensorFlow's calibrator runs the
+first image alone -- which tensors it records, in what form, and what it records on that image --
+then the optimised kernels run every image. A tensor whose record on the first image is its own
+range there gets its own range over every image; one whose record is its range joined with that of
+an output of an op that reads it (that op ran in place) gets the two joined over every image. The
+ranges are TensorFlow's to float rounding (1e-5 of a range, the kernels round their own way), and
+every other byte of the calibrated model is TensorFlow's (``ops.tflite_file.set_ranges``): the int8
+file is plain onnx2tf's but for the last bits of some scales (``tests/convert/test_tf_calibration.py``,
+``test_onnx2tf_lean.py``).
 
-    python -m edgeport.convert.tf_calibration FOLDER PARENT_PID   # the helper
+Where a record is explained by neither (or by two outputs that differ over the images), a recorded
+tensor cannot be read, the model has more than one subgraph, a sample is not one array of the
+input's shape and type, or an image gives a value that is not finite: TensorFlow's own calibration
+over every image, as onnx2tf runs it (said on stderr).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import time
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from edgeport.ops.tflite_file import DamagedModel, widen_ranges
+from edgeport.ops.tflite_file import recorded_ranges, set_ranges
 from edgeport.process import usable_cores
 
-MODEL, IMAGES, HELPER_OUT = "model.tflite", "images.npy", "helper.tflite"
-# A helper starts where the images left would take this process longer: it imports TensorFlow
-# (about 3 s) before it takes one, so it gains half of what is left after that, and its start-up
-# costs a core that may be busy. YOLOv8n at 320 px (32 images, 3 s of calibration): not started,
-# and the convert measured 1 s slower with it; at 640 px (12 s): started.
-HELPER_PAYS_OFF_S = 6.0
-# how long the helper may take, once this process has run its share, to finish the image it runs
-# (MobileViT-xxs at 640 px: 3.3 s an image); past that it is killed and its images run here
-HELPER_GRACE_S = 120.0
+Range = tuple[float, float]
+# how far a range computed here may lie from TensorFlow's record of it, of the range's width: the
+# two sets of kernels round their own way (1e-7 of a range on YOLOv8n)
+ROUNDING = 1e-5
+FLOAT32_TINY, FLOAT32_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
+
+
+class Unmeasured(Exception):
+    """Why this model's ranges are left to TensorFlow's calibrator."""
 
 
 def install() -> None:
-    """Every TensorFlow calibrator of this process shares its images with a helper process (once)."""
+    """Every TensorFlow calibrator of this process computes its ranges (``calibrate_measured``)."""
     from tensorflow.lite.python.optimize import calibrator
 
     own = calibrator.Calibrator.calibrate
-    if getattr(own, "edgeport_shared", False):
+    if getattr(own, "edgeport_measured", False):
         return
 
     def calibrate(self, dataset_gen):
-        return calibrate_shared(own, self, dataset_gen)
+        return calibrate_measured(own, self, dataset_gen)
 
-    calibrate.edgeport_shared = True
+    calibrate.edgeport_measured = True
     calibrator.Calibrator.calibrate = calibrate
-
-
-class Claims:
-    """Which process runs which image: a file created exclusively in ``folder`` for each image taken."""
-
-    def __init__(self, folder: Path, count: int):
-        self.folder, self.count = folder, count
-
-    def take(self, i: int) -> bool:
-        try:
-            os.close(os.open(self.folder / f"claim-{i}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return False
-        return True
-
-    def from_first(self):
-        for i in range(self.count):
-            if not self.take(i):
-                return
-            yield i
-
-    def from_last(self):
-        for i in reversed(range(self.count)):
-            if not self.take(i):
-                return
-            yield i
 
 
 def one_input(sample):
@@ -98,111 +78,116 @@ def one_input(sample):
     return values[0] if values is not None and len(values) == 1 else None
 
 
-def calibrate_shared(calibrate, calibrator, dataset_gen):
-    """``calibrate(calibrator, dataset_gen)``, TensorFlow's, with the images shared with a helper
-    process where the rest of them, at the second image's pace (the first includes allocating the
-    interpreter), would take longer than ``HELPER_PAYS_OFF_S``."""
+def calibrate_measured(calibrate, calibrator, dataset_gen) -> bytes:
+    """``calibrate(calibrator, dataset_gen)``, TensorFlow's, on its first image only, its ranges
+    then computed over every image (module docstring)."""
     samples = list(dataset_gen())
-    inputs = [one_input(s) for s in samples]
     model = getattr(calibrator, "_model_content", None)
-    if (len(samples) < 3 or usable_cores() < 2 or model is None or any(x is None for x in inputs)
-            or len({(tuple(x.shape), str(x.dtype)) for x in inputs}) != 1):
+    if len(samples) < 2 or model is None:
         return calibrate(calibrator, lambda: iter(samples))
-    import tempfile
-
-    try:  # in the run's own folder (the driver works there), removed with it however this process ends
-        claims_folder = tempfile.TemporaryDirectory(prefix="edgeport-calibration-", dir=os.getcwd())
-    except OSError:  # no folder to share the images through: TensorFlow's own calibration
-        return calibrate(calibrator, lambda: iter(samples))
-    with claims_folder as tmp:
-        folder = Path(tmp)
-        claims = Claims(folder, len(samples))
-        mine: list[int] = []
-        proc: subprocess.Popen | None = None
-
-        def my_images():
-            nonlocal proc
-            paced = 0.0
-            for i in claims.from_first():
-                if i == 2 and (len(samples) - 2) * (time.perf_counter() - paced) > HELPER_PAYS_OFF_S:
-                    try:
-                        proc = start_helper(folder, model, inputs)
-                    except OSError as exc:  # no room for the images, no process: every image here
-                        print(f"edgeport: no calibration helper ({exc}); every image is calibrated here", file=sys.stderr)
-                paced = time.perf_counter()
-                mine.append(i)
-                yield samples[i]
-
-        try:
-            calibrated = calibrate(calibrator, my_images)
-            theirs = sorted(set(range(len(samples))) - set(mine))
-            if proc is not None and theirs:
-                try:
-                    proc.wait(timeout=HELPER_GRACE_S)  # at most the image it is running
-                except subprocess.TimeoutExpired:
-                    pass  # killed below: its images are calibrated here
-        finally:
-            if proc is not None and proc.poll() is None:
-                proc.kill()  # none of the images is the helper's: it has nothing to say
-                proc.wait()
-        if not theirs:
-            return calibrated
-        out = folder / HELPER_OUT
-        try:
-            if proc is None or proc.returncode != 0 or not out.is_file():
-                raise ValueError(f"it ended with exit {proc.returncode if proc else None}")
-            merged = widen_ranges(calibrated, out.read_bytes())
-        except (ValueError, DamagedModel) as exc:
-            print(f"edgeport: the calibration helper's {len(theirs)} images are calibrated here ({exc})", file=sys.stderr)
-            return calibrate(calibrator, lambda: (samples[i] for i in theirs))
-        print(f"edgeport: calibrated {len(mine)} images here and {len(theirs)} in a helper process", file=sys.stderr)
-        return merged
-
-
-def start_helper(folder: Path, model: bytes, inputs: list) -> subprocess.Popen:
-    """The helper, importing TensorFlow while this process writes the model and the images for it."""
-    helper = subprocess.Popen([sys.executable, "-m", "edgeport.convert.tf_calibration", str(folder), str(os.getpid())],
-                              stdin=subprocess.PIPE)
+    first = bytes(calibrate(calibrator, lambda: iter(samples[:1])))
     try:
-        (folder / MODEL).write_bytes(bytes(model))
-        np.save(folder / IMAGES, np.stack([np.asarray(x) for x in inputs]))
-        helper.stdin.write(b"go\n")
-        helper.stdin.close()
-    except BaseException:
-        helper.kill()
-        helper.wait()
-        raise
-    return helper
+        inputs = [one_input(s) for s in samples]
+        if any(x is None for x in inputs):
+            raise Unmeasured("a sample is not one input")
+        ranges = tensorflows_ranges(bytes(model), [np.asarray(x) for x in inputs], recorded_ranges(first))
+    except Unmeasured as exc:
+        print(f"edgeport: TensorFlow's own calibration ({exc})", file=sys.stderr)
+        return calibrate(calibrator, lambda: iter(samples[1:]))  # it goes on counting: every image, as onnx2tf runs it
+    return set_ranges(first, ranges)
 
 
-def helper(folder: Path, parent: int) -> None:
-    """Import TensorFlow, wait for the parent's word, then calibrate the images from the last until
-    the parent's claims are met; write the calibrated model (none where no image was left)."""
-    from edgeport.process import die_with
+def tensorflows_ranges(model: bytes, inputs: list[np.ndarray], first: dict[int, Range]) -> dict[int, Range]:
+    """What TensorFlow's calibrator would record over ``inputs`` (one array an image, the model's
+    one input) for each tensor of ``first``, its record on the first image."""
+    from edgeport.ops.tflite_graph import Graph
 
-    die_with(parent)
-    from tensorflow.lite.python.optimize import calibrator
+    graph = Graph(model)
+    if len(graph.model.subgraphs) != 1 or len(graph.sg.inputs) != 1:
+        raise Unmeasured("not one subgraph of one input")
+    given = int(graph.sg.inputs[0])
+    outputs = sorted({t for op in graph.ops for t in op.outputs if t >= 0})
+    unread = [graph.tensor_name(t) for t in first if t != given and t not in set(outputs)]
+    if unread:
+        raise Unmeasured(f"{len(unread)} recorded tensors are no op's output, {unread[0]} first")
+    own_first, own = ({t: _as_logged(r) for t, r in ranges.items()} for ranges in measure(model, given, inputs, outputs))
+    ranges = {}
+    for t, recorded in first.items():
+        if _close(recorded, own_first[t]):
+            ranges[t] = own[t]
+            continue
+        # an op that reads t and wrote its output over it: the output's range joined to t's
+        joined = {_join(own[t], own[y]) for op in graph.ops if t in op.inputs for y in op.outputs
+                  if y >= 0 and _close(recorded, _join(own_first[t], own_first[y]))}
+        if len(joined) != 1:
+            raise Unmeasured(f"TensorFlow's record of {graph.tensor_name(t)} is "
+                             f"{'explained by no op that reads it' if not joined else 'explained by two outputs'}")
+        ranges[t] = joined.pop()
+    return ranges
 
-    if sys.stdin.readline().strip() != "go":
-        return  # the parent gave up
-    images = np.load(folder / IMAGES, mmap_mode="r")
-    claims = Claims(folder, len(images))
-    taken = claims.from_last()
-    first = next(taken, None)
-    if first is None:
-        return
-    model = (folder / MODEL).read_bytes()
 
-    def my_images():
-        yield [np.array(images[first])]
-        for i in taken:
-            yield [np.array(images[i])]
-
-    calibrated = calibrator.Calibrator(model).calibrate(my_images)
-    part = folder / (HELPER_OUT + ".part")
-    part.write_bytes(bytes(calibrated))
-    os.replace(part, folder / HELPER_OUT)
+def _as_logged(r: Range) -> Range:
+    """A range as TensorFlow's logger keeps it: its maximum starts at the smallest positive float
+    (``numeric_limits<float>::min()``), so a tensor below zero everywhere is recorded up to 1.2e-38;
+    its minimum at the largest."""
+    return min(r[0], FLOAT32_MAX), max(r[1], FLOAT32_TINY)
 
 
-if __name__ == "__main__":
-    helper(Path(sys.argv[1]), int(sys.argv[2]))
+def _close(a: Range, b: Range) -> bool:
+    width = max(b[1] - b[0], abs(b[0]), abs(b[1]), 1e-30)
+    return abs(a[0] - b[0]) <= ROUNDING * width and abs(a[1] - b[1]) <= ROUNDING * width
+
+
+def _join(a: Range, b: Range) -> Range:
+    return min(a[0], b[0]), max(a[1], b[1])
+
+
+def measure(model: bytes, given: int, inputs: list[np.ndarray], tensors: list[int]) -> tuple[dict[int, Range], dict[int, Range]]:
+    """Each of ``tensors`` (op outputs) and the input ``given``: its range on the first image, and
+    over every image, on the optimised kernels with every op's output kept; the images after the
+    first in two halves, each on its own thread and interpreter."""
+    from edgeport.validate.parity.divergence import every_tensor_as_output
+
+    made, _ = every_tensor_as_output(model)
+    first = _ranges_on(made, given, inputs[:1], tensors)
+    rest = inputs[1:]
+    cut = (len(rest) + 1) // 2 if usable_cores() > 1 else len(rest)
+    parts = [part for part in (rest[:cut], rest[cut:]) if part]
+    with ThreadPoolExecutor(max(1, len(parts)), thread_name_prefix="edgeport-calibration") as pool:
+        found = [f.result() for f in [pool.submit(_ranges_on, made, given, part, tensors) for part in parts]]
+    every = {t: (min(f[t][0] for f in (first, *found)), max(f[t][1] for f in (first, *found))) for t in first}
+    return first, every
+
+
+def _ranges_on(model: bytes, given: int, inputs: list[np.ndarray], tensors: list[int]) -> dict[int, Range]:
+    """The ranges of ``tensors`` and of the input over ``inputs``, on one interpreter."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    try:
+        interpreter = Interpreter(model_content=model, num_threads=1)
+        interpreter.allocate_tensors()
+    except (RuntimeError, ValueError) as exc:  # the runtime's own refusal
+        raise Unmeasured(f"the optimised kernels refuse the model ({str(exc).strip().splitlines()[-1][:200]})") from exc
+    detail = next(d for d in interpreter.get_input_details() if int(d["index"]) == given)
+    ranges: dict[int, Range] = {}
+
+    def see(t: int, values: np.ndarray) -> None:
+        if values.size == 0:
+            raise Unmeasured(f"tensor {t} is empty")
+        low, high = float(np.min(values)), float(np.max(values))
+        if not (np.isfinite(low) and np.isfinite(high)):  # TensorFlow's calibrator says what it makes of that
+            raise Unmeasured(f"an image gives tensor {t} a value that is not finite")
+        have = ranges.get(t)
+        ranges[t] = (low, high) if have is None else (min(have[0], low), max(have[1], high))
+
+    for x in inputs:
+        if tuple(x.shape) != tuple(int(v) for v in detail["shape"]) or x.dtype != detail["dtype"]:
+            raise Unmeasured(f"a sample of shape {tuple(x.shape)} and type {x.dtype}, not the input's")
+        interpreter.set_tensor(given, x)
+        see(given, x)
+        interpreter.invoke()
+        for t in tensors:
+            view = interpreter.tensor(t)()  # in place, before the next invoke
+            see(t, view)
+            del view  # the runtime refuses to invoke while a view of its tensors is held
+    return ranges

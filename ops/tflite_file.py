@@ -109,38 +109,35 @@ def check(data: bytes, what: str = "the model") -> None:
 _WALKED = ByContent(64)
 
 
-def widen_ranges(calibrated: bytes, other: bytes) -> bytes:
-    """``calibrated``, a model with calibration statistics on its tensors (TensorFlow's calibrator:
-    a minimum and a maximum each), with each widened to ``other``'s -- the same model calibrated on
-    later images -- in place: the minimum of minima, the maximum of maxima (a tie keeps
-    ``calibrated``'s, as one calibrator keeps the first it saw), every other byte kept
-    (``convert/tf_calibration.py``). ValueError where the two are not the same model with
-    statistics on the same tensors; ``DamagedModel`` where either is no sound flatbuffer."""
+def recorded_ranges(calibrated: bytes) -> dict[int, tuple[float, float]]:
+    """The tensors of subgraph 0 that carry calibration statistics (TensorFlow's calibrator: a
+    minimum and a maximum each), with them, in order; ``DamagedModel`` where the file is no sound
+    flatbuffer."""
+    check(calibrated, "the calibrated model")
+    graph = schema().Model.GetRootAs(bytes(calibrated), 0).Subgraphs(0)
+    recorded = {}
+    for t in range(graph.TensorsLength()):
+        q = graph.Tensors(t).Quantization()
+        if q is not None and q.MinLength() and q.MaxLength():
+            recorded[t] = (float(q.MinAsNumpy().min()), float(q.MaxAsNumpy().max()))
+    return recorded
+
+
+def set_ranges(calibrated: bytes, ranges: dict[int, tuple[float, float]]) -> bytes:
+    """``calibrated`` (TensorFlow's calibrator's model) with the statistics of each tensor of
+    subgraph 0 in ``ranges`` set to its (minimum, maximum), in place, every other byte kept
+    (``convert/tf_calibration.py``). ValueError where a tensor in ``ranges`` carries none."""
     import numpy as np
 
     check(calibrated, "the calibrated model")
-    check(other, "the other calibrated model")
-    fb = schema()
     buf = bytearray(calibrated)
-    a, b = fb.Model.GetRootAs(buf, 0), fb.Model.GetRootAs(bytes(other), 0)
-    if a.SubgraphsLength() != b.SubgraphsLength():
-        raise ValueError("the other model has other subgraphs")
-    for s in range(a.SubgraphsLength()):
-        ga, gb = a.Subgraphs(s), b.Subgraphs(s)
-        if ga.TensorsLength() != gb.TensorsLength():
-            raise ValueError("the other model has other tensors")
-        for t in range(ga.TensorsLength()):
-            qa, qb = ga.Tensors(t).Quantization(), gb.Tensors(t).Quantization()
-            sizes_a = (0, 0) if qa is None else (qa.MinLength(), qa.MaxLength())
-            sizes_b = (0, 0) if qb is None else (qb.MinLength(), qb.MaxLength())
-            if sizes_a != sizes_b:
-                raise ValueError(f"the other model's statistics of tensor {t} differ in kind")
-            if sizes_a == (0, 0):
-                continue
-            low, high = qa.MinAsNumpy(), qa.MaxAsNumpy()  # views into ``buf``
-            other_low, other_high = qb.MinAsNumpy(), qb.MaxAsNumpy()
-            np.copyto(low, other_low, where=other_low < low)  # a tie keeps the first seen, as TensorFlow's std::min
-            np.copyto(high, other_high, where=other_high > high)
+    graph = schema().Model.GetRootAs(buf, 0).Subgraphs(0)
+    for t, (low, high) in ranges.items():
+        q = graph.Tensors(t).Quantization() if 0 <= t < graph.TensorsLength() else None
+        if q is None or not (q.MinLength() and q.MaxLength()):
+            raise ValueError(f"tensor {t} carries no calibration statistics")
+        q.MinAsNumpy()[:] = np.float32(low)  # views into ``buf``
+        q.MaxAsNumpy()[:] = np.float32(high)
     return bytes(buf)
 
 

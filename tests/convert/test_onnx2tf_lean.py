@@ -1,5 +1,6 @@
-"""``onnx2tf_lean``, on the installed onnx2tf line: the shipped files byte for byte as plain onnx2tf
-writes them, without the work on files edgeport never ships.
+"""``onnx2tf_lean``, on the installed onnx2tf line: the shipped files as plain onnx2tf writes them
+(byte for byte but for the int8 file's calibrated ranges' last bits), without the work on files
+edgeport never ships.
 
 onnx2tf runs in child processes only: on 1.28 it imports TensorFlow, which in the test process
 breaks torch.compile's later import of triton (a segfault: the two bring conflicting native
@@ -40,14 +41,11 @@ def test_the_shipped_files_are_plain_onnx2tfs_byte_for_byte(tmp_path, small_onnx
     int8_only, _ = _convert(tmp_path, onnx_path, "int8", lean=True, ships=("int8",))
     int8 = ONNX2TF_OUTPUTS["int8"]
     for name in ONNX2TF_OUTPUTS.values():
-        if name == int8 and GENERATION >= 2:  # calibrated on the optimised kernels: the ranges' last bits
+        if name == int8:  # its ranges computed on the optimised kernels (2.x: its own; 1.28: TensorFlow's): their last bits
             _same_but_for_the_ranges_last_bits(lean[name], plain[name])
         else:
             assert lean[name] == plain[name], f"{name} differs from plain onnx2tf's"
-    if GENERATION >= 2:
-        assert int8_only[int8] == lean[int8], "int8 alone differs from int8 beside float32"
-    else:
-        assert int8_only[int8] == plain[int8], "int8 alone differs from plain onnx2tf's"
+    assert int8_only[int8] == lean[int8], "int8 alone differs from int8 beside float32"
     for variant in UNSHIPPED:
         assert f"model_{variant}.tflite" in plain, "plain onnx2tf writes it"
         assert f"model_{variant}.tflite" not in lean, "skipped: nothing reads it"

@@ -1,9 +1,10 @@
-"""``tflite_file.widen_ranges``: a calibrated model's minima and maxima widened to another's, in place."""
+"""``tflite_file.recorded_ranges`` and ``set_ranges``: which tensors of a calibrated model carry a
+minimum and a maximum, and what they are; those set in place."""
 
 import numpy as np
 import pytest
 
-from edgeport.ops.tflite_file import unpack, widen_ranges
+from edgeport.ops.tflite_file import recorded_ranges, set_ranges, unpack
 
 from ..conftest import fc_model
 
@@ -25,24 +26,31 @@ def _ranges(data: bytes) -> list:
             for t in unpack(data).subgraphs[0].tensors]
 
 
-def test_ranges_widen_to_the_other_models_in_place():
+def test_the_recorded_ranges_are_those_with_a_minimum_and_a_maximum():
+    g = fc_model()
+    x, y = g.sg.inputs[0], g.sg.outputs[0]
+    assert recorded_ranges(_calibrated({0: (-1.0, 2.0), 1: (0.0, 5.0)})) == {x: (-1.0, 2.0), y: (0.0, 5.0)}
+    assert list(recorded_ranges(_calibrated({0: (-1.0, 2.0), 1: (0.0, 5.0)}))) == sorted([x, y]), "in the tensors' order"
+    assert recorded_ranges(_calibrated({1: (0.0, 5.0)})) == {y: (0.0, 5.0)}
+    assert recorded_ranges(g.to_bytes()) == {}, "no statistics: nothing recorded"
+
+
+def test_ranges_are_set_in_place_and_every_other_byte_kept():
     mine = _calibrated({0: (-1.0, 2.0), 1: (0.0, 5.0)})
-    theirs = _calibrated({0: (-3.0, 1.0), 1: (0.5, 7.5)})
-    widened = widen_ranges(mine, theirs)
-    assert len(widened) == len(mine) and widened != mine
-    got = _ranges(widened)
-    assert (-3.0, 2.0) in got and (0.0, 7.5) in got, got
-    assert widen_ranges(mine, mine) == mine, "nothing to widen: every byte kept"
-    changed = [k for k, (p, q) in enumerate(zip(mine, widened)) if p != q]
-    assert len(changed) <= 8, "only the bytes of the two values that widened (4 each)"
+    x, y = recorded_ranges(mine)  # (in order)
+    got = set_ranges(mine, {y: (0.25, 7.5)})
+    assert len(got) == len(mine) and got != mine
+    ranges = _ranges(got)
+    assert ranges[y] == (0.25, 7.5) and ranges[x] == (-1.0, 2.0), ranges
+    changed = [k for k, (p, q) in enumerate(zip(mine, got)) if p != q]
+    assert len(changed) <= 8, "only the bytes of the two values set (4 each)"
+    assert set_ranges(mine, {x: (-1.0, 2.0)}) == mine, "the same values: the same bytes"
+    assert np.float32(_ranges(set_ranges(mine, {x: (-0.1, 0.1)}))[x][0]) == np.float32(-0.1), "stored as float32"
 
 
-def test_a_tie_keeps_the_first_seen_sign_of_zero():
-    mine, theirs = _calibrated({0: (0.0, 1.0)}), _calibrated({0: (-0.0, 1.0)})
-    low = [r for r in _ranges(widen_ranges(mine, theirs)) if r is not None][0][0]
-    assert low == 0.0 and not np.signbit(low), "one calibrator keeps the first of two equal minima"
-
-
-def test_models_with_statistics_on_other_tensors_do_not_widen():
-    with pytest.raises(ValueError, match="differ in kind"):
-        widen_ranges(_calibrated({0: (-1.0, 1.0)}), _calibrated({1: (-1.0, 1.0)}))
+def test_a_tensor_without_statistics_is_not_given_a_range():
+    mine = _calibrated({1: (0.0, 5.0)})
+    with pytest.raises(ValueError, match="carries no calibration statistics"):
+        set_ranges(mine, {fc_model().sg.inputs[0]: (-1.0, 1.0)})
+    with pytest.raises(ValueError, match="carries no calibration statistics"):
+        set_ranges(mine, {10_000: (-1.0, 1.0)})
