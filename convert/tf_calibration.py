@@ -1,38 +1,40 @@
 """TensorFlow's calibrator, its ranges computed on the optimised kernels (onnx2tf 1.28's int8 run).
 
 onnx2tf 1.28 quantises through TensorFlow's converter, whose calibrator runs the float model image
-by image on one core, on kernels that log every tensor: 18 s of CPU for YOLOv8n's 32 images at
-640 px, 109 s for MobileViT-xxs's (TensorFlow holds Python's lock meanwhile, so a thread beside it
-gains nothing). TFLite's optimised kernels (XNNPACK, the default board's) run the same images in
-4 s and 15 s, keeping every tensor when each op's output is made a graph output
+by image on one core, on kernels that log every tensor: 12 s for YOLOv8n's 32 images at 640 px,
+about 3 s an image for MobileViT-xxs (TensorFlow holds Python's lock meanwhile, so a thread beside
+it gains nothing). TFLite's optimised kernels (XNNPACK, the default board's) run the same images
+in about 3 s, keeping every tensor when each op's output is made a graph output
 (``every_tensor_as_output``), on two threads, each half of the images (an invoke runs without
-Python's lock).
+Python's lock). The cost: two interpreters that each keep every tensor of an image, as on 2.x
+(``onnx2tf_lean.collect_on_optimised_kernels``).
 
 What TensorFlow records is not quite each tensor's range. Its calibrator
 (``tensorflow/lite/tools/optimize/calibration/calibrator.cc``) logs each op's inputs again after the
 op has run, and where TFLite's memory planner lets an op write its output over an input (in place:
-MUL, ADD, LOGISTIC ...), that input is recorded with the output's values too
-(tensorflow/tensorflow#127842, open): on YOLOv8n at 640 px, 72 of the 252 tensors it records, each
-SiLU's sigmoid down to -0.278 (the SiLU's own minimum). The int8 file onnx2tf ships is quantised
-with those ranges, and edgeport ships that file (parity judges it): so each recorded range here is
-TensorFlow's, computed -- a tensor's own minimum and maximum over the images, joined with those of
-the output written over it; and a maximum never below the smallest positive float, where the
-logger starts it.
+MUL, ADD, LOGISTIC, RESHAPE ...), that input is recorded with the output's values too
+(tensorflow/tensorflow#127842, open): on YOLOv8n at 640 px, 70 of the 252 tensors it records, each
+SiLU's sigmoid down to -0.278 (the SiLU's own minimum). Its logger also starts each maximum at the
+smallest positive float, so a tensor below zero everywhere is recorded up to 1.2e-38. The int8 file
+onnx2tf ships is quantised with those records, and edgeport ships that file (parity judges it): so
+each record here is TensorFlow's, computed.
 
 ``calibrate_measured`` (installed over ``Calibrator.calibrate``): TensorFlow's calibrator runs the
 first image alone -- which tensors it records, in what form, and what it records on that image --
-then the optimised kernels run every image. A tensor whose record on the first image is its own
-range there gets its own range over every image; one whose record is its range joined with that of
-an output of an op that reads it (that op ran in place) gets the two joined over every image. The
-ranges are TensorFlow's to float rounding (1e-5 of a range, the kernels round their own way), and
-every other byte of the calibrated model is TensorFlow's (``ops.tflite_file.set_ranges``): the int8
-file is plain onnx2tf's but for the last bits of some scales (``tests/convert/test_tf_calibration.py``,
+then the optimised kernels run every image (``tensorflows_ranges``). A tensor whose record on the
+first image is its own range there gets its own range over every image; one whose record is its
+range joined with that of the output of its one reader, the same size as it (an op that may write
+over it), gets the two joined over every image. On YOLOv8n the ranges are within 5e-5 of a range of
+TensorFlow's records (the kernels round their own way; MobileViT-xxs 6e-6), every other byte of the
+calibrated model is TensorFlow's (``ops.tflite_file.set_ranges``), and the int8 file is plain
+onnx2tf's but for the last bits of some scales (``tests/convert/test_tf_calibration.py``,
 ``test_onnx2tf_lean.py``).
 
-Where a record is explained by neither (or by two outputs that differ over the images), a recorded
-tensor cannot be read, the model has more than one subgraph, a sample is not one array of the
-input's shape and type, or an image gives a value that is not finite: TensorFlow's own calibration
-over every image, as onnx2tf runs it (said on stderr).
+TensorFlow's own calibration over every image, as onnx2tf runs it (said on stderr), where: a record
+is explained by neither, or two ways that differ by more than rounding; a recorded tensor is no op's
+output, or empty; the model has more than one subgraph or input, or carries statistics per channel;
+a sample is not one array of the input's shape and type; the optimised kernels refuse the model; or
+an image gives a value that is not finite.
 """
 
 from __future__ import annotations
@@ -42,13 +44,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from edgeport.ops.tflite_file import recorded_ranges, set_ranges
+from edgeport.ops.tflite_file import DamagedModel, recorded_ranges, set_ranges
 from edgeport.process import usable_cores
 
 Range = tuple[float, float]
-# how far a range computed here may lie from TensorFlow's record of it, of the range's width: the
-# two sets of kernels round their own way (1e-7 of a range on YOLOv8n)
-ROUNDING = 1e-5
+# how far a bound computed here may lie from TensorFlow's record of it: of the range's width, plus of
+# the bound's magnitude (the two sets of kernels round their own way: 6e-8 of a bound on YOLOv8n)
+ROUNDING, MAGNITUDE = 1e-5, 1e-6
 FLOAT32_TINY, FLOAT32_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
 
 
@@ -90,7 +92,11 @@ def calibrate_measured(calibrate, calibrator, dataset_gen) -> bytes:
         inputs = [one_input(s) for s in samples]
         if any(x is None for x in inputs):
             raise Unmeasured("a sample is not one input")
-        ranges = tensorflows_ranges(bytes(model), [np.asarray(x) for x in inputs], recorded_ranges(first))
+        try:
+            recorded = recorded_ranges(first)
+        except (ValueError, DamagedModel) as exc:  # TensorFlow's own file, never the user's
+            raise Unmeasured(str(exc)) from exc
+        ranges = tensorflows_ranges(bytes(model), [np.asarray(x) for x in inputs], recorded)
     except Unmeasured as exc:
         print(f"edgeport: TensorFlow's own calibration ({exc})", file=sys.stderr)
         return calibrate(calibrator, lambda: iter(samples[1:]))  # it goes on counting: every image, as onnx2tf runs it
@@ -99,30 +105,50 @@ def calibrate_measured(calibrate, calibrator, dataset_gen) -> bytes:
 
 def tensorflows_ranges(model: bytes, inputs: list[np.ndarray], first: dict[int, Range]) -> dict[int, Range]:
     """What TensorFlow's calibrator would record over ``inputs`` (one array an image, the model's
-    one input) for each tensor of ``first``, its record on the first image."""
+    one input) for each tensor of ``first``, its record on the first image: the tensor's own range
+    where that is its record on the first image, or its range joined with that of an output the
+    same size as it, of an op that reads it (one that could write over it), where that is. A record
+    explained by neither, or two ways that differ over the images by more than rounding:
+    ``Unmeasured``."""
     from edgeport.ops.tflite_graph import Graph
+    from edgeport.validate.parity.divergence import every_tensor_as_output
 
-    graph = Graph(model)
+    try:
+        graph = Graph(model)
+        made, _ = every_tensor_as_output(model)
+    except (ValueError, DamagedModel) as exc:  # TensorFlow's own file, never the user's
+        raise Unmeasured(str(exc)) from exc
     if len(graph.model.subgraphs) != 1 or len(graph.sg.inputs) != 1:
         raise Unmeasured("not one subgraph of one input")
     given = int(graph.sg.inputs[0])
-    outputs = sorted({t for op in graph.ops for t in op.outputs if t >= 0})
-    unread = [graph.tensor_name(t) for t in first if t != given and t not in set(outputs)]
+    produced = {t for op in graph.ops for t in op.outputs if t >= 0}
+    unread = [graph.tensor_name(t) for t in first if t != given and t not in produced]
     if unread:
         raise Unmeasured(f"{len(unread)} recorded tensors are no op's output, {unread[0]} first")
-    own_first, own = ({t: _as_logged(r) for t, r in ranges.items()} for ranges in measure(model, given, inputs, outputs))
+
+    def size(t: int) -> int:
+        return int(np.prod(graph.shape(t))) if graph.dtype(t) == "float32" else -1
+
+    readers = {t: [op for op in graph.ops if t in op.inputs] for t in first}
+    outputs = {int(t) for t in graph.sg.outputs}
+    # TFLite writes an op's output over an input only where the op is that input's one reader (and
+    # the input no graph output) and the two are the same size
+    could_write_over = {t: sorted({y for y in ops[0].outputs if y >= 0 and y != t and size(y) == size(t) >= 0})
+                        if len(ops) == 1 and t not in outputs else [] for t, ops in readers.items()}
+    measured = sorted(({t for t in first if t != given} | {y for ys in could_write_over.values() for y in ys}))
+    own_first, own = ({t: _as_logged(r) for t, r in ranges.items()} for ranges in _measure(made, given, inputs, measured))
     ranges = {}
     for t, recorded in first.items():
-        if _close(recorded, own_first[t]):
-            ranges[t] = own[t]
-            continue
-        # an op that reads t and wrote its output over it: the output's range joined to t's
-        joined = {_join(own[t], own[y]) for op in graph.ops if t in op.inputs for y in op.outputs
-                  if y >= 0 and _close(recorded, _join(own_first[t], own_first[y]))}
-        if len(joined) != 1:
-            raise Unmeasured(f"TensorFlow's record of {graph.tensor_name(t)} is "
-                             f"{'explained by no op that reads it' if not joined else 'explained by two outputs'}")
-        ranges[t] = joined.pop()
+        if t not in own_first:
+            raise Unmeasured(f"{graph.tensor_name(t)} is empty")
+        ways = [own[t]] if _close(recorded, own_first[t]) else []
+        ways += [_join(own[t], own[y]) for y in could_write_over[t]
+                 if y in own_first and _close(recorded, _join(own_first[t], own_first[y]))]
+        if not ways:
+            raise Unmeasured(f"TensorFlow's record of {graph.tensor_name(t)} is explained by no op that reads it")
+        if any(not _close(a, b) for a in ways for b in ways):  # (an ADD of 1e-5 to a variance: the same, to rounding)
+            raise Unmeasured(f"TensorFlow's record of {graph.tensor_name(t)} is explained two ways that differ over the images")
+        ranges[t] = (min(w[0] for w in ways), max(w[1] for w in ways))
     return ranges
 
 
@@ -134,21 +160,19 @@ def _as_logged(r: Range) -> Range:
 
 
 def _close(a: Range, b: Range) -> bool:
-    width = max(b[1] - b[0], abs(b[0]), abs(b[1]), 1e-30)
-    return abs(a[0] - b[0]) <= ROUNDING * width and abs(a[1] - b[1]) <= ROUNDING * width
+    """Within what two sets of kernels' rounding puts between them (``ROUNDING``, ``MAGNITUDE``)."""
+    tol = ROUNDING * (b[1] - b[0]) + MAGNITUDE * max(abs(b[0]), abs(b[1]))
+    return abs(a[0] - b[0]) <= tol and abs(a[1] - b[1]) <= tol
 
 
 def _join(a: Range, b: Range) -> Range:
     return min(a[0], b[0]), max(a[1], b[1])
 
 
-def measure(model: bytes, given: int, inputs: list[np.ndarray], tensors: list[int]) -> tuple[dict[int, Range], dict[int, Range]]:
-    """Each of ``tensors`` (op outputs) and the input ``given``: its range on the first image, and
-    over every image, on the optimised kernels with every op's output kept; the images after the
-    first in two halves, each on its own thread and interpreter."""
-    from edgeport.validate.parity.divergence import every_tensor_as_output
-
-    made, _ = every_tensor_as_output(model)
+def _measure(made: bytes, given: int, inputs: list[np.ndarray], tensors: list[int]) -> tuple[dict[int, Range], dict[int, Range]]:
+    """Each of ``tensors`` (op outputs of ``made``, the model with every op's output a graph output)
+    and the input ``given``: its range on the first image, and over every image, on the optimised
+    kernels; the images after the first in two halves, each on its own thread and interpreter."""
     first = _ranges_on(made, given, inputs[:1], tensors)
     rest = inputs[1:]
     cut = (len(rest) + 1) // 2 if usable_cores() > 1 else len(rest)
@@ -172,8 +196,8 @@ def _ranges_on(model: bytes, given: int, inputs: list[np.ndarray], tensors: list
     ranges: dict[int, Range] = {}
 
     def see(t: int, values: np.ndarray) -> None:
-        if values.size == 0:
-            raise Unmeasured(f"tensor {t} is empty")
+        if values.size == 0:  # not recorded (TensorFlow's logger skips it too)
+            return
         low, high = float(np.min(values)), float(np.max(values))
         if not (np.isfinite(low) and np.isfinite(high)):  # TensorFlow's calibrator says what it makes of that
             raise Unmeasured(f"an image gives tensor {t} a value that is not finite")
@@ -183,11 +207,14 @@ def _ranges_on(model: bytes, given: int, inputs: list[np.ndarray], tensors: list
     for x in inputs:
         if tuple(x.shape) != tuple(int(v) for v in detail["shape"]) or x.dtype != detail["dtype"]:
             raise Unmeasured(f"a sample of shape {tuple(x.shape)} and type {x.dtype}, not the input's")
-        interpreter.set_tensor(given, x)
         see(given, x)
-        interpreter.invoke()
-        for t in tensors:
-            view = interpreter.tensor(t)()  # in place, before the next invoke
-            see(t, view)
-            del view  # the runtime refuses to invoke while a view of its tensors is held
+        try:
+            interpreter.set_tensor(given, x)
+            interpreter.invoke()
+            for t in tensors:
+                view = interpreter.tensor(t)()  # in place, before the next invoke
+                see(t, view)
+                del view  # the runtime refuses to invoke while a view of its tensors is held
+        except (RuntimeError, ValueError) as exc:  # the runtime's own refusal
+            raise Unmeasured(f"the optimised kernels fail on the model ({str(exc).strip().splitlines()[-1][:200]})") from exc
     return ranges

@@ -111,22 +111,25 @@ _WALKED = ByContent(64)
 
 def recorded_ranges(calibrated: bytes) -> dict[int, tuple[float, float]]:
     """The tensors of subgraph 0 that carry calibration statistics (TensorFlow's calibrator: a
-    minimum and a maximum each), with them, in order; ``DamagedModel`` where the file is no sound
-    flatbuffer."""
+    minimum and a maximum each), with them, in order. ValueError where a tensor carries several
+    (per channel); ``DamagedModel`` where the file is no sound flatbuffer."""
     check(calibrated, "the calibrated model")
     graph = schema().Model.GetRootAs(bytes(calibrated), 0).Subgraphs(0)
     recorded = {}
     for t in range(graph.TensorsLength()):
         q = graph.Tensors(t).Quantization()
         if q is not None and q.MinLength() and q.MaxLength():
-            recorded[t] = (float(q.MinAsNumpy().min()), float(q.MaxAsNumpy().max()))
+            if q.MinLength() != 1 or q.MaxLength() != 1:
+                raise ValueError(f"tensor {t} carries {q.MinLength()} minima, not one")
+            recorded[t] = (float(q.MinAsNumpy()[0]), float(q.MaxAsNumpy()[0]))
     return recorded
 
 
 def set_ranges(calibrated: bytes, ranges: dict[int, tuple[float, float]]) -> bytes:
     """``calibrated`` (TensorFlow's calibrator's model) with the statistics of each tensor of
     subgraph 0 in ``ranges`` set to its (minimum, maximum), in place, every other byte kept
-    (``convert/tf_calibration.py``). ValueError where a tensor in ``ranges`` carries none."""
+    (``convert/tf_calibration.py``). ValueError where a tensor in ``ranges`` carries none, or
+    several (per channel)."""
     import numpy as np
 
     check(calibrated, "the calibrated model")
@@ -136,6 +139,8 @@ def set_ranges(calibrated: bytes, ranges: dict[int, tuple[float, float]]) -> byt
         q = graph.Tensors(t).Quantization() if 0 <= t < graph.TensorsLength() else None
         if q is None or not (q.MinLength() and q.MaxLength()):
             raise ValueError(f"tensor {t} carries no calibration statistics")
+        if q.MinLength() != 1 or q.MaxLength() != 1:
+            raise ValueError(f"tensor {t} carries {q.MinLength()} minima, not one")
         q.MinAsNumpy()[:] = np.float32(low)  # views into ``buf``
         q.MaxAsNumpy()[:] = np.float32(high)
     return bytes(buf)

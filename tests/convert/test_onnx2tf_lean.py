@@ -36,9 +36,10 @@ def test_the_shipped_files_are_plain_onnx2tfs_byte_for_byte(tmp_path, small_onnx
     onnx_path, calib = small_onnx
     write_calibration(tmp_path, calib)
     plain, _ = _convert(tmp_path, onnx_path, "plain", lean=False)
-    lean, _ = _convert(tmp_path, onnx_path, "lean", lean=True)
+    lean, log = _convert(tmp_path, onnx_path, "lean", lean=True)
     # the int8 run of a model whose int8 is converted from its own graph: int8 alone
-    int8_only, _ = _convert(tmp_path, onnx_path, "int8", lean=True, ships=("int8",))
+    int8_only, log_int8 = _convert(tmp_path, onnx_path, "int8", lean=True, ships=("int8",))
+    assert "edgeport: TensorFlow's own calibration" not in log + log_int8, "1.28: the ranges computed (tf_calibration)"
     int8 = ONNX2TF_OUTPUTS["int8"]
     for name in ONNX2TF_OUTPUTS.values():
         if name == int8:  # its ranges computed on the optimised kernels (2.x: its own; 1.28: TensorFlow's): their last bits

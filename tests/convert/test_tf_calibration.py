@@ -73,6 +73,13 @@ def off(got, want):  # each tensor's largest distance from the bounds wanted, ov
 smaller = [{"x": tf.constant(rng.standard_normal((1, 8, 8, 3)).astype(np.float32))} for _ in range(3)]
 print("fallback:", file=sys.stderr, flush=True)
 fallback = bytes(T.calibrate_measured(own, C.Calibrator(model), lambda: iter(smaller)))
+# a record no op explains: TensorFlow's own calibration
+inputs = [sample["x"].numpy() for sample in images]
+try:
+    T.tensorflows_ranges(model, inputs, {t: (-1e6, 1e6) for t in tfs})
+    unexplained = "no error"
+except T.Unmeasured as exc:
+    unexplained = str(exc)
 print(json.dumps({
     "same_tensors": list(mine) == list(tfs) and len(truth) > 4,
     "ours_off": max(off(mine, tfs).values()),
@@ -80,6 +87,8 @@ print(json.dumps({
     "tiny_max": sum(hi == float(np.finfo(np.float32).tiny) and truth[t][1] < 0 for t, (lo, hi) in tfs.items()),
     "else_theirs": set_ranges(theirs, mine) == ours,
     "fallback_theirs": fallback == bytes(own(C.Calibrator(model), lambda: iter(smaller))),
+    "fallback_all_images": fallback != bytes(own(C.Calibrator(model), lambda: iter(smaller[1:]))),
+    "unexplained": unexplained,
 }))
 """
 
@@ -99,6 +108,8 @@ def test_the_ranges_are_tensorflows_and_the_rest_is_its_calibrated_model(tmp_pat
     measured_log, fallback_log = proc.stderr.split("fallback:")
     assert "edgeport:" not in measured_log
     assert result["fallback_theirs"], "samples of another shape: TensorFlow's own calibration, its bytes"
+    assert result["fallback_all_images"], "the first image counted too: the calibrator goes on counting after it returned"
+    assert "is explained by no op that reads it" in result["unexplained"], result["unexplained"]
     assert "edgeport: TensorFlow's own calibration (a sample of shape (1, 8, 8, 3)" in fallback_log
     assert "Traceback" not in proc.stderr
 
