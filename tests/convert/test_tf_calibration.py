@@ -40,7 +40,11 @@ class Small(tf.Module):
         y += 1
         y *= 2
         y += 1
-        return y, -tf.nn.relu(y) - 1.0
+        # a convolution read twice: its last reader, a MUL of its size, does not write over it
+        w2 = tf.constant(np.random.default_rng(2).standard_normal((3, 3, 3, 4)).astype(np.float32))
+        r = tf.nn.conv2d(x, w2, 1, "SAME")
+        v = r * 3.0 + tf.reduce_mean(r, -1, keepdims=True)
+        return y, -tf.nn.relu(y) - 1.0, v
 
 saved = os.path.join(os.getcwd(), "saved", "small")  # in the test's folder
 tf.saved_model.save(Small(), saved)  # as onnx2tf converts: from a saved model, one signature
@@ -66,6 +70,10 @@ for sample in images:
         lo, hi = truth.get(t, (np.inf, -np.inf))
         truth[t] = (min(lo, float(v.min())), max(hi, float(v.max())))
 
+from edgeport.ops.tflite_graph import Graph
+g = Graph(model)
+twice = [t for t in tfs if sorted(g.name(op) for op in g.ops if t in op.inputs) == ["MEAN", "MUL"]]
+
 def off(got, want):  # each tensor's largest distance from the bounds wanted, over its range
     return {t: max(abs(got[t][0] - lo), abs(got[t][1] - hi)) / max(hi - lo, 1e-12) for t, (lo, hi) in want.items()}
 
@@ -89,6 +97,7 @@ print(json.dumps({
     "fallback_theirs": fallback == bytes(own(C.Calibrator(model), lambda: iter(smaller))),
     "fallback_all_images": fallback != bytes(own(C.Calibrator(model), lambda: iter(smaller[1:]))),
     "unexplained": unexplained,
+    "read_twice_own": len(twice) == 1 and max(off(tfs, truth)[t] for t in twice) < 1e-5,
 }))
 """
 
@@ -110,6 +119,7 @@ def test_the_ranges_are_tensorflows_and_the_rest_is_its_calibrated_model(tmp_pat
     assert result["fallback_theirs"], "samples of another shape: TensorFlow's own calibration, its bytes"
     assert result["fallback_all_images"], "the first image counted too: the calibrator goes on counting after it returned"
     assert "is explained by no op that reads it" in result["unexplained"], result["unexplained"]
+    assert result["read_twice_own"], "a tensor with two readers is recorded as its own range: none writes over it"
     assert "edgeport: TensorFlow's own calibration (a sample of shape (1, 8, 8, 3)" in fallback_log
     assert "Traceback" not in proc.stderr
 
