@@ -50,10 +50,9 @@ import json
 import os
 import runpy
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 from edgeport.convert.onnx2tf import AWAIT_JOB, SHIPS
-from edgeport.process import usable_cores
+from edgeport.process import in_halves
 
 DECLINED = "declined by edgeport, which does not ship this file"
 
@@ -120,14 +119,8 @@ def calibrate_in_halves(collect, *, tflite_path: str, calibration_samples: list)
     """2.x's ``collect_calibration_ranges_from_tflite`` (``collect``: one interpreter, the images in
     turn), on the first and the second half of the images at once, each on its own interpreter and
     thread; the two halves' ranges merged as one pass over all the images would have left them."""
-    samples = list(calibration_samples)
-    if len(samples) < 2 or usable_cores() < 2:
-        return collect(tflite_path=tflite_path, calibration_samples=samples)
-    cut = (len(samples) + 1) // 2
-    with ThreadPoolExecutor(2, thread_name_prefix="edgeport-calibration") as pool:
-        halves = [pool.submit(collect, tflite_path=tflite_path, calibration_samples=part)
-                  for part in (samples[:cut], samples[cut:])]
-        return merge_ranges([half.result() for half in halves])
+    parts = in_halves(lambda part: collect(tflite_path=tflite_path, calibration_samples=part), list(calibration_samples))
+    return parts[0] if len(parts) == 1 else merge_ranges(parts)
 
 
 def merge_ranges(parts: list[dict]) -> dict:

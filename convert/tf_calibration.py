@@ -40,12 +40,11 @@ an image gives a value that is not finite.
 from __future__ import annotations
 
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from edgeport.ops.tflite_file import DamagedModel, recorded_ranges, set_ranges
-from edgeport.process import usable_cores
+from edgeport.ops.tflite_file import DamagedModel, recorded_ranges, schema, set_ranges
+from edgeport.process import in_halves
 
 Range = tuple[float, float]
 # how far a bound computed here may lie from TensorFlow's record of it: of the range's width, plus of
@@ -114,8 +113,9 @@ def tensorflows_ranges(model: bytes, inputs: list[np.ndarray], first: dict[int, 
     from edgeport.validate.parity.divergence import every_tensor_as_output
 
     try:
-        graph = Graph(model)
         made, _ = every_tensor_as_output(model)
+        graph = Graph(made)  # the model's ops and tensors, every op's output a graph output
+        outputs = {int(t) for t in schema().Model.GetRootAs(model, 0).Subgraphs(0).OutputsAsNumpy()}  # the model's own
     except (ValueError, DamagedModel) as exc:  # TensorFlow's own file, never the user's
         raise Unmeasured(str(exc)) from exc
     if len(graph.model.subgraphs) != 1 or len(graph.sg.inputs) != 1:
@@ -129,8 +129,10 @@ def tensorflows_ranges(model: bytes, inputs: list[np.ndarray], first: dict[int, 
     def size(t: int) -> int:
         return int(np.prod(graph.shape(t))) if graph.dtype(t) == "float32" else -1
 
-    readers = {t: [op for op in graph.ops if t in op.inputs] for t in first}
-    outputs = {int(t) for t in graph.sg.outputs}
+    readers: dict[int, list] = {t: [] for t in first}
+    for op in graph.ops:
+        for t in {int(i) for i in op.inputs if int(i) in readers}:
+            readers[t].append(op)
     # TFLite writes an op's output over an input only where the op is that input's one reader (and
     # the input no graph output) and the two are the same size
     could_write_over = {t: sorted({y for y in ops[0].outputs if y >= 0 and y != t and size(y) == size(t) >= 0})
@@ -174,11 +176,7 @@ def _measure(made: bytes, given: int, inputs: list[np.ndarray], tensors: list[in
     and the input ``given``: its range on the first image, and over every image, on the optimised
     kernels; the images after the first in two halves, each on its own thread and interpreter."""
     first = _ranges_on(made, given, inputs[:1], tensors)
-    rest = inputs[1:]
-    cut = (len(rest) + 1) // 2 if usable_cores() > 1 else len(rest)
-    parts = [part for part in (rest[:cut], rest[cut:]) if part]
-    with ThreadPoolExecutor(max(1, len(parts)), thread_name_prefix="edgeport-calibration") as pool:
-        found = [f.result() for f in [pool.submit(_ranges_on, made, given, part, tensors) for part in parts]]
+    found = in_halves(lambda part: _ranges_on(made, given, part, tensors), inputs[1:])
     every = {t: (min(f[t][0] for f in (first, *found)), max(f[t][1] for f in (first, *found))) for t in first}
     return first, every
 

@@ -184,6 +184,7 @@ def test_calibration_in_halves_records_what_one_pass_over_every_image_records(mo
 
     import numpy as np
 
+    from edgeport import process
     from edgeport.convert import onnx2tf_lean
 
     @dataclass
@@ -210,10 +211,29 @@ def test_calibration_in_halves_records_what_one_pass_over_every_image_records(mo
     rng = np.random.default_rng(0)
     samples = [{"a": rng.normal(size=8), "late": np.full(3, np.nan) if i < 4 else rng.normal(size=3), "b": rng.normal(size=5) * i}
                for i in range(7)]
-    monkeypatch.setattr(onnx2tf_lean, "usable_cores", lambda: 2)
+    monkeypatch.setattr(process, "usable_cores", lambda: 2)
     once = collect(tflite_path="m.tflite", calibration_samples=samples)
     halves = onnx2tf_lean.calibrate_in_halves(collect, tflite_path="m.tflite", calibration_samples=samples)
     assert list(halves) == list(once) == ["a", "b", "late"]
     assert halves == once and halves["late"].num_samples == 3
     assert onnx2tf_lean.calibrate_in_halves(collect, tflite_path="m.tflite", calibration_samples=samples[:1]) == \
         collect(tflite_path="m.tflite", calibration_samples=samples[:1])
+
+
+def test_in_halves_splits_in_order_on_two_cores_only(monkeypatch):
+    import threading
+
+    from edgeport import process
+
+    seen = []
+
+    def run(part):
+        seen.append(threading.current_thread().name)
+        return list(part)
+
+    monkeypatch.setattr(process, "usable_cores", lambda: 2)
+    assert process.in_halves(run, [1, 2, 3, 4, 5]) == [[1, 2, 3], [4, 5]]
+    assert all(name.startswith("edgeport-halves") for name in seen), "each half on a thread of its own"
+    assert process.in_halves(run, [1]) == [[1]], "one item: no split"
+    monkeypatch.setattr(process, "usable_cores", lambda: 1)
+    assert process.in_halves(run, [1, 2, 3]) == [[1, 2, 3]], "one core: no split"

@@ -144,11 +144,11 @@ def legend(report: dict) -> list[str]:
         lines.append(f"{SAME_RUN} same run as {', '.join(shared)}: the board's emulator runs this file unchanged on the "
                      "kernels its profile names, so parity ran it once; the row repeats that run's numbers, it is no second "
                      "measurement.")
-    sampled = sorted({r["images"] for r in report["results"] if r.get("images") is not None})
+    rows = [r for r in report["results"] if r.get("images") is not None]
+    sampled = sorted({r["images"] for r in rows})
     if sampled:
         total = report.get("inputs", {})
         of = f" of the {total['count'] + total['random']} inputs" if {"count", "random"} <= set(total) else ""
-        rows = [r for r in report["results"] if r.get("images") is not None]
         which = []
         if any(r["variant"] in ("folded", "onnx") for r in rows):
             which.append("the folded model and the ONNX graph (where an error entered: every file made from them is judged "
