@@ -43,7 +43,7 @@ import sys
 
 import numpy as np
 
-from edgeport.ops.tflite_file import DamagedModel, recorded_ranges, schema, set_ranges
+from edgeport.ops.tflite_file import DamagedModel, graph_outputs, recorded_ranges, set_ranges
 from edgeport.process import in_halves
 
 Range = tuple[float, float]
@@ -115,7 +115,7 @@ def tensorflows_ranges(model: bytes, inputs: list[np.ndarray], first: dict[int, 
     try:
         made, _ = every_tensor_as_output(model)
         graph = Graph(made)  # the model's ops and tensors, every op's output a graph output
-        outputs = {int(t) for t in schema().Model.GetRootAs(model, 0).Subgraphs(0).OutputsAsNumpy()}  # the model's own
+        outputs = set(graph_outputs(model))  # the model's own
     except (ValueError, DamagedModel) as exc:  # TensorFlow's own file, never the user's
         raise Unmeasured(str(exc)) from exc
     if len(graph.model.subgraphs) != 1 or len(graph.sg.inputs) != 1:

@@ -109,6 +109,12 @@ def check(data: bytes, what: str = "the model") -> None:
 _WALKED = ByContent(64)
 
 
+def graph_outputs(data: bytes) -> list[int]:
+    """Subgraph 0's outputs (tensor indices), read without unpacking the model."""
+    check(data)
+    return [int(t) for t in schema().Model.GetRootAs(bytes(data), 0).Subgraphs(0).OutputsAsNumpy()]
+
+
 def recorded_ranges(calibrated: bytes) -> dict[int, tuple[float, float]]:
     """The tensors of subgraph 0 that carry calibration statistics (TensorFlow's calibrator: a
     minimum and a maximum each), with them, in order. ValueError where a tensor carries several

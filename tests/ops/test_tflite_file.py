@@ -4,7 +4,7 @@ minimum and a maximum, and what they are; those set in place."""
 import numpy as np
 import pytest
 
-from edgeport.ops.tflite_file import recorded_ranges, set_ranges, unpack
+from edgeport.ops.tflite_file import graph_outputs, recorded_ranges, set_ranges, unpack
 
 from ..conftest import fc_model
 
@@ -54,3 +54,8 @@ def test_a_tensor_without_statistics_is_not_given_a_range():
         set_ranges(mine, {fc_model().sg.inputs[0]: (-1.0, 1.0)})
     with pytest.raises(ValueError, match="carries no calibration statistics"):
         set_ranges(mine, {10_000: (-1.0, 1.0)})
+
+
+def test_graph_outputs_are_read_without_unpacking():
+    g = fc_model()
+    assert graph_outputs(g.to_bytes()) == [int(t) for t in g.sg.outputs]
