@@ -206,6 +206,7 @@ def _wait_for(predicate, timeout: float = 120) -> bool:
 def test_force_on_a_run_that_is_still_training_is_refused(workspace, data):
     r = run_cli(*TRAIN, "--out", "run", "--epochs", "1", cwd=workspace)
     assert r.code == 0, r.err
+    first_written = (workspace / "run" / "last.pt").stat().st_mtime_ns
     live = _start_training(workspace, "--out", "run", "--force")
     try:
         def holds_the_lock() -> bool:
@@ -213,10 +214,16 @@ def test_force_on_a_run_that_is_still_training_is_refused(workspace, data):
                 return json.loads((workspace / "run" / LOCK).read_text()).get("pid") == live.pid
             return False
 
-        # and its first epoch written: --force cleared the folder, and a --resume of a last.pt not there
-        # yet is refused on that (one line, exit 2) before the lock is looked at (on a busy machine, a race)
+        def its_own_last_pt() -> bool:
+            with contextlib.suppress(OSError):
+                return (workspace / "run" / "last.pt").stat().st_mtime_ns > first_written
+            return False
+
+        # and its first epoch written (a last.pt of its own: the first run's stays until --force clears
+        # the folder, after the lock is taken), since a --resume of a last.pt not there yet is refused on
+        # that (one line, exit 2) before the lock is looked at (on a busy machine, a race)
         assert _wait_for(lambda: holds_the_lock() and (workspace / "run" / "args.json").is_file()
-                         and (workspace / "run" / "last.pt").is_file() and live.poll() is None)
+                         and its_own_last_pt() and live.poll() is None)
         second = run_cli(*TRAIN, "--out", "run", "--epochs", "1", "--force", "--seed", "5", cwd=workspace)
         assert_one_line(second, 2, "is in use by a running edgeport train", f"process {live.pid}")
         resumed = run_cli("train", "--data", "data", "--resume", "run/last.pt", "--epochs", "300", cwd=workspace)
