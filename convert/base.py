@@ -68,6 +68,11 @@ class ConvertConfig:
         quantised = self.board.quantised if self.int8 else None
         return tuple(v for v in ("float32", quantised) if v and self.board.runs_dtype(v))
 
+    @property
+    def quantised(self) -> str | None:
+        """The quantised variant the converter writes (int8, or uint8: its int8 twin per tensor), or None."""
+        return next((v for v in self.variants if v != "float32"), None)
+
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -131,6 +136,7 @@ class Exported:
     prepared: Prepared
     onnx: Path
     input_name: str = "images"  # the graph's one input
+    begun: Any = None  # the conversion handed to the converter before the export (Converter.begin), or None
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,24 @@ def start_with_job(argv: list[str], env: dict[str, str], job: str, *, more: bool
     return proc
 
 
+_begun: list[subprocess.Popen] = []  # children handed their job before their conversion pass (``Converter.begin``)
+
+
+def hand_over(argv: list[str], env: dict[str, str], job: str, *, more: bool = False) -> subprocess.Popen:
+    """``start_with_job``, for a conversion begun ahead of its pass: the child is ended with the
+    run if no conversion took it (``end_begun``)."""
+    proc = start_with_job(argv, env, job, more=more)
+    _begun.append(proc)
+    return proc
+
+
+def end_begun() -> None:
+    """End every child handed its job ahead that still runs: the run ended before its conversion
+    pass took the files (a pass between failed). One the pass took has ended already."""
+    while _begun:
+        end_child(_begun.pop())
+
+
 def take_started(argv: list[str], job: str, *, more: bool = False) -> subprocess.Popen | None:
     """The child ``started_early`` started as ``argv``, given its ``job`` line; None when none
     awaits one, or it ended while importing (a fresh child then shows why, in its log)."""
@@ -194,6 +212,13 @@ class Converter(abc.ABC):
         """Start its process now, so that its imports overlap the passes before the conversion
         (only in a one-shot process unless ``start`` says; ended with the block if not taken)."""
         return contextlib.nullcontext()
+
+    def begin(self, prepared, work: Path, *, quantised: str | None, timeout_s: float):
+        """Hand the conversion to the converter's process now, from ``prepared`` (``convert/base.Prepared``),
+        where it does not need the ONNX graph: it then converts while the ONNX export runs, and
+        ``convert`` takes what it began (``Exported.begun``). None: nothing begun (onnx2tf, which
+        converts the ONNX graph)."""
+        return None
 
     @abc.abstractmethod
     def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float,

@@ -25,13 +25,14 @@ import subprocess
 import sys
 import sysconfig
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from edgeport import venvs
-from edgeport.convert.converter import Conversion, Converter, condense, end_child, offline_env, start_with_job, started_early, tell
+from edgeport.convert.converter import Conversion, Converter, condense, end_child, hand_over, offline_env, started_early, tell
 from edgeport.errors import BadInputError, MissingDependencyError
 
 NAME = "litert-torch"
@@ -150,30 +151,45 @@ def require() -> Path:
     return env_dir() / "bin" / "python"
 
 
-def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float, per_tensor: bool = False,
-                     plans=None, meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
-    """float32 (and full-integer int8 when asked, calibrated on ``calib``: weights per channel, or
-    per tensor) from the prepared module, captured on the first image. With ``plans``
-    (``int8_groups``), int8 is quantised from the float32 file with its output groups divided
-    apart (``int8_groups.normalise_tflite``), which the worker asks for once it has written float32
-    (``_answer``); float32 keeps the model's values. A model ``torch.export`` cannot capture, or a
-    variant the converter cannot write, is a reason. ``meanwhile`` (``Converter.convert``):
-    called once the module is captured, while the worker converts (and, with ``plans``, again
-    with the float32 file while the worker quantises). ``timeout_s``: the worker's time, from its job."""
+@dataclass
+class Begun:
+    """A conversion handed to the worker (``begin``): its process and job, or why none started."""
+
+    work: Path
+    variants: list[str]
+    t0: float
+    timeout_s: float = 0.0
+    proc: subprocess.Popen | None = None
+    deadline: float = 0.0
+    ask: bool = False
+    plans: object = None
+    failed: Conversion | None = None  # the model torch.export could not capture or save: the reason
+
+
+def begin(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float, per_tensor: bool = False,
+          plans=None) -> Begun:
+    """Capture the prepared module on the first image with ``torch.export`` and hand it to the
+    worker, which converts while this process goes on (``convert_variants`` takes the result).
+    A model ``torch.export`` cannot capture or save is a reason, and no worker starts."""
     import torch
 
     python = require()
     work.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
     variants = ["float32", "int8"] if int8 else ["float32"]
-    meanwhile = meanwhile or (lambda files: None)
+    begun = Begun(work, variants, time.perf_counter(), timeout_s)
 
-    def failed(why: str) -> Conversion:  # no file: the same reason for every variant
-        return Conversion({}, {v: why for v in variants}, {}, time.perf_counter() - t0)
+    def failed(why: str) -> Begun:  # no file: the same reason for every variant
+        begun.failed = Conversion({}, {v: why for v in variants}, {}, time.perf_counter() - begun.t0)
+        return begun
 
     sample = np.ascontiguousarray(calib[:1], np.float32)
     try:
-        program = torch.export.export(module.eval(), (torch.from_numpy(sample),))
+        # once at this size first, as Ultralytics' exporter does: a module that caches what depends
+        # only on the input's size (Ultralytics' Detect: its anchors) is captured with it as
+        # constants, not as the ops that compute it (BROADCAST_TO, which TFLite 1.13 lacks)
+        with torch.no_grad():
+            module.eval()(torch.from_numpy(sample))
+        program = torch.export.export(module, (torch.from_numpy(sample),))
     except Exception as exc:  # noqa: BLE001 -- which construct the exporter refused is the reason
         return failed(f"torch.export cannot capture the model: {condense(f'{type(exc).__name__}: {exc}')}")
     try:
@@ -181,26 +197,52 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
     except Exception as exc:  # noqa: BLE001 -- a captured program torch cannot serialise (a custom object in it)
         return failed(f"torch.export cannot save the captured model: {condense(f'{type(exc).__name__}: {exc}')}")
     np.save(work / "sample.npy", sample)
-    ask = int8 and bool(plans)  # int8 from the float32 file with its groups apart: the worker asks for it
+    begun.ask, begun.plans = int8 and bool(plans), plans  # int8 from the float32 file with its groups apart: the worker asks
     if int8:
         np.save(work / "calib.npy", np.ascontiguousarray(calib, np.float32))
-    (work / "job.json").write_text(json.dumps({"variants": variants, "per_tensor": per_tensor, "ask": ask}))
-    log, asked = work / "litert-torch.log", work / "float32.done"
-    for stale in (asked, work / "result.json"):  # a folder converted in before: only this run's words count
+    (work / "job.json").write_text(json.dumps({"variants": variants, "per_tensor": per_tensor, "ask": begun.ask}))
+    for stale in (work / "float32.done", work / "result.json"):  # a folder converted in before: only this run's words count
         stale.unlink(missing_ok=True)
-    proc = start_with_job(_worker_argv(python), _worker_env(), str(work), more=ask)
-    deadline = time.perf_counter() + timeout_s
+    begun.proc = hand_over(_worker_argv(python), _worker_env(), str(work), more=begun.ask)
+    begun.deadline = time.perf_counter() + timeout_s
+    return begun
+
+
+def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float, per_tensor: bool = False,
+                     plans=None, meanwhile: Callable[[dict[str, Path]], None] | None = None,
+                     begun: Begun | None = None) -> Conversion:
+    """float32 (and full-integer int8 when asked, calibrated on ``calib``: weights per channel, or
+    per tensor) from the prepared module, captured on the first image. With ``plans``
+    (``int8_groups``), int8 is quantised from the float32 file with its output groups divided
+    apart (``int8_groups.normalise_tflite``), which the worker asks for once it has written float32
+    (``_answer``); float32 keeps the model's values. A model ``torch.export`` cannot capture, or a
+    variant the converter cannot write, is a reason. ``begun``: the conversion ``begin`` handed
+    over already (its options are then its own), else it is begun here. ``meanwhile``
+    (``Converter.convert``): called once the module is captured, while the worker converts (and,
+    with ``plans``, again with the float32 file while the worker quantises). ``timeout_s``: the
+    worker's time, from its job."""
+    if begun is None:
+        begun = begin(module, calib, work, int8=int8, timeout_s=timeout_s, per_tensor=per_tensor, plans=plans)
+    if begun.failed is not None:
+        return begun.failed
+    proc, variants, plans, work = begun.proc, begun.variants, begun.plans, begun.work
+    meanwhile = meanwhile or (lambda files: None)
+    log, asked = work / "litert-torch.log", work / "float32.done"
+
+    def failed(why: str) -> Conversion:  # no file: the same reason for every variant
+        return Conversion({}, {v: why for v in variants}, {}, time.perf_counter() - begun.t0)
+
     try:
         meanwhile({})
-        if ask:
-            plans = _answer(proc, work, plans, deadline, meanwhile)
-        proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
+        if begun.ask:
+            plans = _answer(proc, work, plans, begun.deadline, meanwhile)
+        proc.wait(timeout=max(0.0, begun.deadline - time.perf_counter()))
     except subprocess.TimeoutExpired:
         tail = condense(log.read_text(errors="replace")[-4000:]) if log.is_file() else "no output"
-        return failed(f"litert-torch did not finish within {timeout_s:.0f} s (its last words: {tail})")
+        return failed(f"litert-torch did not finish within {begun.timeout_s:.0f} s (its last words: {tail})")
     finally:
         end_child(proc)
-    seconds = time.perf_counter() - t0
+    seconds = time.perf_counter() - begun.t0
     try:
         result = json.loads((work / "result.json").read_text())
     except (OSError, ValueError):
@@ -295,15 +337,25 @@ class LiteRTTorch(Converter):
     def warm(self, *, start: bool | None = None):
         return warm_worker(start=start)
 
+    @staticmethod
+    def _plans(prepared, quantised: str | None):
+        """Each output's channel groups scaled apart for int8, where one output mixes scales."""
+        if quantised is None:
+            return None
+        from edgeport.convert.int8_groups import plan_for
+
+        return plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)
+
+    def begin(self, prepared, work: Path, *, quantised: str | None, timeout_s: float) -> Begun:
+        return begin(prepared.module, prepared.calib, work / "litert", int8=quantised is not None, timeout_s=timeout_s,
+                     per_tensor=quantised == "uint8", plans=self._plans(prepared, quantised))
+
     def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float,
                 meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
-        prepared, plans = exported.prepared, None
-        if quantised is not None:  # each output's channel groups scaled apart where one output mixes scales
-            from edgeport.convert.int8_groups import plan_for
-
-            plans = plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)
-        done = convert_variants(prepared.module, prepared.calib, work / "litert", int8=quantised is not None,
-                                timeout_s=timeout_s, per_tensor=quantised == "uint8", plans=plans, meanwhile=meanwhile)
+        prepared, begun = exported.prepared, getattr(exported, "begun", None)  # begun by the export pass, or here
+        done = convert_variants(prepared.module, prepared.calib, work / "litert", int8=quantised is not None, timeout_s=timeout_s,
+                                per_tensor=quantised == "uint8", plans=None if begun else self._plans(prepared, quantised),
+                                meanwhile=meanwhile, begun=begun)
         why = done.not_written.get("float32", "")
         if why.startswith("torch.export cannot"):  # the model, as litert-torch takes it: refused, not a crash (exit 2)
             raise BadInputError(f"{NAME} cannot convert this model: {why}; convert it with --converter onnx2tf")

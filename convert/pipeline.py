@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 from edgeport.convert.base import ConvertConfig, Pass
 from edgeport.convert.board_gate_pass import BoardGatePass
 from edgeport.convert.build_model_pass import BuildModelPass
+from edgeport.convert.converter import end_begun
 from edgeport.convert.cross_check_pass import CrossCheckPass
 from edgeport.convert.export_onnx_pass import ExportOnnxPass
 from edgeport.convert.fold_bn_pass import FoldBNPass
@@ -72,6 +73,7 @@ def run_pipeline(
         return _run(config, passes, on_stage=on_stage, on_start=on_start)
     finally:
         close_all()  # parity's early runs (validate/parity/early.py), where a pass failed before parity took them
+        end_begun()  # a converter's process handed its job before the export, where a pass failed before to_tflite
 
 
 def _run(config, passes, *, on_stage, on_start) -> tuple[Any, list[StageRecord]]:

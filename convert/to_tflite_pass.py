@@ -91,7 +91,7 @@ class ToTFLitePass(Pass[Exported, Converted]):
             raise BadInputError(
                 f"board {config.board.name} runs only {', '.join(config.board.dtypes)}; drop --no-int8 or choose another --board"
             )
-        quantised = next((v for v in variants if v != "float32"), None)  # int8, uint8 or none
+        quantised = config.quantised  # int8, uint8 or none
         chosen = converter(config.converter)
         early = EarlyRuns(parity_inputs(value.prepared.val, config.seed)) if config.early_parity else None
         try:

@@ -110,6 +110,59 @@ def test_float32_and_full_integer_int8_from_the_pytorch_model(tmp_path):
     assert sum(len(b.data) for b in raw.buffers if b.data is not None) >= 8 * 3 * 9 + 4 * 8 * 9  # every weight, one byte each
 
 
+CALIBRATE = """
+import contextlib, io, json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+import litert_worker
+from ai_edge_quantizer import qtyping, quantizer, recipe_manager
+
+
+def quantiser():
+    qt, manager = quantizer.Quantizer(sys.argv[1]), recipe_manager.RecipeManager()
+    manager.add_static_config(regex=".*", operation_name=qtyping.TFLOperationName.ALL_SUPPORTED, activation_num_bits=8,
+                              weight_num_bits=8, weight_granularity=qtyping.QuantGranularity.CHANNELWISE)
+    qt.load_quantization_recipe(manager.get_quantization_recipe())
+    return qt, manager
+
+
+rng = np.random.default_rng(1)
+samples = {"serving_default": [{"args_0": rng.random((1, 32, 32, 3), dtype=np.float32) * 4 - 1} for _ in range(6)]}
+qt, _ = quantiser()
+own = bytes(qt.quantize(calibration_result=qt.calibrate(samples)).quantized_model)
+qt, manager = quantiser()
+said = io.StringIO()
+with contextlib.redirect_stderr(said):
+    ranges = litert_worker.calibrate(open(sys.argv[1], "rb").read(), manager, samples)
+ours = bytes(qt.quantize(calibration_result=ranges).quantized_model)
+print(json.dumps({"same": own == ours, "said": [x for x in said.getvalue().splitlines() if x.startswith("edgeport:")]}))
+"""
+
+
+@needs_litert
+@pytest.mark.slow  # the converter's process
+@pytest.mark.parametrize("pooled", [False, True])
+def test_int8_calibrated_by_the_profiler_is_the_quantisers_own_to_the_byte(tmp_path, pooled):
+    """The worker takes the quantiser's records with TFLite's profiler (``litert_worker.calibrate``):
+    the int8 file is the one the quantiser's own calibration gives, to the byte. A padded max-pool
+    (ResNet's stem) is where the two record otherwise (the profiler sees its input's -inf padding):
+    the first image shows it, the quantiser's own calibration runs, and the log says so."""
+    torch.manual_seed(0)
+    layers = [torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU()]
+    layers += [torch.nn.MaxPool2d(3, stride=2, padding=1)] if pooled else []
+    model = torch.nn.Sequential(*layers, torch.nn.Conv2d(8, 4, 3, stride=2)).eval()
+    got = litert.convert_variants(model, np.zeros((1, 3, 32, 32), np.float32), tmp_path, int8=False, timeout_s=600)
+    done = subprocess.run([str(litert.require()), "-I", "-c", CALIBRATE, str(got.files["float32"]), str(litert.WORKER.parent)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["same"], seen
+    if pooled:
+        assert len(seen["said"]) == 1 and "otherwise than the quantiser on the first image" in seen["said"][0], seen
+    else:
+        assert seen["said"] == [], seen
+
+
 @needs_litert
 @pytest.mark.slow  # the converter's process
 def test_int8_of_an_output_mixing_scales_is_quantised_with_its_groups_apart(tmp_path):

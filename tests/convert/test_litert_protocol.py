@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
 from edgeport.convert import litert
+from edgeport.convert.base import Exported
+from edgeport.convert.converter import end_begun
 from edgeport.ops.tflite_graph import Graph
 
 from .test_int8_groups import _tflite_head
@@ -80,3 +83,43 @@ def test_a_worker_past_its_time_is_ended_and_named(tmp_path, monkeypatch):
     assert not got.files and all("did not finish within 3 s" in why for why in got.not_written.values())
     assert not (tmp_path / "work" / "float32.done").exists()
     assert json.loads((tmp_path / "work" / "job.json").read_text())["ask"] is True
+
+
+def _handed_over(tmp_path, monkeypatch, mode: str) -> list:
+    """The stand-in worker set up as ``_convert`` does; the processes handed a job, as they start."""
+    (tmp_path / "worker.py").write_text(WORKER)
+    (tmp_path / "head.tflite").write_bytes(_tflite_head()[0])
+    (tmp_path / "mode").write_text(mode)
+    monkeypatch.setattr(litert, "require", lambda: sys.executable)
+    monkeypatch.setattr(litert, "_worker_argv", lambda python: [sys.executable, str(tmp_path / "worker.py")])
+    started, hand_over = [], litert.hand_over
+    monkeypatch.setattr(litert, "hand_over", lambda *a, **k: started.append(hand_over(*a, **k)) or started[-1])
+    return started
+
+
+def test_the_worker_converts_while_the_graph_is_exported_and_the_conversion_takes_its_files(tmp_path, monkeypatch):
+    """litert-torch reads the module, not the ONNX graph: the export pass hands it its job first
+    (``Converter.begin``), and the conversion pass takes that worker's files, starting none."""
+    from edgeport.convert.export_onnx_pass import ExportOnnxPass
+
+    from .conftest import config
+    from .test_tflite_passes import _prepared
+
+    started = _handed_over(tmp_path, monkeypatch, "hang")
+    prepared = replace(_prepared(8), module=torch.nn.Conv2d(3, 4, 1).eval())
+    cfg = config(tmp_path, converter="litert-torch", early_parity=False, int8=False)
+
+    def export_while_it_converts(*args, **kwargs):
+        assert len(started) == 1 and started[0].poll() is None  # handed its job, and converting
+        raise RuntimeError("the export failed")
+
+    monkeypatch.setattr("edgeport.convert.export_onnx_pass.export_onnx", export_while_it_converts)
+    with pytest.raises(RuntimeError, match="the export failed"):
+        ExportOnnxPass().run(prepared, cfg)
+    end_begun()  # (the pipeline's end)
+    assert started[0].poll() is not None  # a pass that failed after the hand-over leaves no worker behind
+    (tmp_path / "mode").write_text("ok")
+    began = litert.LiteRTTorch().begin(prepared, tmp_path, quantised=None, timeout_s=120)
+    got = litert.LiteRTTorch().convert(replace(Exported(prepared, tmp_path / "model.onnx"), begun=began), tmp_path,
+                                       quantised=None, timeout_s=120)
+    assert set(got.files) == {"float32"} and len(started) == 2  # the one begun: the conversion started none

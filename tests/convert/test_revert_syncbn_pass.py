@@ -74,6 +74,7 @@ def test_a_model_without_syncbn_says_its_weights_load_as_they_are(pdet_n, tmp_pa
     result = RevertSyncBNPass().run(prepared_record(tmp_path, pdet_n, images), config(tmp_path))
     assert not result.changed and result.summary.startswith("none to revert: SyncBatchNorm's weights are BatchNorm's")
     assert "(edgeport's trainer's included) loads into BatchNorm as it is" in result.summary
+    assert result.value.module is pdet_n  # the module as it is: nothing copied, and nothing for the check to run
 
 
 def test_pass_check_catches_changed_outputs(pdet_n, tmp_path, images):
