@@ -161,13 +161,11 @@ class Begun:
     timeout_s: float = 0.0
     proc: subprocess.Popen | None = None
     deadline: float = 0.0
-    ask: bool = False
-    plans: object = None
+    ask: bool = False  # int8 asked for: the worker asks which float32 file to quantise (``_answer``)
     failed: Conversion | None = None  # the model torch.export could not capture or save: the reason
 
 
-def begin(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float, per_tensor: bool = False,
-          plans=None) -> Begun:
+def begin(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float, per_tensor: bool = False) -> Begun:
     """Capture the prepared module on the first image with ``torch.export`` and hand it to the
     worker, which converts while this process goes on (``convert_variants`` takes the result).
     A model ``torch.export`` cannot capture or save is a reason, and no worker starts."""
@@ -197,7 +195,9 @@ def begin(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float
     except Exception as exc:  # noqa: BLE001 -- a captured program torch cannot serialise (a custom object in it)
         return failed(f"torch.export cannot save the captured model: {condense(f'{type(exc).__name__}: {exc}')}")
     np.save(work / "sample.npy", sample)
-    begun.ask, begun.plans = int8 and bool(plans), plans  # int8 from the float32 file with its groups apart: the worker asks
+    # int8 from the float32 file edgeport names once the worker has written it: with its output groups
+    # apart where the plans (computed meanwhile) reach them, else the file itself
+    begun.ask = int8
     if int8:
         np.save(work / "calib.npy", np.ascontiguousarray(calib, np.float32))
     (work / "job.json").write_text(json.dumps({"variants": variants, "per_tensor": per_tensor, "ask": begun.ask}))
@@ -219,13 +219,13 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
     variant the converter cannot write, is a reason. ``begun``: the conversion ``begin`` handed
     over already (its options are then its own), else it is begun here. ``meanwhile``
     (``Converter.convert``): called once the module is captured, while the worker converts (and,
-    with ``plans``, again with the float32 file while the worker quantises). ``timeout_s``: the
+    with int8, again with the float32 file while the worker quantises). ``timeout_s``: the
     worker's time, from its job."""
     if begun is None:
-        begun = begin(module, calib, work, int8=int8, timeout_s=timeout_s, per_tensor=per_tensor, plans=plans)
+        begun = begin(module, calib, work, int8=int8, timeout_s=timeout_s, per_tensor=per_tensor)
     if begun.failed is not None:
         return begun.failed
-    proc, variants, plans, work = begun.proc, begun.variants, begun.plans, begun.work
+    proc, variants, work = begun.proc, begun.variants, begun.work
     meanwhile = meanwhile or (lambda files: None)
     log, asked = work / "litert-torch.log", work / "float32.done"
 
@@ -275,11 +275,11 @@ def _answer(proc: subprocess.Popen, work: Path, plans, deadline: float, meanwhil
 
         float32, answer = work / "model_float32.tflite", work / "model_float32_groups_apart.tflite"
         try:
-            apart = normalise_tflite(float32, answer, plans)
+            apart = bool(plans) and normalise_tflite(float32, answer, plans)
         except Exception:  # noqa: BLE001 -- a file the rewrite cannot read: int8 as it is, as where it finds no way
             apart = False
         if not apart:
-            answer, plans = float32, None  # int8 as it is; parity says what it costs
+            answer, plans = float32, None  # int8 as it is (no output mixes scales, or none reached); parity says what it costs
     tell(proc, None if answer is None else str(answer))
     if answer is not None:  # (after the answer: parity's early runs wait on PyTorch's, and the worker must not)
         meanwhile({"float32": work / "model_float32.tflite"})
@@ -348,14 +348,15 @@ class LiteRTTorch(Converter):
 
     def begin(self, prepared, work: Path, *, quantised: str | None, timeout_s: float) -> Begun:
         return begin(prepared.module, prepared.calib, work / "litert", int8=quantised is not None, timeout_s=timeout_s,
-                     per_tensor=quantised == "uint8", plans=self._plans(prepared, quantised))
+                     per_tensor=quantised == "uint8")
 
     def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float,
                 meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
         prepared, begun = exported.prepared, getattr(exported, "begun", None)  # begun by the export pass, or here
+        # (where begun: while the worker converts) which output groups its int8 is quantised apart, its answer once it asks
         done = convert_variants(prepared.module, prepared.calib, work / "litert", int8=quantised is not None, timeout_s=timeout_s,
-                                per_tensor=quantised == "uint8", plans=None if begun else self._plans(prepared, quantised),
-                                meanwhile=meanwhile, begun=begun)
+                                per_tensor=quantised == "uint8", plans=self._plans(prepared, quantised), meanwhile=meanwhile,
+                                begun=begun)
         why = done.not_written.get("float32", "")
         if why.startswith("torch.export cannot"):  # the model, as litert-torch takes it: refused, not a crash (exit 2)
             raise BadInputError(f"{NAME} cannot convert this model: {why}; convert it with --converter onnx2tf")
