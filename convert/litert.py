@@ -347,8 +347,11 @@ class LiteRTTorch(Converter):
         return plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)
 
     def begin(self, prepared, work: Path, *, quantised: str | None, timeout_s: float) -> Begun:
-        return begin(prepared.module, prepared.calib, work / "litert", int8=quantised is not None, timeout_s=timeout_s,
-                     per_tensor=quantised == "uint8")
+        import copy
+
+        # a copy: the run at the size and the capture leave the module as the passes after see it
+        return begin(copy.deepcopy(prepared.module), prepared.calib, work / "litert", int8=quantised is not None,
+                     timeout_s=timeout_s, per_tensor=quantised == "uint8")
 
     def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float,
                 meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:

@@ -46,8 +46,8 @@ def calibrate(model: bytes, manager, samples: dict) -> dict:
     The profiler's records are the tensors' own ranges; the quantiser's are its per-op rules', and
     they can part (a padded max-pool's input, recorded down to -inf). So both run on the first
     image, and only where every record is the same, to the bit, does the profiler take every
-    image, its averages summed as the quantiser sums them; else the quantiser's own calibration
-    runs, and the log says why."""
+    image, its averages summed as the quantiser sums them, and only where they stay finite; else
+    (or where the profiler fails) the quantiser's own calibration runs on, and the log says why."""
     import os
 
     import numpy as np
@@ -64,22 +64,36 @@ def calibrate(model: bytes, manager, samples: dict) -> dict:
     quantisers = Calibrator(model, num_threads=cores, mode=CalibrationMode.CALIBRATION_PRESERVE_ALL_TENSORS)
     quantisers.calibrate(first, manager)
     own = quantisers.get_model_qsvs()
-    profiler = Calibrator(model, num_threads=cores, mode=CalibrationMode.CALIBRATION_PROFILER_BASED,
-                          qsv_update_func=lambda old, new: moving_average_update(as_float32(old), as_float32(new)))
-    profiler.calibrate(first, manager)
-    profiled = profiler.get_model_qsvs()
-    parted = sorted(set(own) ^ set(profiled)) or [
-        name for name in own if any(not np.array_equal(np.ravel(own[name][k]), np.ravel(as_float32(profiled[name])[k]))
-                                    for k in ("min", "max"))]
-    if parted:
-        print(f"edgeport: TFLite's profiler records {len(parted)} tensor(s) otherwise than the quantiser on the first image "
-              f"({parted[0]}): calibrating as the quantiser does", file=sys.stderr, flush=True)
-        quantisers.calibrate(rest, manager)  # where the first image left it: as its own run over every image
-        return quantisers.get_model_qsvs()
-    profiler.calibrate(rest, manager)
-    # in the quantiser's own form: float32, in the shape its records keep
-    return {name: {k: np.reshape(np.asarray(v, np.float32), own[name][k].shape) for k, v in qsv.items()}
-            for name, qsv in profiler.get_model_qsvs().items()}
+
+    def finite(qsvs: dict) -> bool:
+        return all(np.isfinite(np.asarray(v, np.float64)).all() for qsv in qsvs.values() for v in qsv.values())
+
+    try:
+        profiler = Calibrator(model, num_threads=cores, mode=CalibrationMode.CALIBRATION_PROFILER_BASED,
+                              qsv_update_func=lambda old, new: moving_average_update(as_float32(old), as_float32(new)))
+        profiler.calibrate(first, manager)
+        profiled = profiler.get_model_qsvs()
+        why = None
+        parted = sorted(set(own) ^ set(profiled)) or [
+            name for name in own if any(np.asarray(own[name][k]).dtype != np.float32  # (an integer tensor's: averaged otherwise)
+                                        or not np.array_equal(np.ravel(own[name][k]), np.ravel(as_float32(profiled[name])[k]))
+                                        for k in ("min", "max"))]
+        if parted:
+            why = f"it records {len(parted)} tensor(s) otherwise than the quantiser on the first image ({parted[0]})"
+        else:
+            profiler.calibrate(rest, manager)
+            ranges = profiler.get_model_qsvs()
+            if finite(ranges):
+                # in the quantiser's own form: float32, in the shape its records keep
+                return {name: {k: np.reshape(np.asarray(v, np.float32), own[name][k].shape) for k, v in qsv.items()}
+                        for name, qsv in ranges.items()}
+            why = "a later image gave a range beyond float32's (the quantiser leaves such values out)"
+    except Exception as exc:  # noqa: BLE001 -- a graph the profiler cannot run: the quantiser's own calibration can
+        why = f"it failed: {_last_line(exc)}"
+    print(f"edgeport: TFLite's profiler does not take the calibration ({why}): calibrating as the quantiser does",
+          file=sys.stderr, flush=True)
+    quantisers.calibrate(rest, manager)  # where the first image left it: as its own run over every image
+    return quantisers.get_model_qsvs()
 
 
 def convert(folder: Path, ask) -> None:
