@@ -183,7 +183,6 @@ def condense(output: str, limit: int = 240) -> str:
 class Converter(abc.ABC):
     name: ClassVar[str]
     source: ClassVar[str]  # what it converts from, in words
-    reads_module: ClassVar[bool]  # converts the PyTorch module itself (which must then stay untouched by the export)
 
     @abc.abstractmethod
     def version(self) -> str:

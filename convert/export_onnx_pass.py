@@ -74,7 +74,6 @@ class ExportOnnxPass(Pass[Prepared, Exported]):
     def run(self, value: Prepared, config: ConvertConfig) -> PassResult[Exported]:
         import copy
 
-        from edgeport.convert.converter import end_child
         from edgeport.convert.converters import converter
 
         path, chosen = config.work_dir / "model.onnx", converter(config.converter)
@@ -85,16 +84,11 @@ class ExportOnnxPass(Pass[Prepared, Exported]):
         # the tracer leaves what it saw in a module's caches (Ultralytics' Detect keeps the traced
         # input shape), which torch.export cannot guard on: where litert-torch converts the module
         # after this export (the cross-check's), a copy is exported
-        module = copy.deepcopy(value.module) if chosen.reads_module or config.cross_check else value.module
-        try:
-            export_onnx(module, value.imgsz, path, output_names=list(value.output_names), opset=config.opset)
-            onnx = require("onnx")
-            onnx.checker.check_model(onnx.load(str(path)), full_check=True)
-            nodes = simplify(path)
-        except BaseException:
-            if begun is not None and getattr(begun, "proc", None) is not None:
-                end_child(begun.proc)  # (a repair that tries again goes on without it)
-            raise
+        module = copy.deepcopy(value.module) if config.cross_check else value.module
+        export_onnx(module, value.imgsz, path, output_names=list(value.output_names), opset=config.opset)
+        onnx = require("onnx")
+        onnx.checker.check_model(onnx.load(str(path)), full_check=True)
+        nodes = simplify(path)
         return PassResult(Exported(value, path, INPUT_NAME, begun=begun), changed=True, summary=f"opset {config.opset}, {nodes} nodes")
 
     def check(self, before: Prepared, after: Exported, config: ConvertConfig) -> None:

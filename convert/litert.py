@@ -168,7 +168,10 @@ class Begun:
 def begin(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float, per_tensor: bool = False) -> Begun:
     """Capture the prepared module on the first image with ``torch.export`` and hand it to the
     worker, which converts while this process goes on (``convert_variants`` takes the result).
-    A model ``torch.export`` cannot capture or save is a reason, and no worker starts."""
+    A model ``torch.export`` cannot capture or save is a reason, and no worker starts. A copy of
+    the module is run and captured: ``module`` stays as the passes after see it."""
+    import copy
+
     import torch
 
     python = require()
@@ -185,8 +188,9 @@ def begin(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float
         # once at this size first, as Ultralytics' exporter does: a module that caches what depends
         # only on the input's size (Ultralytics' Detect: its anchors) is captured with it as
         # constants, not as the ops that compute it (BROADCAST_TO, which TFLite 1.13 lacks)
+        module = copy.deepcopy(module).eval()
         with torch.no_grad():
-            module.eval()(torch.from_numpy(sample))
+            module(torch.from_numpy(sample))
         program = torch.export.export(module, (torch.from_numpy(sample),))
     except Exception as exc:  # noqa: BLE001 -- which construct the exporter refused is the reason
         return failed(f"torch.export cannot capture the model: {condense(f'{type(exc).__name__}: {exc}')}")
@@ -314,7 +318,7 @@ def version() -> str:
 class LiteRTTorch(Converter):
     """``--converter litert-torch``: from the PyTorch model, in its own environment."""
 
-    name, source, reads_module = NAME, "from the PyTorch model", True
+    name, source = NAME, "from the PyTorch model"
 
     def version(self) -> str:
         return version()
@@ -347,11 +351,8 @@ class LiteRTTorch(Converter):
         return plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)
 
     def begin(self, prepared, work: Path, *, quantised: str | None, timeout_s: float) -> Begun:
-        import copy
-
-        # a copy: the run at the size and the capture leave the module as the passes after see it
-        return begin(copy.deepcopy(prepared.module), prepared.calib, work / "litert", int8=quantised is not None,
-                     timeout_s=timeout_s, per_tensor=quantised == "uint8")
+        return begin(prepared.module, prepared.calib, work / "litert", int8=quantised is not None, timeout_s=timeout_s,
+                     per_tensor=quantised == "uint8")
 
     def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float,
                 meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:

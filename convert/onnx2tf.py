@@ -432,7 +432,7 @@ class Onnx2tf(Converter):
     """``--converter onnx2tf`` (the default): from the exported ONNX graph; int8 from the graph with
     each output's channel groups scaled apart where one output mixes scales (``int8_groups.py``)."""
 
-    name, source, reads_module = "onnx2tf", "from the ONNX graph (default)", False
+    name, source = "onnx2tf", "from the ONNX graph (default)"
 
     def version(self) -> str:
         try:

@@ -51,7 +51,7 @@ def _converted(files: dict, **kw) -> Converted:
 class Given(Converter):
     """A converter that hands back the files (and reasons) it was given."""
 
-    name, source, reads_module = "given", "files given", False
+    name, source = "given", "files given"
 
     def __init__(self, files: dict, not_written: dict | None = None):
         self.files, self.not_written, self.asked = files, not_written or {}, []
