@@ -166,5 +166,19 @@ def main() -> int:
     return 0
 
 
+def exit_now(code: int) -> None:
+    """Exit once the files and result.json are written, without the interpreter's teardown of
+    torch, TensorFlow and litert-torch: 1.7 s after the last file on YOLOv8n, which edgeport waited
+    for (``edgeport.process.exit_now``, which this file cannot import)."""
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

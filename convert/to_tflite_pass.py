@@ -55,13 +55,15 @@ def check_edges(files: dict, prepared: Prepared) -> None:
                                  f"{len(prepared.output_names)}")
 
 
-def _parity_meanwhile(early: EarlyRuns, exported: Exported, float32_row: bool):
+def _parity_meanwhile(early: EarlyRuns, exported: Exported, variants: list[str]):
     """The converter's ``meanwhile``: while its child works, parity's runs that need no file of
     this run's passes (``validate/parity/early.py``): PyTorch's two and ONNX Runtime's on the first
-    call, the float32 file's on the optimised kernels once it is written (its row's, where the
-    board runs float32). Nothing here stops the conversion: a run that cannot start is parity's to
-    run, and to report."""
-    from edgeport.validate.parity.run import diagnostic
+    call (and the reference's boxes and noise floors, from its outputs), the float32 file's on the
+    optimised kernels once it is written (its row's, where the board runs float32). Nothing here
+    stops the conversion: a run that cannot start is parity's to run, and to report."""
+    from functools import partial
+
+    from edgeport.validate.parity.run import diagnostic, judged_reference
     from edgeport.validate.parity.runners import OnnxRuntimeRunner, TorchRunner
     from edgeport.validate.parity.tflite_runner import TFLiteRunner
 
@@ -70,11 +72,12 @@ def _parity_meanwhile(early: EarlyRuns, exported: Exported, float32_row: bool):
     def meanwhile(files: dict) -> None:
         try:
             if not started:  # as parity plans them (``run.plan_rows``)
-                started["reference"] = early.start(TorchRunner(prepared.reference))
+                started["reference"] = early.start(TorchRunner(prepared.reference), then=partial(
+                    judged_reference, n_real=len(prepared.val), head=prepared.head, variants=variants))
                 early.start(diagnostic(TorchRunner(prepared.module)))
                 early.start(diagnostic(OnnxRuntimeRunner(exported.onnx)))
             reference = started["reference"]
-            if float32_row and "float32" in files and "float32" not in started and reference.exception() is None:
+            if "float32" in variants and "float32" in files and "float32" not in started and reference.exception() is None:
                 started["float32"] = early.start(TFLiteRunner(files["float32"], [(1, *o.shape[1:]) for o in reference.result().outputs]))
         except Exception:  # noqa: BLE001 -- ONNX Runtime missing, a file unreadable: parity runs it, and says so
             pass
@@ -96,7 +99,7 @@ class ToTFLitePass(Pass[Exported, Converted]):
         early = EarlyRuns(parity_inputs(value.prepared.val, config.seed)) if config.early_parity else None
         try:
             conversion = chosen.convert(value, config.work_dir, quantised=quantised, timeout_s=config.converter_timeout_s,
-                                        meanwhile=_parity_meanwhile(early, value, "float32" in variants) if early else None)
+                                        meanwhile=_parity_meanwhile(early, value, variants) if early else None)
             if early is not None:
                 early.models_done()  # the passes after this one may read the modules (--cross-check traces one)
             return self._converted(value, config, conversion, chosen, quantised, variants, early)

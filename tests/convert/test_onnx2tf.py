@@ -114,11 +114,12 @@ def fake_onnx2tf(tmp_path, monkeypatch):
             return [sys.executable, str(script), str(out_dir), json.dumps(behaviour), "int8" if int8 else "float32", granularity,
                     ",".join(ships)]
 
-        def differs(onnx_path, tflite, images):  # the fake's files run nowhere: the check is what ``behaviour`` says
+        def differs(onnx_path, tflite, images, graph=None):  # the fake's files run nowhere: the check is what ``behaviour`` says
             return behaviour.get("fast_differs")
 
         monkeypatch.setattr(onnx2tf, "onnx2tf_command", command)
         monkeypatch.setattr(onnx2tf, "fast_run_differs", differs)
+        monkeypatch.setattr(onnx2tf, "graph_outputs", lambda onnx_path, images: [])
         return onnx_path, calls
 
     return use
@@ -177,14 +178,15 @@ def test_a_normalised_int8_graph_is_converted_beside_float32(fake_onnx2tf, tmp_p
     normalised.write_bytes(onnx_path.read_bytes())
     got = _convert(onnx_path, tmp_path, "1.28.8", int8_onnx=normalised)
     # each run ships one file; without strict mode (1.28), the int8 run also writes its float32, the
-    # normalised graph's, which its check reads (``fast_run_differs``) and nothing ships
-    assert calls == [("float32", "per-channel", "float32", "fast"), ("int8", "per-channel", "float32,int8", "fast")]
+    # normalised graph's, which its check reads (``fast_run_differs``) and nothing ships. int8's
+    # run, the longer, starts first: it takes the child that imported while the passes ran
+    assert calls == [("int8", "per-channel", "float32,int8", "fast"), ("float32", "per-channel", "float32", "fast")]
     assert sorted(got.files) == ["float32", "int8"] and got.files["float32"].parent.parent.name == "onnx2tf"
     assert got.files["int8"].parent.parent.name == "onnx2tf-int8"
     two_x, calls_2x = fake_onnx2tf(**{"per-channel": "ok"})
     calls_2x.clear()
     _convert(two_x, tmp_path / "2x", "2.6.9", int8_onnx=normalised)
-    assert calls_2x == [("float32", "per-channel", "float32"), ("int8", "per-channel", "int8")], "2.x: strict costs nothing"
+    assert calls_2x == [("int8", "per-channel", "int8"), ("float32", "per-channel", "float32")], "2.x: strict costs nothing"
 
 
 @pytest.mark.slow  # a child process (the fake converter)
@@ -285,11 +287,15 @@ def test_the_fast_runs_check_passes_the_file_of_its_graph_and_no_other(tmp_path,
     import torch
 
     from edgeport.convert.export_onnx_pass import export_onnx, simplify
-    from edgeport.convert.onnx2tf import fast_run_differs
+    from edgeport.convert.onnx2tf import fast_run_differs, graph_outputs
 
     onnx_path, calib = small_onnx
     files, _ = run_onnx2tf(onnx_path, calib, tmp_path / "w", int8=False, input_name="images", timeout_s=300)
     assert fast_run_differs(onnx_path, files["float32"], calib) is None
+    graph = graph_outputs(onnx_path, calib)  # as ``finish`` computes it, while the child converts
+    assert fast_run_differs(onnx_path, files["float32"], calib, graph) is None
+    assert fast_run_differs(onnx_path, files["float32"], calib, RuntimeError("no session")).startswith(
+        "it cannot be checked (RuntimeError: no session")
     torch.manual_seed(1)  # the same shapes, other weights: a layout guessed wrong computes something else too
     other = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, stride=2)).eval()
     export_onnx(other, 32, tmp_path / "other.onnx", output_names=["y"], opset=17)

@@ -184,3 +184,56 @@ def test_the_pipeline_closes_what_no_parity_took(tmp_path):
     with pytest.raises(PassCheckError):
         run_pipeline(object(), (Failing(),))
     assert early.start(Keyed("tflite", "late")).cancelled()
+
+
+class Boxes(torch.nn.Module):
+    """A yolov8 output (1, 5, 64): eight confident boxes, the rest near the threshold."""
+
+    def forward(self, x):
+        rng = np.random.default_rng(1)
+        out = np.zeros((1, 5, 64), np.float32)
+        ys, xs = np.divmod(np.arange(64), 8)
+        out[0, 0], out[0, 1], out[0, 2:4] = 20 + 40 * xs, 20 + 40 * ys, 30
+        out[0, 4] = 0.25 + rng.uniform(-1e-6, 1e-6, 64)
+        out[0, 4, :8] = rng.uniform(0.8, 0.9, 8)
+        return torch.from_numpy(out).expand(x.shape[0], -1, -1) + 0 * x.mean()
+
+
+class BoxesRun(Keyed):
+    """``Boxes``' outputs, times ``scale``: a file that computes what the model does."""
+
+    def _run_one(self, x):
+        return [Boxes()(torch.from_numpy(x)).numpy() * self.scale]
+
+
+def test_the_reference_judged_while_the_converter_works_is_parity_own(tmp_path, monkeypatch):
+    """The reference's boxes and noise floors, made from its early run while the converter works
+    (``start``'s ``then``: ``judged_reference``), are what parity judges the rows against: the same
+    report, and no floor measured again. A ``then`` that failed is computed by parity."""
+    from functools import partial
+
+    from edgeport.models.heads import resolve_head
+    from edgeport.validate.parity import run as parity_run
+    from edgeport.validate.parity.run import judged_reference
+
+    measured = []
+    stability = parity_run.stability
+    monkeypatch.setattr(parity_run, "stability", lambda *a, **k: measured.append(threading.current_thread().name) or stability(*a, **k))
+    subject = replace(_subject(tmp_path, head="yolov8"), reference_module=Boxes())
+    rows = lambda s, shapes: [PlannedRow("float32", "tflite", BoxesRun("tflite", "f", 1.0)),  # noqa: E731
+                              PlannedRow("int8", "tflite", BoxesRun("tflite", "q", 0.999))]
+
+    plain = run_parity(subject, plan=rows)
+    assert len(measured) == 2, "one floor per bound: float32's and int8's"
+    assert all(r.detections["stable_boxes"] for r in plain.rows[1:]), "rows judged on boxes, above the floor"
+    head = resolve_head("yolov8", [(1, 5, 64)], (), subject.hints)
+    for then, where in ((partial(judged_reference, n_real=2, head=head, variants=("float32", "int8")), "edgeport-early-parity"),
+                        (lambda run: 1 / 0, threading.current_thread().name)):
+        measured.clear()
+        early = EarlyRuns(parity_inputs(subject.inputs, subject.seed))
+        early.start(TorchRunner(subject.reference_module), then=then)
+        report = run_parity(replace(subject, early=early), plan=rows)
+        assert _rows(report) == _rows(plain)
+        assert [r.detections for r in report.rows] == [r.detections for r in plain.rows]
+        assert set(measured) == {where} and len(measured) >= 2, "every floor measured early, or by parity where ``then`` failed"
+        early.close()

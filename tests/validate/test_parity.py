@@ -492,6 +492,26 @@ def test_a_row_that_shows_another_rows_run_says_which(tmp_path):
     assert [r["same_run_as"] for r in rows] == [None, "tflite-ref", None]
 
 
+def test_two_rows_of_one_run_are_compared_once_and_report_alike(tmp_path, monkeypatch):
+    """A board that runs the file as tflite does shows tflite's run (``same_run_as``): its outputs are
+    compared with PyTorch's once per variant, and both rows carry the same figures."""
+    from edgeport.validate.parity import run as parity_run
+
+    compared = []
+    comparisons = parity_run.comparisons
+    monkeypatch.setattr(parity_run, "comparisons", lambda *a: compared.append(a[-1]) or comparisons(*a))
+    shared = Transformed("tflite", lambda o: o * (1 + 1e-7))
+    subject = replace(_subject(tmp_path, head="yolov8"), reference_module=Busy())
+    report = _run(subject, lambda s, shapes: [("float32", shared, None, None), ("float32", shared, None, None),
+                                              ("int8", shared, None, None)])
+    assert compared == ["float32", "int8"]
+    first, second, quantised = report["results"][1:]
+    assert second["same_run_as"] == "tflite" and first["detections"]["stable_boxes"] == 120
+    for key in ("outputs", "detections", "error_histogram", "passed"):
+        assert first[key] == second[key], key
+    assert quantised["outputs"] != first["outputs"], "another variant: compared on its own tolerances"
+
+
 class Counting(FakeRunner):
     """Records how many images each run was given."""
 

@@ -87,3 +87,49 @@ def test_a_runtime_that_checks_repeats_invokes_every_image_twice_whatever_it_tim
     x = np.random.default_rng(2).random((3, 3, 4, 4), dtype=np.float32)
     run = Checked().run(x)
     assert len(run.image_ms) == 3 and run.repeat_max_abs == 0.0
+
+
+def test_a_checks_outputs_invoke_each_image_once_untimed():
+    """``Runner.outputs`` (onnx2tf's fast-run check): the run's outputs, from one invoke an image."""
+    calls = []
+
+    class Counted(ColdStart):
+        def _run_one(self, x):
+            calls.append(x.tobytes())
+            return [x[:, :1] * 2.0]
+
+    x = np.random.default_rng(0).random((3, 3, 4, 4), dtype=np.float32)
+    got = Counted().outputs(x)
+    assert len(calls) == 3 and len(set(calls)) == 3
+    np.testing.assert_array_equal(got[0], Counted().run(x).outputs[0])
+
+
+def test_the_reference_kernels_on_a_diagnostic_sample_invoke_each_image_once(tmp_path):
+    """``Runner.once``: one invoke an image, timed, no repeat check -- the reference kernels' sample
+    (they load nothing on a first invoke); their rows on every input, and every other runtime's,
+    invoke twice and check repeats. The two runs are not one run (``cache_key``)."""
+    from edgeport.validate.parity.tflite_runner import TFLiteRunner
+
+    calls = []
+
+    class Counted(ColdStart):
+        def _run_one(self, x):
+            calls.append(1)
+            time.sleep(0.01)
+            return [x[:, :1] * 2.0]
+
+    x = np.random.default_rng(0).random((2, 3, 4, 4), dtype=np.float32)
+    once = Counted()
+    once.once = True
+    run = once.run(x)
+    assert len(calls) == 2 and run.repeat_max_abs is None and len(run.image_ms) == 2 and run.ms_per_image >= 10
+    calls.clear()
+    assert Counted().run(x).repeat_max_abs == 0.0 and len(calls) == 4
+
+    path = tmp_path / "m.tflite"
+    path.write_bytes(b"any bytes: only hashed here")
+    sample = TFLiteRunner(path, [], kernels="reference", images=2)
+    every = TFLiteRunner(path, [], kernels="reference")
+    optimised = TFLiteRunner(path, [], images=2)
+    assert sample.once and not every.once and not optimised.once
+    assert sample.cache_key != every.cache_key and sample.split(2)[1].once

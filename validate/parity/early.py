@@ -22,10 +22,11 @@ from __future__ import annotations
 import threading
 from collections import deque
 from concurrent.futures import CancelledError, Future
+from typing import Callable
 
 import numpy as np
 
-from edgeport.validate.parity.runners import Runner, RuntimeRefused, TorchRunner
+from edgeport.validate.parity.runners import Runner, RunOutput, RuntimeRefused, TorchRunner
 
 RANDOM_INPUTS = 2  # noise images after the real ones: a tensor path no real image exercises
 
@@ -45,6 +46,8 @@ class EarlyRuns:
     def __init__(self, inputs: np.ndarray):
         self.inputs = inputs
         self._runs: dict[object, tuple[Runner, Future]] = {}  # the runner kept: its key may be its module's id
+        self._made: dict[object, Future] = {}  # run -> what ``start``'s ``then`` made of its outputs
+        self._then: dict[object, Callable] = {}
         self._stop = threading.Event()
         self._jobs: deque = deque()
         self._lock = threading.Lock()
@@ -52,8 +55,10 @@ class EarlyRuns:
         with _OPEN_LOCK:
             _OPEN.add(self)
 
-    def start(self, runner: Runner) -> Future:
-        """Queue ``runner``'s run on every input, or its first ``images`` (once per ``cache_key``); its future."""
+    def start(self, runner: Runner, then: Callable[[RunOutput], object] | None = None) -> Future:
+        """Queue ``runner``'s run on every input, or its first ``images`` (once per ``cache_key``); its future.
+        ``then``: called on this thread with the run's outputs, once they are in; what it returns is
+        ``made``'s (what parity would otherwise compute from the run, after the conversion: the reference's boxes and floors)."""
         with self._lock:
             if runner.cache_key in self._runs:
                 return self._runs[runner.cache_key][1]
@@ -62,6 +67,8 @@ class EarlyRuns:
                 future.cancel()
                 return future
             self._runs[runner.cache_key] = (runner, future)
+            if then is not None:
+                self._made[runner.cache_key], self._then[runner.cache_key] = Future(), then
             self._jobs.append((runner, future))
             if self._thread is None:
                 thread = threading.Thread(target=self._work, name="edgeport-early-parity", daemon=True)
@@ -90,6 +97,12 @@ class EarlyRuns:
                 future.set_result(runner.run(self.inputs[: runner.images], self._stop))
             except BaseException as exc:  # noqa: BLE001 -- parity decides what it means (``taken``)
                 future.set_exception(exc)
+            made = self._made.get(runner.cache_key)
+            if made is not None and made.set_running_or_notify_cancel():
+                try:
+                    made.set_result(self._then[runner.cache_key](future.result()))
+                except BaseException as exc:  # noqa: BLE001 -- parity computes it itself (``made``)
+                    made.set_exception(exc)
 
     def taken(self, runner: Runner, inputs: np.ndarray, images: int | None = None) -> Future | None:
         """The run of ``runner`` on the first ``images`` of ``inputs`` (None: all) started here, or
@@ -108,6 +121,17 @@ class EarlyRuns:
             return None
         return future if failed is None or isinstance(failed, RuntimeRefused) else None
 
+    def made(self, runner: Runner, inputs: np.ndarray) -> object | None:
+        """What ``start``'s ``then`` made of the run ``taken`` gives for ``runner`` on ``inputs`` (waiting
+        for it), or None: none was asked, the run is not taken, or ``then`` failed (parity computes it)."""
+        future = self._made.get(runner.cache_key)
+        if future is None or self.taken(runner, inputs) is None:
+            return None
+        try:
+            return future.result()
+        except (CancelledError, Exception):  # noqa: BLE001 -- the same computed again, by parity
+            return None
+
     def models_done(self) -> None:
         """Wait until no run here reads a PyTorch module (a later pass may trace it: ``--cross-check``)."""
         for runner, future in list(self._runs.values()):
@@ -122,7 +146,7 @@ class EarlyRuns:
         self._stop.set()
         with self._lock:
             thread = self._thread
-            for _, future in self._runs.values():
+            for future in [f for _, f in self._runs.values()] + list(self._made.values()):
                 future.cancel()
         if thread is not None and thread is not threading.current_thread():
             thread.join()

@@ -110,6 +110,10 @@ class Runner(abc.ABC):
     #: how many of the inputs (the first ones) its row needs; None: all. A run shared by several rows
     #: (``cache_key``) computes what the most demanding of them needs (``run.execute``)
     images: int | None = None
+    #: one invoke an image, the one timed, and no repeat check: for a runtime whose first invoke
+    #: loads nothing (the reference kernels: 0.81 s an invoke at 640 px, first and second alike) on
+    #: a diagnostic sample, whose file the rows on every input check for repeats
+    once: bool = False
 
     @property
     def cache_key(self) -> object:
@@ -137,6 +141,12 @@ class Runner(abc.ABC):
         """An image's second, timed invoke: by default as the first."""
         return self._run_one(x)
 
+    def outputs(self, inputs: np.ndarray) -> list[np.ndarray]:
+        """Every image's outputs, each image invoked once and untimed, here: a check's, not a row's."""
+        per_image = [[np.array(o, dtype=np.float32) for o in self._run_one(np.ascontiguousarray(inputs[i : i + 1], np.float32))]
+                     for i in range(inputs.shape[0])]
+        return [np.concatenate([p[k] for p in per_image]) for k in range(len(per_image[0]))]
+
     def run(self, inputs: np.ndarray, stop: threading.Event | None = None, indices: Iterable[int] | None = None) -> RunOutput:
         """Every image, or those ``indices`` yields (a share: ``Shares``), in the images' order."""
         per_image, times, repeat = {}, {}, None
@@ -144,8 +154,12 @@ class Runner(abc.ABC):
             if stop is not None and stop.is_set():
                 raise Stopped(self.runtime)
             x = np.ascontiguousarray(inputs[i : i + 1], dtype=np.float32)
+            t0 = time.perf_counter()
             first = [np.array(o, dtype=np.float32) for o in self._run_one(x)]  # copies: a runtime may reuse its buffers
             per_image[i] = first
+            if self.once:
+                times[i] = (time.perf_counter() - t0) * 1e3
+                continue
             if not self.repeats and self.timed_images is not None and i >= self.timed_images:
                 continue
             t0 = time.perf_counter()

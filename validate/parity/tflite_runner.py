@@ -39,7 +39,9 @@ class TFLiteRunner(Runner):
 
         self.path, self.expected, self.kernels, self.images = Path(path), expected_nchw, kernels, images
         self.runtime = runtime or ("tflite-ref" if kernels == "reference" else "tflite")
-        self._key = (kernels, hashlib.sha256(self.path.read_bytes()).hexdigest())
+        # the reference kernels on a diagnostic sample: one invoke an image (``Runner.once``)
+        self.once = kernels == "reference" and images is not None
+        self._key = (kernels, hashlib.sha256(self.path.read_bytes()).hexdigest(), self.once)
         self.interp = None
 
     @property
@@ -124,7 +126,7 @@ def run_in_child(runner, inputs: np.ndarray, stop: threading.Event | None = None
     with tempfile.TemporaryDirectory(prefix="edgeport-tflite-") as tmp:
         folder = Path(tmp)
         np.save(folder / "inputs.npy", np.ascontiguousarray(inputs, np.float32))
-        (folder / "job.json").write_text(json.dumps({"path": str(runner.path), "kernels": runner.kernels,
+        (folder / "job.json").write_text(json.dumps({"path": str(runner.path), "kernels": runner.kernels, "once": runner.once,
                                                      "expected": [list(s) for s in runner.expected]}))
         proc = subprocess.Popen([sys.executable, "-m", "edgeport.validate.parity.tflite_runner", str(folder)], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
@@ -165,6 +167,7 @@ def _signal(number: int) -> str:
 def main(folder: Path) -> int:
     job = json.loads((folder / "job.json").read_text())
     runner = TFLiteRunner(Path(job["path"]), [tuple(s) for s in job["expected"]], kernels=job["kernels"])
+    runner.once = job.get("once", False)
     try:
         run = Runner.run(runner, np.load(folder / "inputs.npy"))  # the runner's own loop, here
     except RuntimeRefused as exc:

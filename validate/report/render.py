@@ -155,7 +155,8 @@ def legend(report: dict) -> list[str]:
                          "on every input)")
         if any(r["runtime"] == "tflite-ref" for r in rows):
             which.append("the reference kernels where no board row runs them (which op parts from the optimised kernels' "
-                         "arithmetic)")
+                         "arithmetic; each image invoked once, its ms/img that invoke's, as the kernels load nothing on a "
+                         "first invoke; the rows on every input check repeats)")
         lines.append(f"{SAMPLED} judged on the first {', '.join(map(str, sampled))} images{of} only, a diagnostic: "
                      f"{' and '.join(which) or 'rows no verdict rests on'}; mAP is not computed on so few.")
     return lines
