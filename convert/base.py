@@ -136,7 +136,7 @@ class Exported:
     prepared: Prepared
     onnx: Path
     input_name: str = "images"  # the graph's one input
-    begun: Any = None  # the conversion handed to the converter before the export (Converter.begin), or None
+    begun: Any = None  # what the converter began before the export (Converter.begin), or None
 
 
 @dataclass(frozen=True)

@@ -95,22 +95,28 @@ def start_with_job(argv: list[str], env: dict[str, str], job: str, *, more: bool
     return proc
 
 
-_begun: list[subprocess.Popen] = []  # children handed their job before their conversion pass (``Converter.begin``)
+_begun: list[Callable[[], None]] = []  # how to end what was begun before its conversion pass (``Converter.begin``)
 
 
 def hand_over(argv: list[str], env: dict[str, str], job: str, *, more: bool = False) -> subprocess.Popen:
     """``start_with_job``, for a conversion begun ahead of its pass: the child is ended with the
     run if no conversion took it (``end_begun``)."""
     proc = start_with_job(argv, env, job, more=more)
-    _begun.append(proc)
+    begun_ahead(lambda: end_child(proc))
     return proc
 
 
+def begun_ahead(end: Callable[[], None]) -> None:
+    """``end`` ends work begun ahead of its conversion pass (a child, a thread) with the run (``end_begun``)."""
+    _begun.append(end)
+
+
 def end_begun() -> None:
-    """End every child handed its job ahead that still runs: the run ended before its conversion
-    pass took the files (a pass between failed). One the pass took has ended already."""
+    """End everything begun ahead that still runs (a child is killed, a thread waited for): the
+    run ended before its conversion pass took the files (a pass between failed). What the pass
+    took has ended already."""
     while _begun:
-        end_child(_begun.pop())
+        _begun.pop()()
 
 
 def take_started(argv: list[str], job: str, *, more: bool = False) -> subprocess.Popen | None:
@@ -215,8 +221,9 @@ class Converter(abc.ABC):
     def begin(self, prepared, work: Path, *, quantised: str | None, timeout_s: float):
         """Hand the conversion to the converter's process now, from ``prepared`` (``convert/base.Prepared``),
         where it does not need the ONNX graph: it then converts while the ONNX export runs, and
-        ``convert`` takes what it began (``Exported.begun``). None: nothing begun (onnx2tf, which
-        converts the ONNX graph)."""
+        ``convert`` takes what it began (``Exported.begun``); or what it needs besides the graph,
+        made meanwhile (onnx2tf: ``onnx2tf.Ahead``). None: nothing begun. Whatever runs on is
+        ended with the run if no conversion takes it (``begun_ahead``)."""
         return None
 
     @abc.abstractmethod

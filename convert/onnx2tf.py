@@ -38,7 +38,7 @@ from typing import Callable
 
 import numpy as np
 
-from edgeport.convert.converter import Conversion, Converter, condense, offline_env, started_early, take_started
+from edgeport.convert.converter import Conversion, Converter, begun_ahead, condense, offline_env, started_early, take_started
 from edgeport.errors import ConversionError, MissingDependencyError
 
 ONNX2TF_SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
@@ -281,14 +281,14 @@ class Onnx2tfRun:
 
     def __init__(self, onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str,
                  backend: Onnx2tfBackend | None = None, granularity: str = "per-channel", ships: tuple[str, ...] | None = None,
-                 fast: bool = False, calibration_of: "Onnx2tfRun | None" = None):
+                 fast: bool = False, calibrated: Path | None = None):
         """``ships``: the variants taken from this run (default: float32, and int8 when asked for).
         ``fast``: without strict mode where it costs (``checks_layouts_slowly``); ``finish`` then
         checks the run's float32 file (written for that, if not shipped) against ONNX Runtime.
-        ``calibration_of``: a run on the same ``calib``, whose calibration files this one shares."""
+        ``calibrated``: a folder where ``write_calibration`` wrote the same ``calib``'s files, shared."""
         work.mkdir(parents=True, exist_ok=True)
-        if calibration_of is not None:
-            share_calibration(calibration_of.work, work, calib)
+        if calibrated is not None:
+            share_calibration(calibrated, work, calib)
         else:
             write_calibration(work, calib)
         self.work = work.resolve()
@@ -359,7 +359,7 @@ def run_onnx2tf(onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, i
 
 def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray, work: Path, *, input_name: str,
                      timeout_s: float, backend: Onnx2tfBackend, granularities: tuple[str, ...] | None = None,
-                     meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
+                     meanwhile: Callable[[dict[str, Path]], None] | None = None, calibrated: Path | None = None) -> Conversion:
     """float32 from ``onnx_path``, and int8 from ``int8_onnx`` when given (the same file, or one
     with its output groups normalised, converted side by side).
 
@@ -373,18 +373,20 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
     fails the check, and the conversion is done again in strict mode, as before (noted).
 
     ``meanwhile`` (``Converter.convert``): called once the runs have started, and again with the
-    float32 file while the int8 run goes on.
+    float32 file while the int8 run goes on. ``calibrated``: a folder holding ``calib``'s
+    calibration files already (``Ahead``), which every run shares.
     """
     t0 = time.perf_counter()
     if backend.checks_layouts_slowly:
         try:
             return _convert_variants(onnx_path, int8_onnx, calib, work / "fast", input_name=input_name, timeout_s=timeout_s,
-                                     backend=backend, granularities=granularities, fast=True, meanwhile=meanwhile)
+                                     backend=backend, granularities=granularities, fast=True, meanwhile=meanwhile,
+                                     calibrated=calibrated)
         except (FastRunDiffers, Onnx2tfFailed) as exc:
             why = str(exc).split("; full log: ")[0]
         timeout_s -= time.perf_counter() - t0
     conversion = _convert_variants(onnx_path, int8_onnx, calib, work, input_name=input_name, timeout_s=timeout_s,
-                                   backend=backend, granularities=granularities, fast=False, meanwhile=meanwhile)
+                                   backend=backend, granularities=granularities, fast=False, meanwhile=meanwhile, calibrated=calibrated)
     if backend.checks_layouts_slowly:
         strict = f"in onnx2tf's strict mode (without it: {why})"
         notes = {v: f"{strict}; {conversion.notes[v]}" if v in conversion.notes else strict for v in conversion.files}
@@ -394,7 +396,7 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
 
 def _convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray, work: Path, *, input_name: str,
                       timeout_s: float, backend: Onnx2tfBackend, granularities: tuple[str, ...] | None, fast: bool,
-                      meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
+                      meanwhile: Callable[[dict[str, Path]], None] | None = None, calibrated: Path | None = None) -> Conversion:
     meanwhile = meanwhile or (lambda files: None)
     granularities = granularities or backend.int8_granularities
     together = int8_onnx == onnx_path  # one run writes both (1.28 only warns when its int8 fails)
@@ -406,9 +408,10 @@ def _convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray
             # int8's run, which calibrates and takes the longer, started first: it takes the child
             # that imported while the passes ran (``warm_converter``), and float32's a fresh one
             runs.append(Onnx2tfRun(int8_onnx, calib, work / "onnx2tf-int8", int8=True, input_name=input_name,
-                                   backend=backend, granularity=granularities[0], ships=("int8",), fast=fast))
+                                   backend=backend, granularity=granularities[0], ships=("int8",), fast=fast,
+                                   calibrated=calibrated))
         runs.insert(0, Onnx2tfRun(onnx_path, calib, work / "onnx2tf", int8=together, input_name=input_name, backend=backend,
-                                  granularity=granularities[0], fast=fast, calibration_of=runs[0] if runs else None))
+                                  granularity=granularities[0], fast=fast, calibrated=calibrated or (runs[0].work if runs else None)))
         meanwhile({})
         try:
             files, seconds = runs[0].finish(timeout_s, require=("float32",))
@@ -445,6 +448,42 @@ def _convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray
     return Conversion(files, {"int8": why} if why else {}, notes, seconds)
 
 
+class Ahead:
+    """What onnx2tf's runs need besides the ONNX graph, made on a thread while the graph is exported
+    (``Onnx2tf.begin``): the calibration files every run reads (``write_calibration``: 157 MB at
+    640 px) and, with int8, the plans of its output groups (``int8_groups.plan_for``: a forward of
+    a copy of the module -- the export traces the module itself -- on four images). On YOLOv8n at
+    640 px they took 1.1 s between the export and the int8 run's start."""
+
+    def __init__(self, prepared, work: Path, *, int8: bool):
+        import copy
+        import threading
+        from concurrent.futures import Future
+
+        self.folder, self.int8, self._done = work / "onnx2tf-calibration", int8, Future()
+        module = copy.deepcopy(prepared.module) if int8 else None
+        self._thread = threading.Thread(target=self._make, args=(prepared, module), name="edgeport-onnx2tf-ahead", daemon=True)
+        self._thread.start()
+        begun_ahead(self._thread.join)  # where a pass fails before the conversion takes it: nothing writes after the run
+
+    def _make(self, prepared, module) -> None:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_calibration(self.folder, prepared.calib)
+            plans = None
+            if module is not None:
+                from edgeport.convert.int8_groups import plan_for
+
+                plans = plan_for(module, prepared.calib[:4], prepared.head, prepared.imgsz)
+            self._done.set_result(plans)
+        except BaseException as exc:  # noqa: BLE001 -- raised where the conversion takes it (a full disk: exit 2, as before)
+            self._done.set_exception(exc)
+
+    def result(self) -> tuple[list | None, Path]:
+        """The int8 plans (None: none, or no int8 asked) and the folder of the calibration files."""
+        return self._done.result(), self.folder
+
+
 class Onnx2tf(Converter):
     """``--converter onnx2tf`` (the default): from the exported ONNX graph; int8 from the graph with
     each output's channel groups scaled apart where one output mixes scales (``int8_groups.py``)."""
@@ -473,14 +512,23 @@ class Onnx2tf(Converter):
     def warm(self, *, start: bool | None = None):
         return warm_converter(start=start)
 
+    def begin(self, prepared, work: Path, *, quantised: str | None, timeout_s: float) -> Ahead:
+        return Ahead(prepared, work, int8=quantised is not None)
+
     def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float,
                 meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
         prepared, backend = exported.prepared, installed_backend()
-        plans, int8_onnx = None, exported.onnx if quantised else None
-        if int8_onnx is not None:
-            from edgeport.convert.int8_groups import normalise_onnx, plan_for
+        plans, int8_onnx, calibrated = None, exported.onnx if quantised else None, None
+        ahead = getattr(exported, "begun", None)
+        if isinstance(ahead, Ahead):  # made while the graph was exported
+            plans, calibrated = ahead.result()
+        if int8_onnx is not None and not (isinstance(ahead, Ahead) and ahead.int8):
+            from edgeport.convert.int8_groups import plan_for
 
             plans = plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)
+        if int8_onnx is not None:
+            from edgeport.convert.int8_groups import normalise_onnx
+
             if plans is not None:
                 normalised = work / "int8" / "model.onnx"  # onnx2tf names what it writes after the file
                 normalised.parent.mkdir(parents=True, exist_ok=True)
@@ -491,5 +539,6 @@ class Onnx2tf(Converter):
         # uint8 kernels have one scale per tensor: its int8 file is quantised so
         granularities = ("per-tensor",) if quantised == "uint8" else None
         conversion = convert_variants(exported.onnx, int8_onnx, prepared.calib, work, input_name=exported.input_name,
-                                      timeout_s=timeout_s, backend=backend, granularities=granularities, meanwhile=meanwhile)
+                                      timeout_s=timeout_s, backend=backend, granularities=granularities, meanwhile=meanwhile,
+                                      calibrated=calibrated)
         return dataclasses.replace(conversion, plans=plans if "int8" in conversion.files else None)

@@ -305,3 +305,52 @@ def test_the_fast_runs_check_passes_the_file_of_its_graph_and_no_other(tmp_path,
     data = files["float32"].read_bytes()
     broken.write_bytes(data[: len(data) // 2])
     assert fast_run_differs(onnx_path, broken, calib).startswith("it cannot be checked")
+
+
+class _Boxes:
+    """A yolov8 head's output (1, 5, 64): boxes in pixels beside scores in [0, 1] (one output of two
+    scales, so int8 plans its groups apart); counts its calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, x):
+        import torch
+
+        self.calls += 1
+        out = torch.zeros((x.shape[0], 5, 64))
+        out[:, :4] = 300.0 * x.mean()
+        out[:, 4] = 0.5
+        return out
+
+    def eval(self):
+        return self
+
+
+def test_what_onnx2tf_needs_besides_the_graph_is_made_while_it_is_exported(tmp_path):
+    """``Onnx2tf.begin`` (``Ahead``): on a thread, while the graph is exported, the calibration files
+    every run shares and int8's group plans, as the conversion would make them itself -- from a copy
+    of the module, which the export traces meanwhile. A run that ends before its conversion waits
+    for the thread (``end_begun``); its failure is raised where the conversion takes it."""
+    from types import SimpleNamespace
+
+    from edgeport.convert.converter import end_begun
+    from edgeport.convert.int8_groups import plan_for
+    from edgeport.convert.onnx2tf import Ahead
+    from edgeport.models.heads import Head
+
+    calib = np.random.default_rng(0).random((5, 3, 32, 32), dtype=np.float32)
+    module = _Boxes()
+    prepared = SimpleNamespace(module=module, calib=calib, head=Head("yolov8", nc=1), imgsz=32)
+    plans, folder = Ahead(prepared, tmp_path / "a", int8=True).result()
+    assert module.calls == 0, "the module the export traces is not run beside it"
+    assert plans is not None and plans == plan_for(_Boxes(), calib[:4], prepared.head, 32)
+    write_calibration(tmp_path, calib)
+    for name in (CALIB_FILE, ONNX2TF_SAMPLE_FILE):
+        assert (folder / name).read_bytes() == (tmp_path / name).read_bytes()
+    assert Ahead(prepared, tmp_path / "b", int8=False).result()[0] is None
+    ahead = Ahead(SimpleNamespace(module=module, calib=None, head=prepared.head, imgsz=32), tmp_path / "c", int8=False)
+    end_begun()
+    assert not [t for t in __import__("threading").enumerate() if t.name == "edgeport-onnx2tf-ahead"]
+    with pytest.raises(AttributeError):
+        ahead.result()
