@@ -163,6 +163,7 @@ class Begun:
     deadline: float = 0.0
     ask: bool = False  # int8 asked for: the worker asks which float32 file to quantise (``_answer``)
     failed: Conversion | None = None  # the model torch.export could not capture or save: the reason
+    source: object = None  # the ``Prepared`` it was begun from (``LiteRTTorch.begin``)
 
 
 def begin(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float, per_tensor: bool = False) -> Begun:
@@ -351,12 +352,18 @@ class LiteRTTorch(Converter):
         return plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)
 
     def begin(self, prepared, work: Path, *, quantised: str | None, timeout_s: float) -> Begun:
-        return begin(prepared.module, prepared.calib, work / "litert", int8=quantised is not None, timeout_s=timeout_s,
-                     per_tensor=quantised == "uint8")
+        begun = begin(prepared.module, prepared.calib, work / "litert", int8=quantised is not None, timeout_s=timeout_s,
+                      per_tensor=quantised == "uint8")
+        begun.source = prepared
+        return begun
 
     def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float,
                 meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
         prepared, begun = exported.prepared, getattr(exported, "begun", None)  # begun by the export pass, or here
+        if begun is not None and begun.source is not prepared:  # begun from what a pass has replaced since: begun again
+            if begun.proc is not None:
+                end_child(begun.proc)
+            begun = None
         # (where begun: while the worker converts) which output groups its int8 is quantised apart, its answer once it asks
         done = convert_variants(prepared.module, prepared.calib, work / "litert", int8=quantised is not None, timeout_s=timeout_s,
                                 per_tensor=quantised == "uint8", plans=self._plans(prepared, quantised), meanwhile=meanwhile,

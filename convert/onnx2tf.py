@@ -460,7 +460,7 @@ class Ahead:
         import threading
         from concurrent.futures import Future
 
-        self.folder, self.int8, self._done = work / "onnx2tf-calibration", int8, Future()
+        self.folder, self.int8, self.prepared, self._done = work / "onnx2tf-calibration", int8, prepared, Future()
         module = copy.deepcopy(prepared.module) if int8 else None
         self._thread = threading.Thread(target=self._make, args=(prepared, module), name="edgeport-onnx2tf-ahead", daemon=True)
         self._thread.start()
@@ -520,9 +520,11 @@ class Onnx2tf(Converter):
         prepared, backend = exported.prepared, installed_backend()
         plans, int8_onnx, calibrated = None, exported.onnx if quantised else None, None
         ahead = getattr(exported, "begun", None)
-        if isinstance(ahead, Ahead):  # made while the graph was exported
+        if not (isinstance(ahead, Ahead) and ahead.prepared is prepared):
+            ahead = None  # nothing made ahead, or made from inputs a pass has replaced since: made here
+        if ahead is not None:  # made while the graph was exported
             plans, calibrated = ahead.result()
-        if int8_onnx is not None and not (isinstance(ahead, Ahead) and ahead.int8):
+        if int8_onnx is not None and not (ahead is not None and ahead.int8):
             from edgeport.convert.int8_groups import plan_for
 
             plans = plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)

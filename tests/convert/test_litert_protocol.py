@@ -127,3 +127,8 @@ def test_the_worker_converts_while_the_graph_is_exported_and_the_conversion_take
                                        quantised=None, timeout_s=120)
     assert set(got.files) == {"float32"} and not got.not_written and len(started) == 2  # the one begun: none started
     assert started[1].returncode == 0
+    # begun from inputs a pass replaced since (a prepared model of its own): that worker ended, the conversion begun again
+    stale = litert.LiteRTTorch().begin(prepared, tmp_path, quantised=None, timeout_s=120)
+    got = litert.LiteRTTorch().convert(replace(Exported(replace(prepared), tmp_path / "model.onnx"), begun=stale), tmp_path,
+                                       quantised=None, timeout_s=120)
+    assert set(got.files) == {"float32"} and len(started) == 4 and started[2].poll() is not None and started[3].returncode == 0

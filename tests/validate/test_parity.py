@@ -123,20 +123,28 @@ def test_a_failing_board_runtime_row_has_its_divergence_located_on_the_emulator(
 
 
 def test_failing_rows_on_one_file_share_one_divergence_analysis(tmp_path, monkeypatch):
-    """int8 on the optimised kernels, the reference kernels and an emulator that changes nothing:
-    three failing rows, one file, one analysis (it reruns the file with every intermediate kept)."""
+    """int8 on the optimised kernels, the reference kernels and an emulator that changes nothing
+    (its file the same bytes, copied): failing rows on one file's bytes, one analysis (it reruns
+    the file with every intermediate kept); a file of other bytes has its own."""
     from edgeport.validate.parity import run as parity
 
     analysed = []
     monkeypatch.setattr(parity, "_reference_tensors", lambda subject, x: {"fake": True})
-    monkeypatch.setattr(parity, "_divergence", lambda ref, path, x, tol: analysed.append(path) or {"file": str(path)})
+    monkeypatch.setattr(parity, "_divergence", lambda ref, path, x, tol: analysed.append(path.name) or {"file": path.name})
+    a, b, copied = tmp_path / "a.tflite", tmp_path / "b.tflite", tmp_path / "emulator" / "a.tflite"
+    a.write_bytes(b"one file")
+    b.write_bytes(b"another")
+    copied.parent.mkdir()
+    copied.write_bytes(a.read_bytes())
     off = lambda runtime: FakeRunner(runtime, offset=0.5)  # noqa: E731
-    rows = lambda subject, shapes: [("float32", off("tflite"), Path("a.tflite"), None),  # noqa: E731
-                                    ("float32", off("tflite-ref"), Path("a.tflite"), None),
-                                    ("float32", off("board:x"), Path("b.tflite"), None)]
+    rows = lambda subject, shapes: [("float32", off("tflite"), a, None),  # noqa: E731
+                                    ("float32", off("tflite-ref"), a, None),
+                                    ("float32", off("board:x"), b, None),
+                                    ("float32", off("board:y"), copied, None)]
     report = _run(_subject(tmp_path), rows)
-    assert analysed == [Path("a.tflite"), Path("b.tflite")]
-    assert [r["divergence"] for r in report["results"][1:]] == [{"file": "a.tflite"}, {"file": "a.tflite"}, {"file": "b.tflite"}]
+    assert analysed == ["a.tflite", "b.tflite"]
+    assert [r["divergence"] for r in report["results"][1:]] == [{"file": "a.tflite"}, {"file": "a.tflite"}, {"file": "b.tflite"},
+                                                                {"file": "a.tflite"}]
 
 
 def test_a_normalised_int8_file_is_compared_in_the_model_units(tmp_path):
