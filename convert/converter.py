@@ -116,7 +116,12 @@ def end_begun() -> None:
     run ended before its conversion pass took the files (a pass between failed). What the pass
     took has ended already."""
     while _begun:
-        _begun.pop()()
+        end = _begun.pop()
+        try:
+            end()
+        finally:
+            if _begun:  # whatever this one raised (an interrupt during a thread's join): the rest still end
+                end_begun()
 
 
 def take_started(argv: list[str], job: str, *, more: bool = False) -> subprocess.Popen | None:

@@ -360,8 +360,9 @@ class LiteRTTorch(Converter):
     def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float,
                 meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
         prepared, begun = exported.prepared, getattr(exported, "begun", None)  # begun by the export pass, or here
-        if begun is not None and begun.source is not prepared:  # begun from what a pass has replaced since: begun again
-            if begun.proc is not None:
+        if begun is not None and not (isinstance(begun, Begun) and begun.source is prepared):
+            # another converter's (--cross-check after onnx2tf), or begun from what a pass has replaced since: begun here
+            if isinstance(begun, Begun) and begun.proc is not None:
                 end_child(begun.proc)
             begun = None
         # (where begun: while the worker converts) which output groups its int8 is quantised apart, its answer once it asks

@@ -169,9 +169,12 @@ def main() -> int:
 def exit_now(code: int) -> None:
     """Exit once the files and result.json are written, without the interpreter's teardown of
     torch, TensorFlow and litert-torch: 1.7 s after the last file on YOLOv8n, which edgeport waited
-    for (``edgeport.process.exit_now``, which this file cannot import)."""
+    for (``edgeport.process.exit_now``, which this file cannot import). What the libraries asked to
+    run at exit still runs: TensorFlow's autograph removes its temporary files then."""
+    import atexit
     import os
 
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

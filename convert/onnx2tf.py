@@ -449,39 +449,32 @@ def _convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray
 
 
 class Ahead:
-    """What onnx2tf's runs need besides the ONNX graph, made on a thread while the graph is exported
-    (``Onnx2tf.begin``): the calibration files every run reads (``write_calibration``: 157 MB at
-    640 px) and, with int8, the plans of its output groups (``int8_groups.plan_for``: a forward of
-    a copy of the module -- the export traces the module itself -- on four images). On YOLOv8n at
-    640 px they took 1.1 s between the export and the int8 run's start."""
+    """The calibration files every onnx2tf run reads (``write_calibration``: 157 MB at 640 px, and
+    onnx2tf's 20 sample images), written on a thread while the graph is exported (``Onnx2tf.begin``):
+    0.7 s that came between the export and the int8 run's start on YOLOv8n at 640 px. (int8's group
+    plans run the model, and stay after the export: a model may branch on
+    ``torch.onnx.is_in_onnx_export``, which the export sets for the whole process.)"""
 
-    def __init__(self, prepared, work: Path, *, int8: bool):
-        import copy
+    def __init__(self, prepared, work: Path):
         import threading
         from concurrent.futures import Future
 
-        self.folder, self.int8, self.prepared, self._done = work / "onnx2tf-calibration", int8, prepared, Future()
-        module = copy.deepcopy(prepared.module) if int8 else None
-        self._thread = threading.Thread(target=self._make, args=(prepared, module), name="edgeport-onnx2tf-ahead", daemon=True)
+        self.folder, self.prepared, self._done = work / "onnx2tf-calibration", prepared, Future()
+        self._thread = threading.Thread(target=self._write, args=(prepared.calib,), name="edgeport-onnx2tf-ahead", daemon=True)
         self._thread.start()
         begun_ahead(self._thread.join)  # where a pass fails before the conversion takes it: nothing writes after the run
 
-    def _make(self, prepared, module) -> None:
+    def _write(self, calib: np.ndarray) -> None:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            write_calibration(self.folder, prepared.calib)
-            plans = None
-            if module is not None:
-                from edgeport.convert.int8_groups import plan_for
-
-                plans = plan_for(module, prepared.calib[:4], prepared.head, prepared.imgsz)
-            self._done.set_result(plans)
+            write_calibration(self.folder, calib)
+            self._done.set_result(self.folder)
         except BaseException as exc:  # noqa: BLE001 -- raised where the conversion takes it (a full disk: exit 2, as before)
             self._done.set_exception(exc)
 
-    def result(self) -> tuple[list | None, Path]:
-        """The int8 plans (None: none, or no int8 asked) and the folder of the calibration files."""
-        return self._done.result(), self.folder
+    def result(self) -> Path:
+        """The folder holding the calibration files (``Onnx2tfRun``'s ``calibrated``), once written."""
+        return self._done.result()
 
 
 class Onnx2tf(Converter):
@@ -513,24 +506,19 @@ class Onnx2tf(Converter):
         return warm_converter(start=start)
 
     def begin(self, prepared, work: Path, *, quantised: str | None, timeout_s: float) -> Ahead:
-        return Ahead(prepared, work, int8=quantised is not None)
+        return Ahead(prepared, work)
 
     def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float,
                 meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
         prepared, backend = exported.prepared, installed_backend()
-        plans, int8_onnx, calibrated = None, exported.onnx if quantised else None, None
+        plans, int8_onnx = None, exported.onnx if quantised else None
         ahead = getattr(exported, "begun", None)
-        if not (isinstance(ahead, Ahead) and ahead.prepared is prepared):
-            ahead = None  # nothing made ahead, or made from inputs a pass has replaced since: made here
-        if ahead is not None:  # made while the graph was exported
-            plans, calibrated = ahead.result()
-        if int8_onnx is not None and not (ahead is not None and ahead.int8):
-            from edgeport.convert.int8_groups import plan_for
+        # written while the graph was exported, from these very images (not those a pass has replaced since)
+        calibrated = ahead.result() if isinstance(ahead, Ahead) and ahead.prepared is prepared else None
+        if int8_onnx is not None:
+            from edgeport.convert.int8_groups import normalise_onnx, plan_for
 
             plans = plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)
-        if int8_onnx is not None:
-            from edgeport.convert.int8_groups import normalise_onnx
-
             if plans is not None:
                 normalised = work / "int8" / "model.onnx"  # onnx2tf names what it writes after the file
                 normalised.parent.mkdir(parents=True, exist_ok=True)

@@ -84,13 +84,17 @@ def test_an_environment_built_to_other_pins_is_named_and_built_again_in_place(tm
 
 @needs_litert
 @pytest.mark.slow  # the converter's process
-def test_float32_and_full_integer_int8_from_the_pytorch_model(tmp_path):
+def test_float32_and_full_integer_int8_from_the_pytorch_model(tmp_path, monkeypatch):
     from edgeport.ops.tflite_graph import schema
     from edgeport.ops.tflite_run import load_interpreter
 
+    temp = tmp_path / "tmp"  # the worker's temporary folder: it exits without the interpreter's teardown, not without its exit handlers
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
     model, calib = _small(), np.random.default_rng(0).random((8, 3, 32, 32), dtype=np.float32)
     got = litert.convert_variants(model, calib, tmp_path, int8=True, timeout_s=600)
     assert set(got.files) == {"float32", "int8"} and not got.not_written
+    assert not list(temp.iterdir()), "what TensorFlow's autograph wrote there is removed at exit"
     f32 = load_interpreter(got.files["float32"], kernels="reference")
     (inp,) = f32.get_input_details()
     assert tuple(inp["shape"]) == (1, 32, 32, 3)  # NHWC in, as onnx2tf's files: one calibration and board path

@@ -132,3 +132,7 @@ def test_the_worker_converts_while_the_graph_is_exported_and_the_conversion_take
     got = litert.LiteRTTorch().convert(replace(Exported(replace(prepared), tmp_path / "model.onnx"), begun=stale), tmp_path,
                                        quantised=None, timeout_s=120)
     assert set(got.files) == {"float32"} and len(started) == 4 and started[2].poll() is not None and started[3].returncode == 0
+    # what another converter began (--cross-check after onnx2tf: its calibration files): begun here
+    got = litert.LiteRTTorch().convert(replace(Exported(prepared, tmp_path / "model.onnx"), begun=object()), tmp_path,
+                                       quantised=None, timeout_s=120)
+    assert set(got.files) == {"float32"} and len(started) == 5

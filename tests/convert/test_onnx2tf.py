@@ -307,50 +307,44 @@ def test_the_fast_runs_check_passes_the_file_of_its_graph_and_no_other(tmp_path,
     assert fast_run_differs(onnx_path, broken, calib).startswith("it cannot be checked")
 
 
-class _Boxes:
-    """A yolov8 head's output (1, 5, 64): boxes in pixels beside scores in [0, 1] (one output of two
-    scales, so int8 plans its groups apart); counts its calls."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def __call__(self, x):
-        import torch
-
-        self.calls += 1
-        out = torch.zeros((x.shape[0], 5, 64))
-        out[:, :4] = 300.0 * x.mean()
-        out[:, 4] = 0.5
-        return out
-
-    def eval(self):
-        return self
-
-
-def test_what_onnx2tf_needs_besides_the_graph_is_made_while_it_is_exported(tmp_path):
-    """``Onnx2tf.begin`` (``Ahead``): on a thread, while the graph is exported, the calibration files
-    every run shares and int8's group plans, as the conversion would make them itself -- from a copy
-    of the module, which the export traces meanwhile. A run that ends before its conversion waits
-    for the thread (``end_begun``); its failure is raised where the conversion takes it."""
+def test_the_calibration_files_are_written_while_the_graph_is_exported(tmp_path, monkeypatch):
+    """``Onnx2tf.begin`` (``Ahead``): on a thread, while the graph is exported, the calibration
+    files every run shares, as a run would write them itself. A run that ends before its
+    conversion waits for the thread (``end_begun``): nothing writes after it. A write that
+    failed is raised where the conversion takes the files."""
+    import threading
     from types import SimpleNamespace
 
+    from edgeport.convert import onnx2tf
     from edgeport.convert.converter import end_begun
-    from edgeport.convert.int8_groups import plan_for
     from edgeport.convert.onnx2tf import Ahead
-    from edgeport.models.heads import Head
 
     calib = np.random.default_rng(0).random((5, 3, 32, 32), dtype=np.float32)
-    module = _Boxes()
-    prepared = SimpleNamespace(module=module, calib=calib, head=Head("yolov8", nc=1), imgsz=32)
-    plans, folder = Ahead(prepared, tmp_path / "a", int8=True).result()
-    assert module.calls == 0, "the module the export traces is not run beside it"
-    assert plans is not None and plans == plan_for(_Boxes(), calib[:4], prepared.head, 32)
+    folder = Ahead(SimpleNamespace(calib=calib), tmp_path / "a").result()
     write_calibration(tmp_path, calib)
     for name in (CALIB_FILE, ONNX2TF_SAMPLE_FILE):
         assert (folder / name).read_bytes() == (tmp_path / name).read_bytes()
-    assert Ahead(prepared, tmp_path / "b", int8=False).result()[0] is None
-    ahead = Ahead(SimpleNamespace(module=module, calib=None, head=prepared.head, imgsz=32), tmp_path / "c", int8=False)
-    end_begun()
-    assert not [t for t in __import__("threading").enumerate() if t.name == "edgeport-onnx2tf-ahead"]
-    with pytest.raises(AttributeError):
-        ahead.result()
+
+    release, written = threading.Event(), []
+    monkeypatch.setattr(onnx2tf, "write_calibration", lambda folder, calib: release.wait(10) and written.append(folder))
+    Ahead(SimpleNamespace(calib=calib), tmp_path / "b")
+    threading.Timer(0.3, release.set).start()
+    end_begun()  # (the pipeline's end, a pass having failed before the conversion)
+    assert written == [tmp_path / "b" / "onnx2tf-calibration"], "end_begun returned only once the thread had written"
+
+    monkeypatch.setattr(onnx2tf, "write_calibration", lambda folder, calib: (_ for _ in ()).throw(OSError(28, "No space left")))
+    with pytest.raises(OSError, match="No space left"):
+        Ahead(SimpleNamespace(calib=calib), tmp_path / "c").result()
+
+
+@pytest.mark.slow
+def test_the_child_ends_without_teardown_and_leaves_no_temporary_file(tmp_path, small_onnx, monkeypatch):
+    """onnx2tf's child exits once its files are written, without TensorFlow's teardown, but after
+    what was registered to run at exit: autograph's temporary files are removed."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    onnx_path, calib = small_onnx
+    files, _ = run_onnx2tf(onnx_path, calib, tmp_path / "w", int8=True, input_name="images", timeout_s=300)
+    assert set(files) == {"float32", "int8"}
+    assert not list(temp.glob("__autograph_generated_file*"))

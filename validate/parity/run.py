@@ -428,7 +428,7 @@ def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, r
     result = ResultRow(
         row.variant, row.runtime, passed, ms_per_image=run.ms_per_image, outputs=tuple(c.to_dict() for c in compared),
         detections=agreement.to_dict() if agreement is not None else None,
-        map=mapped,
+        map=copy.deepcopy(mapped),
         verdict=verdict, divergence=found, error_histogram=copy.deepcopy(histogram), repeat=repeat,
         reasons=tuple(reasons), reported_runtime=run.reported,
         steps=tuple(step_checks), op_errors=op_errors, images=images if ref is not full else None)
@@ -567,7 +567,7 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, plan=plan_row
     twins = _twin_runners(subject, expected)
     runs = execute([r.runner for r in rows if r.runner is not None] + list(twins.values()), inputs, subject.early)
     steps = _step_checks(subject, rows, runs, twins, expected)
-    located: dict = {}  # analysis file -> where it diverges: rows on one file share one analysis
+    located: dict = {}  # what rows share, computed once: a file's analysis (by its bytes), a run's comparison (``judge``)
     sample = None
     first_of: dict = {}  # a run's cache key -> the runtime of the first row that shows it
     for row in rows:

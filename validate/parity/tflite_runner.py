@@ -39,7 +39,8 @@ class TFLiteRunner(Runner):
 
         self.path, self.expected, self.kernels, self.images = Path(path), expected_nchw, kernels, images
         self.runtime = runtime or ("tflite-ref" if kernels == "reference" else "tflite")
-        # the reference kernels on a diagnostic sample: one invoke an image (``Runner.once``)
+        # the reference kernels on a diagnostic sample: one invoke an image (``Runner.once``); fixed
+        # here, with the key, from the images given (nothing sets ``images`` on this runner later)
         self.once = kernels == "reference" and images is not None
         self._key = (kernels, hashlib.sha256(self.path.read_bytes()).hexdigest(), self.once)
         self.interp = None
@@ -169,6 +170,7 @@ def main(folder: Path) -> int:
     runner = TFLiteRunner(Path(job["path"]), [tuple(s) for s in job["expected"]], kernels=job["kernels"])
     runner.once = job.get("once", False)
     try:
+        runner.prepare()  # loaded before the first invoke, which ``once`` times
         run = Runner.run(runner, np.load(folder / "inputs.npy"))  # the runner's own loop, here
     except RuntimeRefused as exc:
         (folder / "result.json").write_text(json.dumps({"refused": str(exc)}))
