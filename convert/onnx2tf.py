@@ -230,8 +230,10 @@ def graph_outputs(onnx_path: Path, images: np.ndarray) -> list[np.ndarray] | Exc
     converts (``Onnx2tfRun.finish``): on YOLOv8n at 640 px, 0.2 s off the int8 run's end."""
     from edgeport.validate.parity.runners import OnnxRuntimeRunner
 
+    runner = OnnxRuntimeRunner(onnx_path)
+    runner.once = True
     try:
-        return OnnxRuntimeRunner(onnx_path).outputs(np.ascontiguousarray(images[:FAST_CHECK_IMAGES], np.float32))
+        return runner.run(np.ascontiguousarray(images[:FAST_CHECK_IMAGES], np.float32)).outputs
     except Exception as exc:  # noqa: BLE001 -- said by the check
         return exc
 
@@ -247,7 +249,9 @@ def fast_run_differs(onnx_path: Path, tflite: Path, images: np.ndarray, graph: l
         ref = graph_outputs(onnx_path, images) if graph is None else graph
         if isinstance(ref, Exception):
             raise ref
-        got = TFLiteRunner(tflite, [(1, *o.shape[1:]) for o in ref]).outputs(x)
+        runner = TFLiteRunner(tflite, [(1, *o.shape[1:]) for o in ref])
+        runner.once = True
+        got = runner.run(x).outputs
     except Exception as exc:  # noqa: BLE001 -- whatever stops the check (a runtime that refuses either file): unchecked, so strict
         return f"it cannot be checked ({condense(f'{type(exc).__name__}: {exc}')})"
     for k, (r, g) in enumerate(zip(ref, got)):

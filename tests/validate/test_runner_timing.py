@@ -89,21 +89,6 @@ def test_a_runtime_that_checks_repeats_invokes_every_image_twice_whatever_it_tim
     assert len(run.image_ms) == 3 and run.repeat_max_abs == 0.0
 
 
-def test_a_checks_outputs_invoke_each_image_once_untimed():
-    """``Runner.outputs`` (onnx2tf's fast-run check): the run's outputs, from one invoke an image."""
-    calls = []
-
-    class Counted(ColdStart):
-        def _run_one(self, x):
-            calls.append(x.tobytes())
-            return [x[:, :1] * 2.0]
-
-    x = np.random.default_rng(0).random((3, 3, 4, 4), dtype=np.float32)
-    got = Counted().outputs(x)
-    assert len(calls) == 3 and len(set(calls)) == 3
-    np.testing.assert_array_equal(got[0], Counted().run(x).outputs[0])
-
-
 def test_the_reference_kernels_on_a_diagnostic_sample_invoke_each_image_once(tmp_path):
     """``Runner.once``: one invoke an image, timed, no repeat check -- the reference kernels' sample
     (they load nothing on a first invoke); their rows on every input, and every other runtime's,

@@ -46,8 +46,7 @@ class EarlyRuns:
     def __init__(self, inputs: np.ndarray):
         self.inputs = inputs
         self._runs: dict[object, tuple[Runner, Future]] = {}  # the runner kept: its key may be its module's id
-        self._made: dict[object, Future] = {}  # run -> what ``start``'s ``then`` made of its outputs
-        self._then: dict[object, Callable] = {}
+        self._made: dict[object, tuple[Callable, Future]] = {}  # run -> ``start``'s ``then``, and what it made of its outputs
         self._stop = threading.Event()
         self._jobs: deque = deque()
         self._lock = threading.Lock()
@@ -68,7 +67,7 @@ class EarlyRuns:
                 return future
             self._runs[runner.cache_key] = (runner, future)
             if then is not None:
-                self._made[runner.cache_key], self._then[runner.cache_key] = Future(), then
+                self._made[runner.cache_key] = (then, Future())
             self._jobs.append((runner, future))
             if self._thread is None:
                 thread = threading.Thread(target=self._work, name="edgeport-early-parity", daemon=True)
@@ -97,10 +96,10 @@ class EarlyRuns:
                 future.set_result(runner.run(self.inputs[: runner.images], self._stop))
             except BaseException as exc:  # noqa: BLE001 -- parity decides what it means (``taken``)
                 future.set_exception(exc)
-            made = self._made.get(runner.cache_key)
+            then, made = self._made.get(runner.cache_key, (None, None))
             if made is not None and made.set_running_or_notify_cancel():
                 try:
-                    made.set_result(self._then[runner.cache_key](future.result()))
+                    made.set_result(then(future.result()))
                 except BaseException as exc:  # noqa: BLE001 -- parity computes it itself (``made``)
                     made.set_exception(exc)
 
@@ -124,7 +123,7 @@ class EarlyRuns:
     def made(self, runner: Runner, inputs: np.ndarray) -> object | None:
         """What ``start``'s ``then`` made of the run ``taken`` gives for ``runner`` on ``inputs`` (waiting
         for it), or None: none was asked, the run is not taken, or ``then`` failed (parity computes it)."""
-        future = self._made.get(runner.cache_key)
+        _, future = self._made.get(runner.cache_key, (None, None))
         if future is None or self.taken(runner, inputs) is None:
             return None
         try:
@@ -146,7 +145,7 @@ class EarlyRuns:
         self._stop.set()
         with self._lock:
             thread = self._thread
-            for future in [f for _, f in self._runs.values()] + list(self._made.values()):
+            for future in [f for _, f in self._runs.values()] + [f for _, f in self._made.values()]:
                 future.cancel()
         if thread is not None and thread is not threading.current_thread():
             thread.join()

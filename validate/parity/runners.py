@@ -112,7 +112,8 @@ class Runner(abc.ABC):
     images: int | None = None
     #: one invoke an image, the one timed, and no repeat check: for a runtime whose first invoke
     #: loads nothing (the reference kernels: 0.81 s an invoke at 640 px, first and second alike) on
-    #: a diagnostic sample, whose file the rows on every input check for repeats
+    #: a diagnostic sample, whose file the rows on every input check for repeats; and for a check's
+    #: run, which needs only the outputs (``onnx2tf.fast_run_differs``)
     once: bool = False
 
     @property
@@ -140,12 +141,6 @@ class Runner(abc.ABC):
     def _run_timed(self, x: np.ndarray) -> list[np.ndarray]:
         """An image's second, timed invoke: by default as the first."""
         return self._run_one(x)
-
-    def outputs(self, inputs: np.ndarray) -> list[np.ndarray]:
-        """Every image's outputs, each image invoked once and untimed, here: a check's, not a row's."""
-        per_image = [[np.array(o, dtype=np.float32) for o in self._run_one(np.ascontiguousarray(inputs[i : i + 1], np.float32))]
-                     for i in range(inputs.shape[0])]
-        return [np.concatenate([p[k] for p in per_image]) for k in range(len(per_image[0]))]
 
     def run(self, inputs: np.ndarray, stop: threading.Event | None = None, indices: Iterable[int] | None = None) -> RunOutput:
         """Every image, or those ``indices`` yields (a share: ``Shares``), in the images' order."""
