@@ -230,3 +230,25 @@ def test_an_integer_past_the_largest_float_is_bad_input_not_a_crash(files, run_i
     files("base.json", now)
     files("now.json", make_report())
     assert_one_line(run_inproc("check", "now.json", "--baseline", "base.json"), 2, "base.json", "about 401 digits")
+
+
+@pytest.mark.parametrize("what, content", [
+    ("a checkpoint", b"PK\x03\x04 a torch zip"),
+    ("notes", b"my notes\n"),
+    ("JSON of another kind", b'{"schema": "someone/1"}'),
+])
+def test_update_baseline_never_writes_over_a_file_that_is_not_a_report(files, run_inproc, tmp_path, what, content):
+    """Directly, or through a symlink to it: the file stays, byte for byte (exit 2, one line)."""
+    files("now.json", _report(cosine=0.9999999))
+    (tmp_path / "model.pt").write_bytes(content)
+    (tmp_path / "link.json").symlink_to(tmp_path / "model.pt")
+    before = inventory(tmp_path)
+    for baseline in ("model.pt", "link.json"):
+        r = run_inproc("check", "now.json", "--baseline", baseline, "--update-baseline")
+        assert_one_line(r, 2, "is not an edgeport report", "writes only over a report")
+    assert inventory(tmp_path) == before
+    # a new path, or a report (of an older schema too), is written
+    assert run_inproc("check", "now.json", "--baseline", "new.json", "--update-baseline").code == 0
+    (tmp_path / "old.json").write_text(json.dumps({"schema": "edgeport.parity/1", "results": []}))
+    assert run_inproc("check", "now.json", "--baseline", "old.json", "--update-baseline").code == 0
+    assert (tmp_path / "old.json").read_bytes() == (tmp_path / "new.json").read_bytes() == (tmp_path / "now.json").read_bytes()

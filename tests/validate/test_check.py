@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from edgeport.errors import BadInputError
-from edgeport.validate.gate.check import CheckTolerance, compare_reports, load_report, row_failures
+from edgeport.validate.gate.check import CheckTolerance, compare_reports, load_report
 from edgeport.validate.parity.result import ResultRow, Verdict
 from edgeport.validate.report.render import render_json
 from edgeport.validate.report.schema import Report
@@ -69,7 +69,7 @@ def test_a_row_judged_on_fewer_images_than_the_baselines_proves_less():
 def test_a_row_that_fails_its_own_tolerance_fails_whatever_it_says():
     now = make_report(cos=0.9)  # says passed, but cosine 0.9 < its own 0.99999
     regressions = [str(r) for r in compare_reports(now, make_report(), CheckTolerance())]
-    assert "float32/tflite: says passed, but output p3 fails its own tolerance (cosine 0.9 < 0.99999)" in regressions, regressions
+    assert "float32/tflite: says passed, but output p3 fails its tolerance (cosine 0.9 < 0.99999)" in regressions, regressions
     assert any(r.startswith("report: passed claimed") for r in regressions), regressions
 
 
@@ -310,7 +310,7 @@ def test_what_edgeport_writes_is_read_as_written():
     # read back by the types that wrote it: the row is the row written, and written again it is the same JSON
     assert read.results[-1].to_dict()["steps"] == [dict(c) for c in row.steps] and read.results[-1].verdict is None
     assert json.loads(render_json(read.to_dict()))["results"][-1] == report["results"][-1]
-    assert read.results[-1].key == "uint8/tflite-ref" and read.results[-1].passed and row_failures(read.results[-1], read.boxes) == []
+    assert read.results[-1].key == "uint8/tflite-ref" and read.results[-1].passed and read.failures(read.results[-1]) == []
     assert compare_reports(report, report, CheckTolerance()) == []
 
 
@@ -359,8 +359,8 @@ def test_a_row_over_its_own_box_tolerance_never_passes_whatever_it_says():
     and its reasons were removed; the gate counts for itself."""
     bad = _judged(missed_stable=2)
     read, ok = Report.from_dict(bad), Report.from_dict(_judged(missed_stable=1))
-    assert read.results[1].passed and row_failures(read.results[1], read.boxes) == ["detections missed_stable 2 > allowed 1 (of 30 stable boxes)"]
-    assert row_failures(ok.results[1], ok.boxes) == []
+    assert read.results[1].passed and read.failures(read.results[1]) == ["detections missed_stable 2 > allowed 1 (of 30 stable boxes)"]
+    assert ok.failures(ok.results[1]) == []
     regressions = compare_reports(bad, bad, CheckTolerance())
     assert any("missed_stable 2 > allowed 1" in str(r) for r in regressions), regressions
 
@@ -462,3 +462,71 @@ def test_only_a_quantised_file_with_a_twin_on_every_runtime_is_stood_in_for():
     partial["results"].append(dict(copy.deepcopy(partial["results"][2]), runtime="board:default"))
     read = Report.from_dict({**partial, "passed": False})
     assert read.repaired == [] and not read.passed
+
+
+def test_each_output_is_held_to_the_stricter_of_its_own_tolerance_and_the_reports():
+    """A row that lowers its own tolerance is still held to the report's for its variant, and each
+    channel entry to the report's per-channel one; a stricter own tolerance holds too."""
+    report = make_report(cos=0.9995)
+    report["tolerances"] = {"float32": {"max_abs_rel": 1e-4, "min_cosine": 0.9999}, "channels": {"min_cosine": 0.98}}
+    report["results"][1]["outputs"][0]["tolerance"] = {"max_abs_rel": None, "min_cosine": -1.0}
+    read = Report.from_dict({**report, "passed": True})
+    assert read.failures(read.results[1]) == ["output p3 fails its tolerance (cosine 0.9995 < 0.9999)"] and not read.passed
+    channels = dict(report["results"][1]["outputs"][0], name="p3[channels]", cosine=0.985)
+    report["results"][1]["outputs"] = [channels]
+    read = Report.from_dict(report)
+    assert read.failures(read.results[1]) == [] and read.passed  # 0.985 >= the channels' 0.98, not the variant's 0.9999
+    report["results"][1]["outputs"][0]["tolerance"] = {"max_abs_rel": None, "min_cosine": 0.99}  # its own, stricter
+    read = Report.from_dict(report)
+    assert read.failures(read.results[1]) == ["output p3[channels] fails its tolerance (cosine 0.985 < 0.99)"]
+
+
+@pytest.mark.parametrize("tolerance, error", [
+    ({"min_cosine": 1.5}, "tolerances.float32.min_cosine is 1.5, outside"),
+    ({"min_cosine": "nan"}, "tolerances.float32.min_cosine is 'nan': a tolerance is a finite number"),
+    ({"max_abs_rel": -1}, "tolerances.float32.max_abs_rel is -1.0, outside"),
+    ({"max_abs_rel": "x"}, "tolerances.float32.max_abs_rel is 'x', not a number"),
+])
+def test_a_tolerance_that_is_no_number_in_range_is_malformed(tolerance, error):
+    with pytest.raises(BadInputError, match="malformed") as exc:
+        Report.from_dict({**make_report(), "tolerances": {"float32": tolerance}})
+    assert error in str(exc.value)
+
+
+def test_a_report_whose_tolerances_are_laxer_than_the_baselines_regresses():
+    base = {**make_report(), "tolerances": {"float32": {"max_abs_rel": 1e-4, "min_cosine": 0.99999}}}
+    lax = {**make_report(), "tolerances": {"float32": {"max_abs_rel": 1e-2, "min_cosine": None}}}
+    found = {str(r) for r in compare_reports(lax, base, CheckTolerance())}
+    assert found == {"tolerances.float32: max_abs_rel 0.0001 -> 0.01", "tolerances.float32: min_cosine 0.99999 -> ungated"}
+    stricter = {**make_report(), "tolerances": {"float32": {"max_abs_rel": 1e-5, "min_cosine": 0.999999}}}
+    assert compare_reports(stricter, base, CheckTolerance()) == []
+
+
+def _twin_of(report: dict, **changes) -> dict:
+    """``report`` (``_repaired_report``) with its twin row changed, the report's verdict as it would be."""
+    report = copy.deepcopy(report)
+    report["results"][-1].update(changes)
+    report["passed"] = Report.from_dict({**report, "passed": True, "repaired": []}).passed
+    return report
+
+
+@pytest.mark.parametrize("changes, why", [
+    ({"images": 2}, "int8-repaired/tflite is judged on the first 2 images, int8/tflite on every input"),
+    ({"outputs": []}, "int8-repaired/tflite compares 0 outputs ([]), int8/tflite 1"),
+    ({"detections": {"recall": 1.0}}, "int8-repaired/tflite holds the sections {'detections': ['recall']}, int8/tflite {}"),
+    ({"runtime": "tflite-ref"}, "int8-repaired has no row on tflite, where int8 has one"),
+])
+def test_a_twin_judged_otherwise_than_its_pure_file_stands_in_for_nothing(changes, why):
+    report = _twin_of(_repaired_report(0.999), **changes)
+    read = Report.from_dict(report)
+    assert read.stand_in_refusal("int8") == why and read.repaired == [] and not read.passed
+    claimed = {**report, "repaired": ["int8"]}  # a report that says the twin stands in all the same
+    with pytest.raises(BadInputError, match="repaired names 'int8', but its twin does not stand in for it"):
+        Report.from_dict(claimed)
+
+
+def test_a_twin_stands_in_where_the_board_runs_it_only():
+    report = _repaired_report(0.999)
+    report["board"] = {"name": "b", "checks": {"int8": {"runnable": True}, "int8-repaired": {"runnable": False}}}
+    read = Report.from_dict({**report, "repaired": []})
+    assert read.stand_in_refusal("int8") == "b cannot run int8-repaired" and not read.passed

@@ -13,8 +13,8 @@ while the gate says it passed.
   within a schema version); those it knows are checked.
 - The two must describe the same model (architecture, weights hash, input, outputs), else
   bad input: comparing two models' reports proves nothing.
-- A row's own checks, each read: its outputs (each against its own tolerance, whatever the
-  output or the row says), its ``reasons`` (boxes missed, a second invoke that differs), its
+- A row's own checks, each read: its outputs (each against the stricter of its own tolerance and
+  the report's for its variant, whatever the output or the row says), its ``reasons`` (boxes missed, a second invoke that differs), its
   ``repeat`` (each image invoked twice), its ``verdict`` (whether the file runs there) and its
   ``steps`` (a quantised row against a run that must compute the same integers). A row passes
   only when it says so and every one of them passes; a row that says it passed while one failed
@@ -30,8 +30,11 @@ while the gate says it passed.
   baseline step check gone, or its steps grown past one (a diagnostic may not worsen, gated or
   not: one step is a rounding apart, more is a different computation); a repeat check gone; a
   row judged on fewer images than the baseline's (a diagnostic's sample, ``ResultRow.images``);
-  fewer passing rows; a report that claims to pass while something in it fails. Timings are
-  never compared.
+  fewer passing rows; a report that claims to pass while something in it fails; a tolerance of
+  the report's laxer than the baseline's. Timings are never compared.
+- A repaired twin stands in for its failing quantised file only where it proves it
+  (``Report.stand_in_refusal``: a row on each of the file's runtimes, with the same outputs,
+  images and sections, each earned); a report naming a twin that does not is malformed.
 """
 
 from __future__ import annotations
@@ -43,10 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeport.errors import BadInputError
-from edgeport.jsonfile import DuplicateKey, Refused, clip, read_json
+from edgeport.jsonfile import DuplicateKey, Refused, read_json
 from edgeport.text import for_terminal
-from edgeport.validate.parity.result import OUTPUT_METRICS, REPAIRED, SECTIONS, ResultRow
-from edgeport.validate.report.schema import Report
+from edgeport.validate.parity.result import FINITE_METRICS, OUTPUT_METRICS, ResultRow, sections, steps_label, stricter
+from edgeport.validate.report.schema import SCHEMA, Report
 
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # a report is kilobytes; anything near this is not one
 
@@ -107,91 +110,12 @@ def _fmt(v) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
-# -- a row's own checks, as the report states them ----------------------------------------------
-
-# where a non-finite value means something broke (+inf SNR is a bit-exact match)
-FINITE_METRICS = ("max_abs", "mean_abs", "rmse", "cosine", "max_abs_rel", "p99_abs", "ref_max_abs")
 # steps a diagnostic may move by without having got worse: one is a rounding apart
 STEPS_NOISE = 1
 
 
 def _metrics(o: dict) -> dict:
     return {m: o[m] for m in OUTPUT_METRICS if m in o}
-
-
-def _sections(row: ResultRow) -> dict:
-    """"detections" / "map" -> {field: float} of the fields the gate reads, where the row has them."""
-    return {s: {f: v for f, v in getattr(row, s).items() if f in fields} for s, fields in SECTIONS.items()
-            if getattr(row, s) is not None}
-
-
-def own_tolerance_failure(o: dict) -> str | None:
-    """How an output's metrics fail the tolerance the report itself states, in words (NaN fails); None: they pass."""
-    rel, cos = o["tolerance"]["max_abs_rel"], o["tolerance"]["min_cosine"]
-    for m in FINITE_METRICS:
-        if m in o and not math.isfinite(o[m]):
-            return f"{m} {o[m]!r}"
-    if rel is not None and not o["max_abs_rel"] <= rel:
-        return f"max_abs_rel {o['max_abs_rel']!r} > {rel!r}"
-    if cos is not None and not o["cosine"] >= cos:
-        return f"cosine {o['cosine']!r} < {cos!r}"
-    return None
-
-
-def _output_failure(o: dict) -> str | None:
-    """Why an output fails, in words: as it says, by its reasons, or by its own tolerance."""
-    if not o["passed"]:
-        return f"output {o['name']} failed" + (f" ({clip(o['reasons'][0])})" if o["reasons"] else "")
-    if o["reasons"]:
-        return f"output {o['name']}: {clip(o['reasons'][0])}"
-    why = own_tolerance_failure(o)
-    return f"output {o['name']} fails its own tolerance ({why})" if why else None
-
-
-def _steps_label(c: dict) -> str:
-    return f"steps against {clip(c['against'])}"
-
-
-def _steps_failure(c: dict) -> str | None:
-    """How many quantisation steps a row's outputs lie from a run that must compute the same integers."""
-    if c["passed"]:
-        return None
-    if c["max_steps"] is None:
-        return f"{_steps_label(c)}: that run did not run, so nothing was checked"
-    if c["allowed"] is not None and c["max_steps"] > c["allowed"]:
-        return f"{_steps_label(c)} {c['max_steps']} > allowed {c['allowed']}"
-    allowed = "not gated" if c["allowed"] is None else f"allowed {c['allowed']}"
-    return f"{_steps_label(c)} failed ({c['max_steps']}, {allowed})"
-
-
-def row_failures(row: ResultRow, boxes: dict) -> list[str]:
-    """Each of the row's own checks that failed, in words; empty: its numbers earn a pass. ``boxes``:
-    variant -> (fraction, slack), the report's own box tolerance (``Report.boxes``)."""
-    out = [f for f in map(_output_failure, row.outputs) if f]
-    det = _sections(row).get("detections", {})
-    if row.variant in boxes and {"stable_boxes", "missed_stable", "extra_beyond"} <= det.keys():
-        fraction, slack = boxes[row.variant]
-        allowed = max(slack, int(fraction * det["stable_boxes"]))
-        for what in ("missed_stable", "extra_beyond"):
-            if not det[what] <= allowed:
-                count = {k: int(v) if float(v).is_integer() else v for k, v in det.items() if math.isfinite(v)}
-                out.append(f"detections {what} {count.get(what, det[what])!r} > allowed {allowed} "
-                           f"(of {count.get('stable_boxes', det['stable_boxes'])!r} stable boxes)")
-    if row.reasons:
-        more = f" (and {len(row.reasons) - 1} more)" if len(row.reasons) > 1 else ""
-        out.append(f"its reasons say: {clip(row.reasons[0])}{more}")
-    if row.repeat is not None and not row.repeat["passed"]:
-        out.append(f"a second invoke answers differently (repeat max_abs {row.repeat['max_abs']!r})")
-    if row.verdict is not None and not row.verdict.runnable:
-        why = clip(row.verdict.reasons[0]) if row.verdict.reasons else "no reason given"
-        out.append(f"the {row.verdict.judge} says the file does not run ({why})")
-    return out + [f for f in map(_steps_failure, row.steps) if f]
-
-
-def _earned(report: Report) -> dict:
-    """key -> whether the row passed as it says, and as each of its own checks says."""
-    boxes = report.boxes
-    return {r.key: r.passed and not row_failures(r, boxes) for r in report.results}
 
 
 def _board_runnable(report: Report) -> dict:
@@ -217,13 +141,17 @@ def load_report(path: Path, what: str) -> Report:
 
 def write_baseline(report: Path, baseline: Path) -> Path:
     """``--update-baseline``: write the (checked) report over the baseline, atomically (``runs.writing``).
-    A symlinked baseline is written through: its target is replaced, the link kept. Returns the file written."""
+    It writes where nothing is, or over an edgeport report -- never over another file, a checkpoint or
+    notes a link leads to. A symlinked baseline is written through: its target is replaced, the link
+    kept. Returns the file written."""
     from edgeport.runs import writing
 
     data = Path(report).read_bytes()
     target = Path(os.path.realpath(baseline))
     if target.is_dir():
         raise BadInputError(f"--baseline {str(baseline)!r} is a folder; pass a .json path")
+    if os.path.lexists(target):
+        _only_a_report(target, baseline)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with writing(target) as f:
@@ -232,6 +160,23 @@ def write_baseline(report: Path, baseline: Path) -> Path:
         raise BadInputError(f"--update-baseline: cannot write {str(baseline)!r} ({exc.strerror or exc}); "
                             f"pass a writable --baseline path") from exc
     return target
+
+
+def _only_a_report(target: Path, baseline: Path) -> None:
+    """Refuse to write over ``target`` unless it is an edgeport report (of any schema version: an
+    older baseline is what --update-baseline replaces)."""
+    through = f" (a link to {str(target)!r})" if target != Path(baseline).absolute() else ""
+    try:
+        data = read_json(target, MAX_REPORT_BYTES)
+        schema = data.get("schema") if isinstance(data, dict) else None
+        why = None if isinstance(schema, str) and schema.startswith(SCHEMA.rsplit("/", 1)[0] + "/") else "it is JSON of another kind"
+    except Refused as exc:
+        why = f"it {exc}"
+    except OSError as exc:
+        why = f"it cannot be read ({exc.strerror or exc})"
+    if why:
+        raise BadInputError(f"--update-baseline: {str(baseline)!r}{through} is not an edgeport report ({for_terminal(why)}), and "
+                            f"edgeport writes only over a report: pass a report's path, or a new one")
 
 
 # -- comparing ------------------------------------------------------------------------------------
@@ -251,7 +196,7 @@ def _non_finite(report: Report, label: str) -> list[Regression]:
                     out.append(Regression(row.key, f"{o['name']} {metric} in the {label}", "finite", value))
                 elif metric == "snr_db" and math.isnan(value):
                     out.append(Regression(row.key, f"{o['name']} snr_db in the {label}", "a number", value))
-        for section, values in _sections(row).items():
+        for section, values in sections(row).items():
             for field, value in values.items():
                 if not math.isfinite(value) and not (section == "map" and math.isnan(value)):
                     out.append(Regression(row.key, f"{section} {field} in the {label}", "finite", value))
@@ -284,9 +229,9 @@ def _compare_checks(key: str, now: ResultRow, base: ResultRow) -> list[Regressio
     for b in base.steps:
         n = steps_now.get(b["against"])
         if n is None or (n["max_steps"] is None and b["max_steps"] is not None):
-            out.append(Regression(key, _steps_label(b), "present" if b["max_steps"] is None else b["max_steps"], "missing"))
+            out.append(Regression(key, steps_label(b), "present" if b["max_steps"] is None else b["max_steps"], "missing"))
         elif b["max_steps"] is not None and n["max_steps"] > b["max_steps"] and n["max_steps"] > STEPS_NOISE:
-            out.append(Regression(key, _steps_label(b), b["max_steps"], n["max_steps"]))
+            out.append(Regression(key, steps_label(b), b["max_steps"], n["max_steps"]))
     if base.verdict is not None and base.verdict.runnable:
         if now.verdict is None:
             out.append(Regression(key, "verdict", "runnable", "missing"))
@@ -318,8 +263,8 @@ def _compare_row(key: str, now: ResultRow, base: ResultRow, base_earned: bool, t
         b_rel, n_rel = bo["max_abs_rel"], no["max_abs_rel"]
         if n_rel > tol.max_abs_floor and n_rel > tol.max_abs_factor * max(b_rel, tol.max_abs_floor):
             out.append(Regression(key, f"{name} max_abs/max|ref|", b_rel, n_rel))
-    sections_now = _sections(now)
-    for section, b in _sections(base).items():
+    sections_now = sections(now)
+    for section, b in sections(base).items():
         n = sections_now.get(section)
         if n is None:
             out.append(Regression(key, section, "present", "missing"))
@@ -348,6 +293,22 @@ def _compare_row(key: str, now: ResultRow, base: ResultRow, base_earned: bool, t
     return out
 
 
+def _laxer_tolerances(now: Report, base: Report) -> list[Regression]:
+    """Each tolerance the report holds its outputs to that is laxer than the baseline's: a row
+    judged by a laxer rule proves less, whatever it says of itself."""
+    out = []
+    for variant, b in base.tolerances.items():
+        n = now.tolerances.get(variant)
+        if not isinstance(b, dict) or not any(b.get(m) is not None for m in ("max_abs_rel", "min_cosine")):
+            continue
+        n = n if isinstance(n, dict) else {}
+        both = stricter(b, n)
+        for metric in ("max_abs_rel", "min_cosine"):
+            if b.get(metric) is not None and n.get(metric) != both[metric]:
+                out.append(Regression(f"tolerances.{variant}", metric, b[metric], "ungated" if n.get(metric) is None else n[metric]))
+    return out
+
+
 def compare_reports(report: dict | Report, baseline: dict | Report, tol: CheckTolerance) -> list[Regression | Contradiction]:
     """Every regression of ``report`` against ``baseline``, and every row of ``report`` that says
     it passed while one of its checks failed; raises ``BadInputError`` when either is malformed
@@ -363,22 +324,23 @@ def compare_reports(report: dict | Report, baseline: dict | Report, tol: CheckTo
         raise BadInputError(f"report and baseline describe different models ({'; '.join(differ)} in the baseline vs the report); "
                             f"pass the baseline of this model, or accept this report with --update-baseline")
     out = _non_finite(now, "report") + _non_finite(base, "baseline")
-    rows_now, earned_now, earned_base = {r.key: r for r in now.results}, _earned(now), _earned(base)
+    rows_now = {r.key: r for r in now.results}
+    earned_now, earned_base = {r.key: now.earned(r) for r in now.results}, {r.key: base.earned(r) for r in base.results}
     for b in base.results:
         n = rows_now.get(b.key)
         out += [Regression(b.key, "row", "present", "missing")] if n is None else _compare_row(b.key, n, b, earned_base[b.key], tol)
-    base_keys, boxes = {r.key for r in base.results}, now.boxes
+    base_keys = {r.key for r in base.results}
     for n in now.results:
         if n.key not in base_keys and not earned_now[n.key]:
             out.append(Regression(n.key, "new row", "absent", "failing"))
         if n.passed:
-            out += [Contradiction(n.key, failed) for failed in row_failures(n, boxes)]
+            out += [Contradiction(n.key, failed) for failed in now.failures(n)]
+    out += _laxer_tolerances(now, base)
     runnable_now = _board_runnable(now)
     for variant, runnable in _board_runnable(base).items():
         if runnable and not runnable_now.get(variant, False):
             out.append(Regression(f"board {variant}", "runnable", True, runnable_now.get(variant, "missing")))
-    # a quantised file whose repaired twin earned every row it has is stood in for (``Report.passed``)
-    stands_in = {v for v in now.repaired if all(earned_now[r.key] for r in now.results if r.variant == v + REPAIRED)}
+    stands_in = set(now.repaired)  # a quantised file whose repaired twin proves what it stands in for (``Report.passed``)
     failing = [k for k, ok in earned_now.items() if not ok and rows_now[k].variant not in stands_in] + \
         [f"board {v}" for v, ok in runnable_now.items() if not ok and v not in stands_in]
     if now.says_passed and failing:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
-from edgeport.jsonfile import Malformed, count, expect, number, shown, strings
+from edgeport.jsonfile import Malformed, clip, count, expect, number, shown, strings
 
 JUDGES = ("emulator", "runtime", "converter")
 # a repaired twin's variant ends so (``int8-repaired``: convert/repair_pass.py); it stands in for its pure
@@ -199,3 +199,90 @@ def _steps(c, where: str) -> dict:
         seen = "no run to check against" if steps is None else f"max_steps {steps}"
         raise Malformed(f"{where} says passed with {seen} and allowed {allowed}")
     return {**c, "against": against, "max_steps": steps, "allowed": allowed, "passed": passed}
+
+
+# -- a row's own checks, as the report states them: the report's verdict and the gate both judge by these
+
+# where a non-finite value means something broke (+inf SNR is a bit-exact match)
+FINITE_METRICS = ("max_abs", "mean_abs", "rmse", "cosine", "max_abs_rel", "p99_abs", "ref_max_abs")
+
+
+def sections(row: ResultRow) -> dict:
+    """"detections" / "map" -> {field: float} of the fields the gate reads, where the row has them."""
+    return {s: {f: v for f, v in getattr(row, s).items() if f in fields} for s, fields in SECTIONS.items()
+            if getattr(row, s) is not None}
+
+
+def stricter(*tolerances: dict | None) -> dict:
+    """The strictest of ``{"max_abs_rel", "min_cosine"}`` tolerances (None: that metric ungated there):
+    the smallest relative error and the largest cosine any of them asks."""
+    given = [t for t in tolerances if t]
+    rel = [t["max_abs_rel"] for t in given if t.get("max_abs_rel") is not None]
+    cos = [t["min_cosine"] for t in given if t.get("min_cosine") is not None]
+    return {"max_abs_rel": min(rel) if rel else None, "min_cosine": max(cos) if cos else None}
+
+
+def own_tolerance_failure(o: dict, tolerance: dict | None = None) -> str | None:
+    """How an output's metrics fail the tolerance it states -- or ``tolerance`` where that is
+    stricter (the report's for its variant) -- in words (NaN fails); None: they pass."""
+    tol = stricter(o["tolerance"], tolerance)
+    rel, cos = tol["max_abs_rel"], tol["min_cosine"]
+    for m in FINITE_METRICS:
+        if m in o and not math.isfinite(o[m]):
+            return f"{m} {o[m]!r}"
+    if rel is not None and not o["max_abs_rel"] <= rel:
+        return f"max_abs_rel {o['max_abs_rel']!r} > {rel!r}"
+    if cos is not None and not o["cosine"] >= cos:
+        return f"cosine {o['cosine']!r} < {cos!r}"
+    return None
+
+
+def _output_failure(o: dict, tolerance: dict | None) -> str | None:
+    """Why an output fails, in words: as it says, by its reasons, or by its tolerance."""
+    if not o["passed"]:
+        return f"output {o['name']} failed" + (f" ({clip(o['reasons'][0])})" if o["reasons"] else "")
+    if o["reasons"]:
+        return f"output {o['name']}: {clip(o['reasons'][0])}"
+    why = own_tolerance_failure(o, tolerance)
+    return f"output {o['name']} fails its tolerance ({why})" if why else None
+
+
+def steps_label(c: dict) -> str:
+    return f"steps against {clip(c['against'])}"
+
+
+def _steps_failure(c: dict) -> str | None:
+    """How many quantisation steps a row's outputs lie from a run that must compute the same integers."""
+    if c["passed"]:
+        return None
+    if c["max_steps"] is None:
+        return f"{steps_label(c)}: that run did not run, so nothing was checked"
+    if c["allowed"] is not None and c["max_steps"] > c["allowed"]:
+        return f"{steps_label(c)} {c['max_steps']} > allowed {c['allowed']}"
+    allowed = "not gated" if c["allowed"] is None else f"allowed {c['allowed']}"
+    return f"{steps_label(c)} failed ({c['max_steps']}, {allowed})"
+
+
+def row_failures(row: ResultRow, boxes: tuple[float, int] | None = None, tolerance=lambda name: None) -> list[str]:
+    """Each of the row's own checks that failed, in words; empty: its numbers earn a pass. ``boxes``:
+    (fraction, slack), how many stable boxes the row may miss or add; ``tolerance``: output name ->
+    the report's tolerance for it, which holds the output where it is stricter than its own."""
+    out = [f for o in row.outputs if (f := _output_failure(o, tolerance(o["name"])))]
+    det = sections(row).get("detections", {})
+    if boxes is not None and {"stable_boxes", "missed_stable", "extra_beyond"} <= det.keys():
+        fraction, slack = boxes
+        allowed = max(slack, int(fraction * det["stable_boxes"]))
+        for what in ("missed_stable", "extra_beyond"):
+            if not det[what] <= allowed:
+                count = {k: int(v) if float(v).is_integer() else v for k, v in det.items() if math.isfinite(v)}
+                out.append(f"detections {what} {count.get(what, det[what])!r} > allowed {allowed} "
+                           f"(of {count.get('stable_boxes', det['stable_boxes'])!r} stable boxes)")
+    if row.reasons:
+        more = f" (and {len(row.reasons) - 1} more)" if len(row.reasons) > 1 else ""
+        out.append(f"its reasons say: {clip(row.reasons[0])}{more}")
+    if row.repeat is not None and not row.repeat["passed"]:
+        out.append(f"a second invoke answers differently (repeat max_abs {row.repeat['max_abs']!r})")
+    if row.verdict is not None and not row.verdict.runnable:
+        why = clip(row.verdict.reasons[0]) if row.verdict.reasons else "no reason given"
+        out.append(f"the {row.verdict.judge} says the file does not run ({why})")
+    return out + [f for f in map(_steps_failure, row.steps) if f]

@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass, field
 
 from edgeport.errors import BadInputError, ParityGateError
-from edgeport.jsonfile import Malformed, expect, number, shown, strings
+from edgeport.jsonfile import Malformed, clip, expect, number, shown, strings
 from edgeport.text import for_terminal
-from edgeport.validate.parity.result import QUANTISED_FILES, REPAIRED, ResultRow
+from edgeport.validate.parity.result import QUANTISED_FILES, REPAIRED, ResultRow, row_failures, sections
 
 SCHEMA = "edgeport.parity/2"
 # what says which model a report is about
@@ -87,26 +87,61 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        """Every row passed and the board runs every file -- where a quantised file failed and its
-        repaired twin (``<variant>-repaired``) passes every row and runs on the board, the twin
-        stands in for it: the run delivers a file that computes what the model computes."""
+        """Every row earned its pass and the board runs every file -- where a quantised file failed
+        and its repaired twin stands in for it (``repaired``), the twin's rows and board verdict are
+        the file's: the run delivers a file that computes what the model computes."""
         stands_in = set(self.repaired)
         checks = self.board.checks.items() if self.board is not None else ()
-        return all(r.passed for r in self.results if r.variant not in stands_in) and \
+        return all(self.earned(r) for r in self.results if r.variant not in stands_in) and \
             all(c["runnable"] for v, c in checks if v not in stands_in)
+
+    def tolerance(self, variant: str, output: str) -> dict | None:
+        """The report's tolerance for one output of a variant: each channel's, or the variant's."""
+        tol = self.tolerances.get("channels" if output.endswith("[channels]") else variant)
+        return tol if isinstance(tol, dict) else None
+
+    def failures(self, row: ResultRow) -> list[str]:
+        """Each of the row's own checks that fails, in words: every output held to the stricter of
+        its own tolerance and the report's for its variant; its boxes to the report's box tolerance."""
+        return row_failures(row, self.boxes.get(row.variant), lambda name: self.tolerance(row.variant, name))
+
+    def earned(self, row: ResultRow) -> bool:
+        """The row says it passed, and every one of its own checks agrees."""
+        return row.passed and not self.failures(row)
+
+    def stand_in_refusal(self, variant: str) -> str | None:
+        """Why the repaired twin of a quantised ``variant`` may not stand in for it; None: it may.
+        On every runtime the pure file has a row, the twin has one judged alike -- the same outputs,
+        the same images, the same detection sections -- and earns its pass; the board runs it."""
+        twin = variant + REPAIRED
+        pure = [r for r in self.results if r.variant == variant]
+        rows = {r.runtime: r for r in self.results if r.variant == twin}
+        if variant not in QUANTISED_FILES or not pure or not rows:
+            return f"{variant} has no repaired twin"
+        for p in pure:
+            t = rows.get(p.runtime)
+            if t is None:
+                return f"{twin} has no row on {p.runtime}, where {variant} has one"
+            outputs_p, outputs_t = [o["name"] for o in p.outputs], [o["name"] for o in t.outputs]
+            if outputs_t != outputs_p:
+                return f"{t.key} compares {len(outputs_t)} outputs ({shown(outputs_t)}), {p.key} {len(outputs_p)}"
+            if t.images != p.images:
+                return f"{t.key} is judged on {_images(t.images)}, {p.key} on {_images(p.images)}"
+            judged_p, judged_t = ({s: sorted(f) for s, f in sections(r).items()} for r in (p, t))
+            if judged_t != judged_p:
+                return f"{t.key} holds the sections {shown(judged_t)}, {p.key} {shown(judged_p)}"
+            failed = [] if t.passed else ["it says it failed"]
+            failed += self.failures(t)
+            if failed:
+                return f"{t.key} fails: {clip(failed[0])}"
+        if self.board is not None and not self.board.checks.get(twin, {}).get("runnable", False):
+            return f"{self.board.name} cannot run {twin}"
+        return None
 
     @property
     def repaired(self) -> list[str]:
-        """The quantised variants (int8, uint8) whose repaired twin has a row on every runtime the
-        variant has, passes every one and runs on the board: the twin stands in for them (``passed``)."""
-        out = []
-        for v in QUANTISED_FILES:
-            twin = [r for r in self.results if r.variant == v + REPAIRED]
-            runtimes = {r.runtime for r in self.results if r.variant == v}
-            if twin and runtimes <= {r.runtime for r in twin} and all(r.passed for r in twin) and \
-                    (self.board is None or self.board.checks.get(v + REPAIRED, {}).get("runnable", False)):
-                out.append(v)
-        return out
+        """The quantised variants (int8, uint8) whose repaired twin stands in for them (``stand_in_refusal``)."""
+        return [v for v in QUANTISED_FILES if self.stand_in_refusal(v) is None]
 
     @property
     def identity(self) -> dict:
@@ -136,6 +171,10 @@ class Report:
                     raise Malformed(f"{section}.{f} is missing: it says which model the report is about")
             tolerances = expect(data.get("tolerances") or {}, dict, "tolerances")  # (null, absent: an older report)
             for variant, tol in tolerances.items():
+                for metric, lo, hi in (("max_abs_rel", 0.0, math.inf), ("min_cosine", -1.0, 1.0)):
+                    if isinstance(tol, dict) and tol.get(metric) is not None and \
+                            not math.isfinite(number(tol[metric], f"tolerances.{variant}.{metric}", lo, hi)):
+                        raise Malformed(f"tolerances.{variant}.{metric} is {shown(tol[metric])}: a tolerance is a finite number")
                 if isinstance(tol, dict) and tol.get("boxes") is not None:
                     b = expect(tol["boxes"], dict, f"tolerances.{variant}.boxes")
                     fraction = number(b.get("fraction"), f"tolerances.{variant}.boxes.fraction", 0.0, 1.0)
@@ -152,15 +191,19 @@ class Report:
                     raise Malformed(f"results[{i}] counts boxes above the noise floor, and tolerances.{row.variant}.boxes is "
                                     f"missing: nothing says how many it may miss")
             claimed = expect(data.get("passed"), bool, "passed")
-            return cls(data["model"], data["inputs"], tuple(rows), tolerances, data.get("versions") or {},
+            report = cls(data["model"], data["inputs"], tuple(rows), tolerances, data.get("versions") or {},
                        data.get("artifacts") or {}, board=BoardSection.from_dict(data.get("board")),
                        **{f: data.get(f) for f in ("board_runtime", "sample", "upsample", "int8_normalised", "converter", "repairs")},
                        stages=tuple(expect(data.get("stages") or [], list, "stages")), created=data.get("created", ""),
                        claimed=claimed)
+            for variant in strings(data.get("repaired") or [], "repaired"):  # (absent: an older report)
+                refused = report.stand_in_refusal(variant)
+                if refused:
+                    raise Malformed(f"repaired names {shown(variant)}, but its twin does not stand in for it: {refused}")
+            return report
         except Malformed as exc:
-            raise BadInputError(f"{what} is a malformed {SCHEMA} report: {exc}; this version of edgeport does not write that, "
-                                f"so the file was written by another version or edited: restore it, or write it again with "
-                                f"this version (edgeport validate)") from None
+            raise BadInputError(f"{what} is a malformed {SCHEMA} report: {exc}; written by another version or edited: "
+                                f"restore it, or write it again (edgeport validate)") from None
 
     def to_dict(self) -> dict:
         return {
@@ -172,6 +215,10 @@ class Report:
             "upsample": self.upsample, "int8_normalised": self.int8_normalised, "converter": self.converter,
             "stages": list(self.stages), "repairs": self.repairs, "repaired": self.repaired,
         }
+
+
+def _images(n: int | None) -> str:
+    return "every input" if n is None else f"the first {n} images"
 
 
 @dataclass(frozen=True)
