@@ -25,6 +25,9 @@ TRUST_HINT = (
     "unpickling it can run arbitrary code; if you trust its source, rerun with "
     "--trust-checkpoint, or re-save it as a state_dict (torch.save(model.state_dict(), path))"
 )
+# A model a TFLite file can hold is under 2 GB (a flatbuffer's 32-bit offsets); with an optimizer's
+# state and an EMA copy beside its weights, its checkpoint is a few times that at most.
+MAX_CHECKPOINT_BYTES = 8 << 30
 # torch.save's legacy (non-zip) format starts with a pickled magic number.
 _LEGACY_MAGIC = b"\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19"
 
@@ -36,6 +39,9 @@ def sniff(path: Path) -> str:
     if not path.is_file():
         raise CheckpointError(f"checkpoint {str(path)!r} is not a file; pass the path to a .pt/.pth file")
     size = path.stat().st_size
+    if size > MAX_CHECKPOINT_BYTES:
+        raise CheckpointError(f"checkpoint {str(path)!r} holds {size / 2**30:.1f} GB, more than the {MAX_CHECKPOINT_BYTES >> 30} GB "
+                              f"edgeport reads: no model a TFLite file can hold needs as much; save the model's state_dict alone")
     if size == 0:
         raise CheckpointError(f"checkpoint {str(path)!r} is empty (0 bytes); re-save or re-download it")
     with path.open("rb") as f:

@@ -1,37 +1,45 @@
 """JSON that edgeport did not write in this run, read strictly: a report or baseline given to
-``edgeport check``, a board's reply (``validate/board/reply.py``).
+``edgeport check``, a board's reply (``validate/board/reply.py``), a dataset's COCO annotations.
 
-Bounded before a byte is parsed (JSON costs many times its size in memory), and never read past
-the bound whatever the file says of itself (a reply may grow while it is read); UTF-8; nesting a
-parser can follow; and no key twice in one object: the standard reader keeps the last, another
-reader the first, so such a file says two things.
+Bounded before a byte is parsed (JSON costs many times its size in memory): a plain file of at
+most its limit in bytes, never read past it whatever the file says of itself (``userfiles``: a
+reply may grow while it is read), with at most so many objects and lists (an empty one costs
+about 64 bytes in memory for its 3 in the file); UTF-8; nesting a parser can follow; and no key
+twice in one object: the standard reader keeps the last, another reader the first, so such a
+file says two things.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
+from edgeport.userfiles import Refused, read_bounded
 
-class Refused(ValueError):
-    """Why the file is not JSON edgeport reads, in words that follow "it"/"the file"."""
+# objects and lists a file may hold, per byte of its limit, unless its reader says otherwise:
+# one per 64 bytes keeps them to about as much memory as the file's bytes, and a report or a
+# reply holds far fewer (a few per metric)
+BYTES_PER_CONTAINER = 64
 
 
 class DuplicateKey(Refused):
     """A key twice in one object: edgeport never writes that, so the file was edited."""
 
 
-def read_json(path: Path, limit: int):
-    """The JSON value in ``path``; ``Refused`` saying why not. ``OSError`` (missing, a folder,
-    unreadable) is the caller's to name."""
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size > limit:
-            raise Refused(f"is larger than {limit // 2**20} MB")
-        raw = f.read(limit + 1)
-    if len(raw) > limit:
-        raise Refused(f"is larger than {limit // 2**20} MB")
+def read_json(path: Path, limit: int, *, containers: int | None = None):
+    """The JSON value in ``path``; ``Refused`` saying why not: not a plain file, more than ``limit``
+    bytes, more than ``containers`` objects and lists (``limit // BYTES_PER_CONTAINER`` unless
+    given), not UTF-8, not JSON, a key twice. ``OSError`` (missing, a folder, unreadable) is the
+    caller's to name."""
+    raw = read_bounded(path, limit)
+    most = limit // BYTES_PER_CONTAINER if containers is None else containers
+    # counted before the parse, in bytes: a '{' or '[' inside a string counts too, which only
+    # makes the bound stricter than the file's real count, never looser
+    found = raw.count(b"{") + raw.count(b"[")
+    if found > most:
+        raise Refused(f"holds {found:,} objects and lists ('{{' and '[' counted), more than {most:,}, the most edgeport "
+                      f"reads (parsed, each costs about 64 bytes of memory)")
     try:
         return json.loads(raw.decode("utf-8"), object_pairs_hook=_one_of_each_key)
     except UnicodeDecodeError as exc:

@@ -11,6 +11,10 @@ from pathlib import Path
 
 from edgeport.errors import BadInputError
 from edgeport.ops.tflite_file import ByContent
+from edgeport.userfiles import Refused, read_bounded
+
+# a flatbuffer's offsets are signed 32-bit: no .tflite whose tensors lie inside it is larger
+MAX_TFLITE_BYTES = 2 << 30
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,9 @@ def read_tflite(path: Path) -> TFLiteSummary:
     from edgeport.ops.tflite_file import digest
 
     try:
-        data = Path(path).read_bytes()
+        data = read_bounded(path, MAX_TFLITE_BYTES)
+    except Refused as exc:
+        raise BadInputError(f"{str(path)!r} {exc}; pass a .tflite file") from None
     except OSError as exc:
         raise BadInputError(f"cannot read {str(path)!r}: {exc}") from exc
     # the same bytes at the same path, summarised once: a convert reads each file up to six times

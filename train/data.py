@@ -16,7 +16,16 @@ import numpy as np
 
 from edgeport.cliargs import real_number, whole_number
 from edgeport.errors import BadInputError
-from edgeport.models.preprocess import list_images, load_image
+from edgeport.jsonfile import Refused, read_json, shown
+from edgeport.models.preprocess import image_size, list_images, load_image
+from edgeport.userfiles import read_bounded
+
+# A label file: one line of about 40 bytes a box; the densest published sets (crowds, shop
+# shelves) have a few thousand boxes an image, well under a megabyte.
+MAX_LABEL_BYTES = 16 << 20
+# A COCO annotations file: COCO's own instances_train2017.json is about 450 MB, with room to
+# double it; JSON parses into several times its size in memory, so the bound is also a memory one.
+MAX_COCO_BYTES = 1 << 30
 
 
 class DataError(BadInputError):
@@ -33,38 +42,59 @@ class Sample:
 
 
 def _image_size(path: Path) -> tuple[int, int]:
-    from PIL import Image
-
     try:
-        with Image.open(path) as im:
-            return im.size
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        return image_size(path)
+    except (OSError, ValueError) as exc:  # not a plain file, not an image, too large to decode
         raise DataError(f"image {str(path)!r} is unreadable ({exc}); remove or replace it") from None
 
 
-def _read_text(path: Path, what: str) -> str:
+def _stays_in(root: Path, path: Path) -> bool:
+    """Whether ``path``, its links followed, lies inside ``root`` (its links followed too)."""
     try:
-        return path.read_text(encoding="utf-8")
+        path.resolve().relative_to(root.resolve())
+    except (ValueError, OSError, RuntimeError):  # outside; or a link loop (RuntimeError before Python 3.13)
+        return False
+    return True
+
+
+def _read_in(root: Path, path: Path, what: str, read):
+    """``read(path)`` for a label or annotations file, which must lie inside the dataset ``root``:
+    a link out of it is never followed (a dataset is shared, and the file it points at may be
+    anyone's). Whatever the file is or holds, a ``DataError`` that names it and quotes at most a
+    short, escaped excerpt (``jsonfile.shown``)."""
+    if not _stays_in(root, path):
+        raise DataError(f"{path}: the {what} is a link that leads out of the dataset {str(root)!r}; labels and annotations "
+                        f"must lie inside the --data folder (images may be links): put the file itself there")
+    try:
+        return read(path)
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not a text {what} (byte {exc.start} is not UTF-8); replace it") from None
+    except Refused as exc:
+        raise DataError(f"{path}: the {what} {exc}; fix or replace it") from None
     except OSError as exc:
         raise DataError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
 
 
-def parse_yolo_label(path: Path, width: int, height: int, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+def _label_text(path: Path) -> str:
+    return read_bounded(path, MAX_LABEL_BYTES).decode("utf-8")
+
+
+def parse_yolo_label(path: Path, width: int, height: int, num_classes: int, *, root: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The boxes (xyxy pixels) and classes of the label file ``path`` of the dataset ``root``; an
+    error names the file and line, and quotes at most a short, escaped excerpt of the line."""
     boxes, classes = [], []
-    for lineno, line in enumerate(_read_text(path, "label file").splitlines(), start=1):
+    for lineno, line in enumerate(_read_in(root, path, "label file", _label_text).splitlines(), start=1):
         if not line.strip():
             continue
         fields = line.split()
         where = f"{path}:{lineno}"
         if len(fields) != 5:
-            raise DataError(f"{where}: expected 'class cx cy w h' (5 fields), got {len(fields)}: {line.strip()!r}")
+            raise DataError(f"{where}: expected 'class cx cy w h' (5 fields), got {len(fields)}: {shown(line.strip())}")
         try:
             cls = int(fields[0])
             cx, cy, w, h = (float(v) for v in fields[1:])
         except ValueError as exc:
-            raise DataError(f"{where}: not numbers: {line.strip()!r}") from exc
+            raise DataError(f"{where}: not numbers: {shown(line.strip())}") from exc
         if not 0 <= cls < num_classes:
             raise DataError(f"{where}: class {cls} out of range 0..{num_classes - 1}; check --num-classes")
         if not all(0.0 <= v <= 1.0 for v in (cx, cy, w, h)) or w <= 0 or h <= 0:
@@ -86,8 +116,8 @@ def load_yolo_split(root: Path, split: str, num_classes: int) -> list[Sample]:
     for image in images:
         w, h = _image_size(image)
         label = lbl_dir / f"{image.stem}.txt"
-        if label.exists():
-            boxes, classes = parse_yolo_label(label, w, h, num_classes)
+        if label.exists() or label.is_symlink():  # a broken link is an error, not an image without objects
+            boxes, classes = parse_yolo_label(label, w, h, num_classes, root=root)
         else:
             boxes, classes = np.zeros((0, 4), np.float32), np.zeros(0, np.int64)  # no objects
         samples.append(Sample(image, boxes, classes, w, h))
@@ -104,16 +134,13 @@ EDGE_PX, EDGE_FRACTION = 2.0, 0.01
 
 
 def _inside(root: Path, name: str) -> Path | None:
-    """``root/name`` when ``name`` is a relative path that stays inside ``root``, else None."""
+    """``root/name`` when ``name`` is a relative path below ``root`` (no '..'), else None. A name
+    from a file never leaves the folder; the image there may be a link that does (DVC and git-annex
+    datasets are links into a cache), read as a YOLO image is: a plain file, only as an image."""
     rel = Path(name)
     if not name or rel.is_absolute() or ".." in rel.parts or "\x00" in name:
         return None
-    path = root / rel
-    try:
-        path.resolve().relative_to(root.resolve())
-    except (ValueError, OSError):
-        return None  # a link that leads out of the dataset
-    return path
+    return root / rel
 
 
 def _coco_box(bbox, width: int, height: int) -> list[float] | None:
@@ -130,10 +157,7 @@ def _coco_box(bbox, width: int, height: int) -> list[float] | None:
 
 def load_coco_split(root: Path, split: str, num_classes: int) -> list[Sample]:
     ann = root / "annotations" / f"{split}.json"
-    try:
-        data = json.loads(_read_text(ann, "COCO JSON file"))
-    except (ValueError, RecursionError) as exc:  # JSON errors, integers too long to read, nesting too deep
-        raise DataError(f"{ann}: not valid JSON ({str(exc)[:200]})") from None
+    data = _read_in(root, ann, "COCO JSON file", lambda path: read_json(path, MAX_COCO_BYTES))
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise DataError(f"{ann}: expected a COCO object with an 'images' list")
     categories = data.get("categories", [])
@@ -159,18 +183,18 @@ def load_coco_split(root: Path, split: str, num_classes: int) -> list[Sample]:
         if not isinstance(img, dict) or not isinstance(img.get("file_name"), str) or not whole_number(img.get("id")):
             raise DataError(f"{ann}: images[{i}] needs an integer 'id' and a 'file_name'")
         if img["id"] in per_image:
-            raise DataError(f"{ann}: images[{i}] repeats the id {img['id']}")
+            raise DataError(f"{ann}: images[{i}] repeats the id {shown(img['id'])}")
         if not all(whole_number(img.get(k)) and img[k] > 0 for k in ("width", "height")):
-            raise DataError(f"{ann}: images[{i}] ({img['file_name']!r}) needs positive integer 'width' and 'height'")
+            raise DataError(f"{ann}: images[{i}] ({shown(img['file_name'])}) needs positive integer 'width' and 'height'")
         path = _inside(folder, img["file_name"])
         if path is None:
-            raise DataError(f"{ann}: images[{i}] file_name {img['file_name']!r} leaves {folder}; file names are relative "
+            raise DataError(f"{ann}: images[{i}] file_name {shown(img['file_name'])} leaves {folder}; file names are relative "
                             f"to the split's image folder")
         if not path.is_file():
-            raise DataError(f"{ann}: image {img['file_name']!r} (id {img['id']}) is missing from {folder}")
+            raise DataError(f"{ann}: image {shown(img['file_name'])} (id {shown(img['id'])}) is missing from {folder}")
         width, height = _image_size(path)
         if (width, height) != (img["width"], img["height"]):
-            raise DataError(f"{ann}: images[{i}] ({img['file_name']!r}) declares {img['width']}x{img['height']} but the file "
+            raise DataError(f"{ann}: images[{i}] ({shown(img['file_name'])}) declares {img['width']}x{img['height']} but the file "
                             f"is {width}x{height}; fix the annotation")
         per_image[img["id"]] = []
         info[img["id"]] = (path, width, height)
@@ -199,7 +223,8 @@ def load_split(root: Path, split: str, num_classes: int) -> list[Sample]:
     """COCO JSON if ``annotations/{split}.json`` exists, else the YOLO layout."""
     if not root.is_dir():
         raise DataError(f"--data {str(root)!r} is not a folder; create one with `edgeport data synth --out DIR`")
-    if (root / "annotations" / f"{split}.json").exists():
+    ann = root / "annotations" / f"{split}.json"
+    if ann.exists() or ann.is_symlink():  # a broken link is an error, not a dataset in another layout
         return load_coco_split(root, split, num_classes)
     return load_yolo_split(root, split, num_classes)
 

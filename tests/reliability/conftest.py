@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,13 +28,18 @@ class Result:
     err: str
 
 
-def inventory(root: Path) -> dict[str, str]:
-    """Relative path -> SHA-256 of every file (and symlink target) under ``root``."""
+def inventory(root: Path, *, by_stat: tuple[Path, ...] = ()) -> dict[str, str]:
+    """Relative path -> SHA-256 of every file (and symlink target) under ``root``. A file in
+    ``by_stat`` (a sparse file of gigabytes, too large to hash in a test) by its size, blocks on
+    disk and modification time instead: any write changes them."""
     out = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
         if path.is_symlink():
             out[rel] = "link:" + os.readlink(path)
+        elif path in by_stat:
+            st = path.stat()
+            out[rel] = f"stat:{st.st_size}:{st.st_blocks}:{st.st_mtime_ns}"
         elif path.is_file():
             out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
@@ -55,6 +62,21 @@ def assert_one_line(result: Result, code: int, *needles: str) -> str:
     for needle in needles:
         assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
     return errors[0]
+
+
+@contextmanager
+def within(seconds: int):
+    """Fail (instead of hanging the suite) if the block runs longer than ``seconds``."""
+    def expired(*_):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def run_cli(*argv: str, cwd: Path, timeout: float = 600, env: dict | None = None, prefix: tuple[str, ...] = ()) -> Result:

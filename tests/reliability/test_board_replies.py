@@ -107,12 +107,12 @@ def test_result_json_is_read_at_most_to_its_bound(tmp_path, monkeypatch):
     """A reply that says it is small and is not (it grew while read): read to the bound, then refused."""
     import os
 
-    from edgeport import jsonfile
+    from edgeport import userfiles
     from edgeport.validate.board import reply
 
     (tmp_path / "result.json").write_text('{"ok": true}' + " " * (reply.MAX_RESULT_BYTES + 10))
     real = os.fstat
-    monkeypatch.setattr(jsonfile.os, "fstat", lambda fd: os.stat_result((*real(fd)[:6], 10, *real(fd)[7:])))
+    monkeypatch.setattr(userfiles.os, "fstat", lambda fd: os.stat_result((*real(fd)[:6], 10, *real(fd)[7:])))
     with pytest.raises(BoardRuntimeError, match=r"result.json edgeport cannot use \(it is larger than 4 MB\)"):
         reply._read_result(tmp_path, 0, "", "the board", "version")
 

@@ -16,9 +16,7 @@ gate agrees with the runtime.
 
 from __future__ import annotations
 
-import signal
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +30,7 @@ from edgeport.ops.tflite_model import read_tflite
 from edgeport.validate.board.profiles import check_model, load_board
 
 from ..conftest import fc_model
-from .conftest import assert_kept, assert_one_line, inventory, run_cli
+from .conftest import assert_kept, assert_one_line, inventory, run_cli, within
 
 
 def _schema():
@@ -142,21 +140,6 @@ def huge_vector_claim() -> bytes:
     at = sg._tab.Vector(sg._tab.Offset(4)) - 4  # the tensors vector's length
     data[at:at + 4] = (2**31).to_bytes(4, "little")
     return bytes(data)
-
-
-@contextmanager
-def within(seconds: int):
-    """Fail (instead of hanging the suite) if the block runs longer than ``seconds``."""
-    def expired(*_):
-        raise TimeoutError(f"still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 # -- bombs --------------------------------------------------------------------------------------

@@ -79,3 +79,51 @@ def test_coco_missing_image_and_bad_annotation(tmp_path):
     (tmp_path / "images" / "val" / "val_00001.png").unlink()
     with pytest.raises(DataError, match="val_00001.png.*is missing"):
         load_split(tmp_path, "val", 1)
+
+
+def test_links_inside_the_dataset_and_images_linked_out_of_it_are_read(tmp_path):
+    """A label may be a link within the dataset; an image may be a link anywhere (DVC and git-annex
+    datasets are links into a cache): only labels and annotations must stay inside it."""
+    root = _yolo(tmp_path / "data", "0 0.5 0.5 0.2 0.4\n")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (root / "images" / "train" / "a.png").rename(cache / "a.png")
+    (root / "images" / "train" / "a.png").symlink_to(cache / "a.png")
+    (root / "shared").mkdir()
+    (root / "labels" / "train" / "a.txt").rename(root / "shared" / "a.txt")
+    (root / "labels" / "train" / "a.txt").symlink_to(root / "shared" / "a.txt")
+    (s,) = load_split(root, "train", 1)
+    np.testing.assert_allclose(s.boxes, [[40, 15, 60, 35]])
+
+
+def test_a_broken_label_link_is_an_error_not_an_image_without_objects(tmp_path):
+    root = _yolo(tmp_path, "0 0.5 0.5 0.2 0.4\n")
+    label = root / "labels" / "train" / "a.txt"
+    label.unlink()
+    label.symlink_to(root / "labels" / "gone.txt")
+    with pytest.raises(DataError, match="a.txt: cannot read the label file"):
+        load_split(root, "train", 1)
+
+
+def test_a_label_larger_than_its_bound_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    from edgeport.train import data
+
+    root = _yolo(tmp_path, "0 0.5 0.5 0.2 0.4\n" * 10)
+    monkeypatch.setattr(data, "MAX_LABEL_BYTES", 100)
+    with pytest.raises(DataError, match="a.txt: the label file is larger than 100 bytes"):
+        load_split(root, "train", 1)
+
+
+def test_a_coco_image_may_be_a_link_out_of_the_dataset_and_its_annotations_may_not(tmp_path):
+    rng = np.random.default_rng(2)
+    root = tmp_path / "data"
+    write_dataset(root, {"val": [make_scene(rng, 64) for _ in range(2)]}, size=64)
+    image = root / "images" / "val" / "val_00000.png"
+    image.rename(tmp_path / "cached.png")
+    image.symlink_to(tmp_path / "cached.png")
+    assert len(load_split(root, "val", 1)) == 2
+    ann = root / "annotations" / "val.json"
+    ann.rename(tmp_path / "val.json")
+    ann.symlink_to(tmp_path / "val.json")
+    with pytest.raises(DataError, match="val.json: the COCO JSON file is a link that leads out of the dataset"):
+        load_split(root, "val", 1)

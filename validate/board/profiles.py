@@ -27,6 +27,7 @@ from pathlib import Path
 
 from edgeport.errors import BadInputError
 from edgeport.ops.tflite_model import OpUse, TFLiteSummary, read_tflite
+from edgeport.userfiles import Refused, read_bounded
 from edgeport.validate.board import uint8_probe
 
 BOARDS_DIR = Path(__file__).parents[1] / "board_profiles"  # validate/board_profiles/: the profiles and op tables (data)
@@ -359,7 +360,7 @@ def board_names() -> list[str]:
 
 def load_op_table(path: Path) -> OpTable:
     """``NAME.ops.toml`` (written by ``edgeport boards probe``) -> the op versions and their provenance."""
-    raw = tomllib.loads(Path(path).read_text())
+    raw = tomllib.loads(_toml_text(Path(path), f"op_table {Path(path).name!r}"))
     prov = raw["provenance"]
     source = f"probed on {prov['runtime']} {prov['version']} ({prov['package']}), {prov['date']}"
     uint8 = None
@@ -379,9 +380,7 @@ def load_board(name_or_path: str) -> BoardProfile:
     if not path.is_file() or path.stem == "op_min_runtime" or path.stem.endswith(".ops"):
         raise BadInputError(f"unknown board {name_or_path!r}; valid: {', '.join(board_names())} (or a path to a profile .toml)")
     try:
-        if path.stat().st_size > MAX_PROFILE_BYTES:
-            raise ProfileError(f"it is larger than {MAX_PROFILE_BYTES // 1024} KB")
-        raw = _keys(tomllib.loads(path.read_text()), PROFILE_KEYS, "the profile")
+        raw = _keys(tomllib.loads(_toml_text(path, "it")), PROFILE_KEYS, "the profile")
         runtime = raw["runtime"]
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}")
@@ -445,16 +444,22 @@ MAX_PROFILE_BYTES = 1 << 20  # a profile is a few lines, an op table a few hundr
 _OP_TABLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.ops\.toml")
 
 
+def _toml_text(path: Path, what: str) -> str:
+    """A profile's or an op table's text: a plain file of at most ``MAX_PROFILE_BYTES``, UTF-8."""
+    try:
+        return read_bounded(path, MAX_PROFILE_BYTES).decode("utf-8")
+    except Refused as exc:
+        raise ProfileError(f"{what} {exc}") from None
+
+
 def _op_table_path(name: object, folder: Path) -> Path:
     """A profile's ``op_table``: a file name (``NAME.ops.toml``, never a path), beside the profile,
-    else one of the shipped tables; a plain file of at most ``MAX_PROFILE_BYTES``."""
+    else one of the shipped tables (read as a profile is: ``_toml_text``)."""
     if not (isinstance(name, str) and _OP_TABLE.fullmatch(name) and ".." not in name):
         raise ProfileError(f"op_table {name!r} is not a file name NAME.ops.toml (beside the profile, or a shipped one: "
                            f"{', '.join(p.name for p in sorted(BOARDS_DIR.glob('*.ops.toml')))})")
     for candidate in (folder / name, BOARDS_DIR / name):
         if candidate.is_file():
-            if candidate.stat().st_size > MAX_PROFILE_BYTES:
-                raise ProfileError(f"op_table {name!r} is larger than {MAX_PROFILE_BYTES >> 20} MB")
             return candidate
     raise ProfileError(f"op_table {name!r} is neither beside the profile nor one of the shipped tables")
 

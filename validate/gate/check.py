@@ -48,6 +48,7 @@ from pathlib import Path
 from edgeport.errors import BadInputError
 from edgeport.jsonfile import DuplicateKey, Refused, read_json
 from edgeport.text import for_terminal
+from edgeport.userfiles import read_bounded
 from edgeport.validate.parity.result import FINITE_METRICS, OUTPUT_METRICS, ResultRow, sections, steps_label, stricter
 from edgeport.validate.report.schema import SCHEMA, Report
 
@@ -146,7 +147,7 @@ def write_baseline(report: Path, baseline: Path) -> Path:
     kept. Returns the file written."""
     from edgeport.runs import writing
 
-    data = Path(report).read_bytes()
+    data = read_bounded(report, MAX_REPORT_BYTES)  # read strictly already (``load_report``): the same bound
     target = Path(os.path.realpath(baseline))
     if target.is_dir():
         raise BadInputError(f"--baseline {str(baseline)!r} is a folder; pass a .json path")
