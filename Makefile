@@ -47,7 +47,7 @@ setup-boards: setup
 	else echo "no python3.7: the real TFLite 1.13.1 tests will be skipped"; fi
 
 # The second converter, litert-torch (`convert --converter litert-torch`, `--cross-check`), in its
-# own environment in the same home, layered on the venv's packages (about 1 GB, 50 s: convert/litert.py)
+# own environment in the same home, layered on the venv's packages (about 1 GB, 50 s: convert/converters/litert.py)
 setup-converters: setup
 	$(VENV)/bin/edgeport converters install litert-torch
 

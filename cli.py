@@ -16,7 +16,7 @@ from pathlib import Path
 
 from edgeport import __version__
 from edgeport.cliargs import Parser, int_range, positive_int
-from edgeport.convert.converter import NAMES as CONVERTERS  # (it imports nothing heavy)
+from edgeport.convert.converters.base import NAMES as CONVERTERS  # (it imports nothing heavy)
 from edgeport.errors import report
 from edgeport.process import Terminated, exit_now, handle_sigterm
 

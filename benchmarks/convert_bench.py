@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 from edgeport.convert.base import ConvertConfig
-from edgeport.convert.converter import offline_env
-from edgeport.convert.onnx2tf import onnx2tf_command, write_calibration
+from edgeport.convert.converters.base import offline_env
+from edgeport.convert.converters.onnx2tf import onnx2tf_command, write_calibration
 from edgeport.convert.pipeline import PIPELINE, run_pipeline
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def other_python(given: Path | None) -> str | None:
 
 def bench_lines(state, onnx2tf_cmd, pythons: list[str], tmp: Path) -> list[dict]:
     """The same bare conversion with each onnx2tf line."""
-    from edgeport.convert.onnx2tf import Onnx2tfBackend
+    from edgeport.convert.converters.onnx2tf import Onnx2tfBackend
 
     out = []
     for i, python in enumerate(pythons):

@@ -1,4 +1,4 @@
-"""The litert-torch worker started early (``convert/litert.py: warm_worker``) against one started
+"""The litert-torch worker started early (``convert/converters/litert.py: warm_worker``) against one started
 when the conversion needs it, on the demo detector, interleaved rounds.
 
 The warm worker imports torch and litert-torch while edgeport runs the passes before the
@@ -45,7 +45,7 @@ def one(mode: str, out: Path) -> dict:
 
 
 def main() -> None:
-    from edgeport.convert import litert
+    from edgeport.convert.converters import litert
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=4)

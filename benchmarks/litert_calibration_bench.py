@@ -64,7 +64,7 @@ print(json.dumps({"seconds": {k: [round(x, 3) for x in v] for k, v in seconds.it
 
 
 def main() -> None:
-    from edgeport.convert import litert
+    from edgeport.convert.converters import litert
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["yolov8n:320", "yolov8n:640", "resnet18:96", "mobilevit_xxs:64"])

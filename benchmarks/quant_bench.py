@@ -8,7 +8,7 @@ reads the report: whether float32 passes, whether the quantised file was written
 every row, its worst output cosine, its latency against float32 on the board's runtime (the board
 row's ms per image), and the op whose own quantisation carries the most error
 (``validate/parity/op_errors.py``); then, where the pure file fails, what the repair pass made of
-it (``convert/repair_pass.py``: ``model_<variant>_repaired.tflite``): whether it passes every row,
+it (``convert/passes/repair_pass.py``: ``model_<variant>_repaired.tflite``): whether it passes every row,
 its worst cosine, what it changed, and its time against the pure file on the board's runtime.
 Prints a Markdown table and the counts the issue asks for -- models whose float32 passes and whose
 quantised file does not, before the repair (the pure file) and after (pure or repaired) -- and the

@@ -91,7 +91,7 @@ print(YOLO("yolov8n-1.yaml").export(format="tflite", int8=True, imgsz=int(sys.ar
 
 
 def time_ultralytics(work: Path, imgsz: int, data_yaml: Path) -> dict:
-    from edgeport.convert import litert
+    from edgeport.convert.converters import litert
 
     python = str(litert.env_dir() / "bin" / "python") if litert.installed() else sys.executable
     t0 = time.perf_counter()
@@ -112,8 +112,8 @@ import numpy as np, torch
 sys.path.insert(0, sys.argv[1])
 import zoo_models
 from edgeport.convert.calibration import load_calibration
-from edgeport.convert.export_onnx_pass import export_onnx, simplify
-from edgeport.convert.onnx2tf import onnx2tf_command, write_calibration
+from edgeport.convert.passes.export_onnx_pass import export_onnx, simplify
+from edgeport.convert.converters.onnx2tf import onnx2tf_command, write_calibration
 imgsz, work = int(sys.argv[2]), Path(sys.argv[3])
 torch.manual_seed(0)
 model = zoo_models.yolov8n()
@@ -148,9 +148,9 @@ def _median(runs: list[dict]) -> float | None:
 
 def measure_size(imgsz: int, rounds: int, recipe: bool, tmp: Path, also: list[str], before: Path | None,
                  skip: tuple[str, ...] = ()) -> dict:
-    from edgeport.convert import litert
+    from edgeport.convert.converters import litert
     from edgeport.convert.calibration import load_calibration
-    from edgeport.convert.onnx2tf import write_calibration
+    from edgeport.convert.converters.onnx2tf import write_calibration
 
     folder = tmp / str(imgsz)
     folder.mkdir()

@@ -25,7 +25,7 @@ def convert(checkpoint: Path, *, board, out: Path | None = None, force: bool = F
     The converter's process starts first (``Converter.warm``): it imports the converter (onnx2tf,
     and on 1.28 TensorFlow) on another core while this process imports torch and runs the passes
     before the conversion."""
-    from edgeport.convert.converters import converter, other
+    from edgeport.convert.converters.registry import converter, other
 
     inputs = (Path(checkpoint), options.get("calib_dir"))
     chosen = converter(options.get("converter", "onnx2tf"))

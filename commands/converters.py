@@ -1,4 +1,4 @@
-"""``edgeport converters [install NAME]``: the converters (``convert/converter.py``), and where each is."""
+"""``edgeport converters [install NAME]``: the converters (``convert/converters/base.py``), and where each is."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from edgeport.text import for_terminal
 
 
 def list_converters() -> int:
-    from edgeport.convert.converter import NAMES
-    from edgeport.convert.converters import converter
+    from edgeport.convert.converters.base import NAMES
+    from edgeport.convert.converters.registry import converter
 
     for each in map(converter, NAMES):
         version = each.version()
@@ -16,7 +16,7 @@ def list_converters() -> int:
 
 
 def install(name: str) -> int:
-    from edgeport.convert.converters import converter
+    from edgeport.convert.converters.registry import converter
 
     converter(name).install(log=lambda line: print(for_terminal(line), flush=True))
     return 0

@@ -89,8 +89,8 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
     """Judge ``tflite`` against ``checkpoint``; returns (output folder, ``report.schema.Report``)."""
     with importing():  # torch, and the modules of every phase
         from edgeport.convert.base import ConvertConfig, Converted, Exported
-        from edgeport.convert.board_gate_pass import BoardGatePass
-        from edgeport.convert.parity_pass import subject_of
+        from edgeport.convert.passes.board_gate_pass import BoardGatePass
+        from edgeport.convert.passes.parity_pass import subject_of
         from edgeport.convert.pipeline import VALIDATE, run_pipeline
         from edgeport.validate.parity.run import run_parity
         from edgeport.validate.report.assemble import build_report

@@ -50,12 +50,12 @@ class ConvertConfig:
     head: str = "auto"
     # which tensors of a non-tensor forward result are the outputs (models/outputs.py)
     outputs: str | None = None
-    # which converter writes the TFLite files (convert/converter.py): onnx2tf (from the ONNX graph)
+    # which converter writes the TFLite files (convert/converters/base.py): onnx2tf (from the ONNX graph)
     # or litert-torch (from the PyTorch model)
     converter: str = "onnx2tf"
-    # also convert float32 with the other converter and compare the two files (convert/cross_check_pass.py)
+    # also convert float32 with the other converter and compare the two files (convert/passes/cross_check_pass.py)
     cross_check: bool = False
-    # a quantised file that fails its gate gets a repaired twin (convert/repair_pass.py); False: the pure files only
+    # a quantised file that fails its gate gets a repaired twin (convert/passes/repair_pass.py); False: the pure files only
     repair: bool = True
     # to_tflite starts parity's runs while the converter works (validate/parity/early.py); False where
     # nothing will take them (the repair's conversions of a changed model)
@@ -148,7 +148,7 @@ class Converted:
     not_written: dict[str, str] = field(default_factory=dict)  # variant -> why the converter wrote no file
     notes: dict[str, str] = field(default_factory=dict)  # variant -> how it was made, when not as asked first
     converter: dict = field(default_factory=dict)  # {name, version, writer}
-    int8_plans: Any = None  # per output, the channel ranges the int8 file divides (convert/int8_groups.py)
+    int8_plans: Any = None  # per output, the channel ranges the int8 file divides (convert/converters/int8_groups.py)
     # variant -> the int8 file it was rewritten from (uint8: convert/uint8.py), for the twin check
     twins: dict[str, Path] = field(default_factory=dict)
     # variant -> what lower_for_board rewrote (ops/lowering/registry.Lowering.describe), where it did
@@ -178,7 +178,7 @@ class Validated:
 
     gated: Gated
     parity: Any
-    # repair: per quantised variant that failed, what was tried and what the repaired file does (convert/repair_pass.py)
+    # repair: per quantised variant that failed, what was tried and what the repaired file does (convert/passes/repair_pass.py)
     repairs: dict = field(default_factory=dict)
 
 

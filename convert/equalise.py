@@ -18,7 +18,7 @@ board's quantised file will round it (int8 symmetric, per output channel where t
 per tensor where it runs uint8).
 
 Both change the PyTorch model only; the repair pass exports and converts it again
-(``convert/repair_pass.py``) and judges the new file against the trained model as loaded.
+(``convert/passes/repair_pass.py``) and judges the new file against the trained model as loaded.
 """
 
 from __future__ import annotations

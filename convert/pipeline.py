@@ -12,23 +12,23 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from edgeport.convert.base import ConvertConfig, Pass
-from edgeport.convert.board_gate_pass import BoardGatePass
-from edgeport.convert.build_model_pass import BuildModelPass
-from edgeport.convert.converter import end_begun
-from edgeport.convert.cross_check_pass import CrossCheckPass
-from edgeport.convert.export_onnx_pass import ExportOnnxPass
-from edgeport.convert.fold_bn_pass import FoldBNPass
-from edgeport.convert.int8_fixes_pass import Int8FixesPass
-from edgeport.convert.load_checkpoint_pass import LoadCheckpointPass
-from edgeport.convert.lower_for_board_pass import LowerForBoardPass
-from edgeport.convert.parity_pass import ParityPass
-from edgeport.convert.prepare_inputs_pass import PrepareInputsPass
-from edgeport.convert.repair_pass import RepairPass
-from edgeport.convert.revert_syncbn_pass import RevertSyncBNPass
-from edgeport.convert.rewrite_upsample_pass import RewriteUpsamplePass
-from edgeport.convert.to_tflite_pass import ToTFLitePass
-from edgeport.convert.uint8_pass import Uint8Pass
-from edgeport.convert.unwrap_prefixes_pass import UnwrapPrefixesPass
+from edgeport.convert.converters.base import end_begun
+from edgeport.convert.passes.board_gate_pass import BoardGatePass
+from edgeport.convert.passes.build_model_pass import BuildModelPass
+from edgeport.convert.passes.cross_check_pass import CrossCheckPass
+from edgeport.convert.passes.export_onnx_pass import ExportOnnxPass
+from edgeport.convert.passes.fold_bn_pass import FoldBNPass
+from edgeport.convert.passes.int8_fixes_pass import Int8FixesPass
+from edgeport.convert.passes.load_checkpoint_pass import LoadCheckpointPass
+from edgeport.convert.passes.lower_for_board_pass import LowerForBoardPass
+from edgeport.convert.passes.parity_pass import ParityPass
+from edgeport.convert.passes.prepare_inputs_pass import PrepareInputsPass
+from edgeport.convert.passes.repair_pass import RepairPass
+from edgeport.convert.passes.revert_syncbn_pass import RevertSyncBNPass
+from edgeport.convert.passes.rewrite_upsample_pass import RewriteUpsamplePass
+from edgeport.convert.passes.to_tflite_pass import ToTFLitePass
+from edgeport.convert.passes.uint8_pass import Uint8Pass
+from edgeport.convert.passes.unwrap_prefixes_pass import UnwrapPrefixesPass
 from edgeport.errors import BadInputError, EdgeportError, PassCheckError, is_environment_error
 from edgeport.validate.parity.early import close_all
 

@@ -43,7 +43,7 @@ HEADS = ("pdet", "yolov8", "yolov8-pose", "yolov8-seg", "yolov8-obb", "yolov10",
 COCO_KEYPOINTS = (17, 3)
 MAX_TOPK = 1000  # an end-to-end head keeps at most this many rows (YOLOv10's max_det: 300)
 
-# what a group's values are, for the int8 scale it gets (convert/int8_groups.py)
+# what a group's values are, for the int8 scale it gets (convert/converters/int8_groups.py)
 PIXELS = "pixels"  # input pixels: divided by the input size
 UNIT = "unit"  # a score in 0..1
 FREE = "free"  # anything else: logits, distances, coefficients, class indices

@@ -10,7 +10,7 @@ The quantised ops that only fed the dropped part go with it; the file's input st
 quantised file takes it, and its outputs are the float32 file's.
 
 ``float_tail`` writes one such file; the search for the fewest ops that pass is the repair pass's
-(``convert/repair_pass.py``).
+(``convert/passes/repair_pass.py``).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def float_tail(quantised: bytes, float_file: bytes, seeds, fed_by) -> Tail | Non
         return s if s is not None and q.shape(s) == f.shape(t) else None
 
     # every output's op is in the tail: the file's outputs are then all the float32 file's (none
-    # left in the quantised file's units, which may divide an output's channels: convert/int8_groups.py)
+    # left in the quantised file's units, which may divide an output's channels: convert/converters/int8_groups.py)
     producer_f = _producers(f)
     seeds = set(seeds) | {producer_f[t] for t in f.sg.outputs if t in producer_f}
     found = tail_ops(f, seeds, lambda t: source(t) is not None)

@@ -134,7 +134,7 @@ def recorded_ranges(calibrated: bytes) -> dict[int, tuple[float, float]]:
 def set_ranges(calibrated: bytes, ranges: dict[int, tuple[float, float]]) -> bytes:
     """``calibrated`` (TensorFlow's calibrator's model) with the statistics of each tensor of
     subgraph 0 in ``ranges`` set to its (minimum, maximum), in place, every other byte kept
-    (``convert/tf_calibration.py``). ValueError where a tensor in ``ranges`` carries none, or
+    (``convert/converters/tf_calibration.py``). ValueError where a tensor in ``ranges`` carries none, or
     several (per channel)."""
     import numpy as np
 

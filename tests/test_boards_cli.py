@@ -26,7 +26,7 @@ def test_bilinear_detector_for_tflite_113_is_runnable_and_exact(bilinear_ckpt, t
     check = report["board"]["checks"]["float32"]
     assert check["runnable"] and check["reasons"] == []
     assert all(op["version"] == 1 for op in check["ops"])
-    from edgeport.convert.onnx2tf import installed_backend
+    from edgeport.convert.converters.onnx2tf import installed_backend
 
     if installed_backend().generation >= 2:
         assert check["min_runtime_version"] is None  # onnx2tf 2.x writes no such metadata

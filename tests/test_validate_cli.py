@@ -59,7 +59,7 @@ def test_naive_model_cannot_run_on_the_old_board(bilinear, tmp_path, cli):
     ckpt, root = bilinear
     proc = cli("validate", str(ckpt), "--tflite", str(root / "naive" / "model_float32.tflite"), "--board", "tflite-1.13", "--out", str(tmp_path / "v"))
     assert proc.returncode == 1
-    from edgeport.convert.onnx2tf import installed_backend
+    from edgeport.convert.converters.onnx2tf import installed_backend
 
     if installed_backend().generation >= 2:  # v1 with the flag set: refused for the flag
         assert "only RESIZE_BILINEAR v3 kernels honour half_pixel_centers" in proc.stderr

@@ -10,7 +10,7 @@ def small_onnx(tmp_path):
     the pipeline does) and eight calibration images for it."""
     import torch
 
-    from edgeport.convert.export_onnx_pass import export_onnx, simplify
+    from edgeport.convert.passes.export_onnx_pass import export_onnx, simplify
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, stride=2)).eval()

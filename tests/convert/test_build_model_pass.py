@@ -5,7 +5,7 @@ import textwrap
 import pytest
 import torch
 
-from edgeport.convert.build_model_pass import BuildModelPass
+from edgeport.convert.passes.build_model_pass import BuildModelPass
 from edgeport.errors import ArchitectureError, KeyMismatchError
 from edgeport.models.registry import build_model
 

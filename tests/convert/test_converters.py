@@ -1,11 +1,11 @@
-"""The converter interface (convert/converter.py): every converter the CLI offers is one, and each
+"""The converter interface (convert/converters/base.py): every converter the CLI offers is one, and each
 has another to cross-check with."""
 
 from __future__ import annotations
 
 from edgeport.cli import CONVERTERS as CHOICES
-from edgeport.convert.converter import NAMES, Converter
-from edgeport.convert.converters import CONVERTERS, converter, other
+from edgeport.convert.converters.base import NAMES, Converter
+from edgeport.convert.converters.registry import CONVERTERS, converter, other
 
 
 def test_the_cli_offers_exactly_the_registered_converters():

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from torch import nn
 
-from edgeport.convert.export_onnx_pass import ExportOnnxPass, op_counts, run_onnxruntime
-from edgeport.convert.fold_bn_pass import fold_batchnorm
+from edgeport.convert.passes.export_onnx_pass import ExportOnnxPass, op_counts, run_onnxruntime
+from edgeport.convert.passes.fold_bn_pass import fold_batchnorm
 from edgeport.errors import PassCheckError
 from edgeport.models.inference import forward
 

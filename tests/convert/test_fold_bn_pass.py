@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from edgeport.convert.fold_bn_pass import FoldBNPass, fold_batchnorm
+from edgeport.convert.passes.fold_bn_pass import FoldBNPass, fold_batchnorm
 from edgeport.errors import PassCheckError
 from edgeport.models.inference import forward
 

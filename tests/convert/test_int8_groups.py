@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from edgeport.convert.export_onnx_pass import export_onnx, run_onnxruntime, simplify
-from edgeport.convert.int8_groups import MAX_GROUP_RATIO, group_factor, group_scales, normalise_onnx
+from edgeport.convert.converters.int8_groups import MAX_GROUP_RATIO, group_factor, group_scales, normalise_onnx
+from edgeport.convert.passes.export_onnx_pass import export_onnx, run_onnxruntime, simplify
 from edgeport.models.heads import FREE, PIXELS, UNIT, Head
 from edgeport.validate.parity.tensors import denormalise
 
@@ -147,7 +147,7 @@ def _tflite_head(fused: str = "NONE", *, kpts_out: bool = False) -> tuple[bytes,
 def test_a_tflite_file_divides_each_group_before_the_concat(tmp_path):
     """litert-torch's line: the float32 file ai-edge-quantizer quantises gets the same division
     onnx2tf's ONNX graph gets, through the Concat and the Reshape, and parity restores it."""
-    from edgeport.convert.int8_groups import normalise_tflite
+    from edgeport.convert.converters.int8_groups import normalise_tflite
     from edgeport.ops.tflite_graph import Graph
 
     from ..ops.test_lowering import run
@@ -185,7 +185,7 @@ KPTS = [(1, 5 + 3 * k, 7 + 3 * k, 64.0) for k in range(3)]
     ([[(1, 10, 15, 64.0)]], "NONE", False),  # channels past the output's 14
 ])
 def test_a_tflite_group_out_of_reach_writes_nothing(tmp_path, plans, fused, kpts_out):
-    from edgeport.convert.int8_groups import normalise_tflite
+    from edgeport.convert.converters.int8_groups import normalise_tflite
 
     model, _ = _tflite_head(fused, kpts_out=kpts_out)
     src, dst = tmp_path / "m.tflite", tmp_path / "n.tflite"

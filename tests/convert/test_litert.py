@@ -1,4 +1,4 @@
-"""The second converter, litert-torch (``convert/litert.py``), in its own environment
+"""The second converter, litert-torch (``convert/converters/litert.py``), in its own environment
 (``make setup-converters``), and the cross-check of the two converters' float32 files."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgeport.convert import litert
+from edgeport.convert.converters import litert
 
 pytestmark = pytest.mark.converters
 needs_litert = pytest.mark.skipif(litert.installed() is None,

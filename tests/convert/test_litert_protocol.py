@@ -1,5 +1,5 @@
 """litert-torch's worker protocol where int8 is quantised from a file edgeport rewrites
-(``convert/litert.py: convert_variants, _answer``), with a stand-in worker: no litert-torch needed.
+(``convert/converters/litert.py: convert_variants, _answer``), with a stand-in worker: no litert-torch needed.
 
 The stand-in does what ``litert_worker.py`` does with a job that says ``ask``: it writes float32,
 touches ``float32.done``, reads the file to quantise from its standard input, and writes that file
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from edgeport.convert import litert
+from edgeport.convert.converters import litert
 from edgeport.convert.base import Exported
-from edgeport.convert.converter import end_begun
+from edgeport.convert.converters.base import end_begun
 from edgeport.ops.tflite_graph import Graph
 
 from .test_int8_groups import _tflite_head
@@ -103,7 +103,7 @@ def _handed_over(tmp_path, monkeypatch, mode: str) -> list:
 def test_the_worker_converts_while_the_graph_is_exported_and_the_conversion_takes_its_files(tmp_path, monkeypatch):
     """litert-torch reads the module, not the ONNX graph: the export pass hands it its job first
     (``Converter.begin``), and the conversion pass takes that worker's files, starting none."""
-    from edgeport.convert.export_onnx_pass import ExportOnnxPass
+    from edgeport.convert.passes.export_onnx_pass import ExportOnnxPass
 
     from .conftest import config
     from .test_tflite_passes import _prepared
@@ -116,7 +116,7 @@ def test_the_worker_converts_while_the_graph_is_exported_and_the_conversion_take
         assert len(started) == 1 and started[0].poll() is None  # handed its job, and converting
         raise RuntimeError("the export failed")
 
-    monkeypatch.setattr("edgeport.convert.export_onnx_pass.export_onnx", export_while_it_converts)
+    monkeypatch.setattr("edgeport.convert.passes.export_onnx_pass.export_onnx", export_while_it_converts)
     with pytest.raises(RuntimeError, match="the export failed"):
         ExportOnnxPass().run(prepared, cfg)
     end_begun()  # (the pipeline's end)

@@ -5,8 +5,8 @@ import sys
 import numpy as np
 import pytest
 
-from edgeport.convert.converter import condense, offline_env
-from edgeport.convert.onnx2tf import CALIB_FILE, ONNX2TF_SAMPLE_FILE, onnx2tf_command, run_onnx2tf, write_calibration
+from edgeport.convert.converters.base import condense, offline_env
+from edgeport.convert.converters.onnx2tf import CALIB_FILE, ONNX2TF_SAMPLE_FILE, onnx2tf_command, run_onnx2tf, write_calibration
 from edgeport.errors import ConversionError
 
 
@@ -96,7 +96,7 @@ def fake_onnx2tf(tmp_path, monkeypatch):
     import onnx
     from onnx import TensorProto, helper
 
-    from edgeport.convert import onnx2tf
+    from edgeport.convert.converters import onnx2tf
 
     script = tmp_path / "fake_onnx2tf.py"
     script.write_text(FAKE_ONNX2TF)
@@ -126,7 +126,7 @@ def fake_onnx2tf(tmp_path, monkeypatch):
 
 
 def _convert(onnx_path, tmp_path, line, int8_onnx="same"):
-    from edgeport.convert.onnx2tf import Onnx2tfBackend, convert_variants
+    from edgeport.convert.converters.onnx2tf import Onnx2tfBackend, convert_variants
 
     return convert_variants(onnx_path, onnx_path if int8_onnx == "same" else int8_onnx, np.zeros((1, 3, 8, 8), np.float32),
                             tmp_path / "work", input_name="images", timeout_s=60, backend=Onnx2tfBackend(line))
@@ -229,7 +229,7 @@ def _children() -> set[int]:
 
 @pytest.mark.slow
 def test_a_conversion_in_the_warm_block_writes_what_a_fresh_one_writes(tmp_path, small_onnx):
-    from edgeport.convert.onnx2tf import warm_converter
+    from edgeport.convert.converters.onnx2tf import warm_converter
 
     onnx_path, calib = small_onnx
     fresh, _ = run_onnx2tf(onnx_path, calib, tmp_path / "fresh", int8=True, input_name="images", timeout_s=300)
@@ -245,7 +245,7 @@ def test_a_conversion_in_the_warm_block_writes_what_a_fresh_one_writes(tmp_path,
 
 @pytest.mark.slow
 def test_no_converter_child_outlives_the_block():
-    from edgeport.convert.onnx2tf import warm_converter
+    from edgeport.convert.converters.onnx2tf import warm_converter
 
     before = _children()
     with warm_converter(start=True):
@@ -257,7 +257,7 @@ def test_no_converter_child_outlives_the_block():
 def test_a_warm_child_that_died_is_replaced_by_a_fresh_conversion(tmp_path, small_onnx):
     import psutil
 
-    from edgeport.convert.onnx2tf import warm_converter
+    from edgeport.convert.converters.onnx2tf import warm_converter
 
     onnx_path, calib = small_onnx
     before = _children()
@@ -272,9 +272,9 @@ def test_a_warm_child_that_died_is_replaced_by_a_fresh_conversion(tmp_path, smal
 def test_a_warm_child_whose_input_closes_converts_nothing_and_exits_0(tmp_path):
     import subprocess
 
-    from edgeport.convert.onnx2tf import AWAIT_JOB
+    from edgeport.convert.converters.onnx2tf import AWAIT_JOB
 
-    proc = subprocess.run([sys.executable, "-m", "edgeport.convert.onnx2tf_lean", AWAIT_JOB], input="", cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "edgeport.convert.converters.onnx2tf_lean", AWAIT_JOB], input="", cwd=tmp_path,
                           env=offline_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert not list(tmp_path.iterdir()), "nothing written"
@@ -286,8 +286,8 @@ def test_the_fast_runs_check_passes_the_file_of_its_graph_and_no_other(tmp_path,
     it was converted from (real onnx2tf, real runtimes)."""
     import torch
 
-    from edgeport.convert.export_onnx_pass import export_onnx, simplify
-    from edgeport.convert.onnx2tf import fast_run_differs, graph_outputs
+    from edgeport.convert.converters.onnx2tf import fast_run_differs, graph_outputs
+    from edgeport.convert.passes.export_onnx_pass import export_onnx, simplify
 
     onnx_path, calib = small_onnx
     files, _ = run_onnx2tf(onnx_path, calib, tmp_path / "w", int8=False, input_name="images", timeout_s=300)
@@ -315,9 +315,9 @@ def test_the_calibration_files_are_written_while_the_graph_is_exported(tmp_path,
     import threading
     from types import SimpleNamespace
 
-    from edgeport.convert import onnx2tf
-    from edgeport.convert.converter import end_begun
-    from edgeport.convert.onnx2tf import Ahead
+    from edgeport.convert.converters import onnx2tf
+    from edgeport.convert.converters.base import end_begun
+    from edgeport.convert.converters.onnx2tf import Ahead
 
     calib = np.random.default_rng(0).random((5, 3, 32, 32), dtype=np.float32)
     folder = Ahead(SimpleNamespace(calib=calib), tmp_path / "a").result()

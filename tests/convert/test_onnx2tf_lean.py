@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeport.convert.converter import offline_env
-from edgeport.convert.onnx2tf import ONNX2TF_OUTPUTS, installed_backend, onnx2tf_command, write_calibration
+from edgeport.convert.converters.base import offline_env
+from edgeport.convert.converters.onnx2tf import ONNX2TF_OUTPUTS, installed_backend, onnx2tf_command, write_calibration
 
 GENERATION = installed_backend().generation
 # what plain onnx2tf writes with -oiqt and the driver skips: on 1.28 only (2.x's cost little)
@@ -85,7 +85,7 @@ def test_calibration_on_the_optimised_kernels_records_what_2x_records_to_roundin
     float32 rounding; samples that do not fit the input as it is go to 2.x's own loop."""
     from onnx2tf.tflite_builder.quantization import collect_calibration_ranges_from_tflite as collect
 
-    from edgeport.convert.onnx2tf_lean import collect_on_optimised_kernels
+    from edgeport.convert.converters.onnx2tf_lean import collect_on_optimised_kernels
 
     from ..conftest import fc_model
 
@@ -107,8 +107,8 @@ def test_calibration_on_the_optimised_kernels_records_what_2x_records_to_roundin
 
 
 def test_ships_is_the_drivers_own_flag_and_onnx2tf_never_sees_it():
-    from edgeport.convert.onnx2tf import SHIPS
-    from edgeport.convert.onnx2tf_lean import take_ships
+    from edgeport.convert.converters.onnx2tf import SHIPS
+    from edgeport.convert.converters.onnx2tf_lean import take_ships
 
     assert take_ships([SHIPS, "int8", "-i", "m.onnx"]) == (frozenset({"int8"}), ["-i", "m.onnx"])
     assert take_ships(["-i", "m.onnx"]) == (frozenset(ONNX2TF_OUTPUTS), ["-i", "m.onnx"]), "without it: every variant"
@@ -118,7 +118,7 @@ def test_ships_is_the_drivers_own_flag_and_onnx2tf_never_sees_it():
 
 
 def test_the_driver_removes_the_empty_files_it_left_and_nothing_else(tmp_path):
-    from edgeport.convert.onnx2tf_lean import remove_unshipped
+    from edgeport.convert.converters.onnx2tf_lean import remove_unshipped
 
     out = tmp_path / "tf"
     out.mkdir()
@@ -185,7 +185,7 @@ def test_calibration_in_halves_records_what_one_pass_over_every_image_records(mo
     import numpy as np
 
     from edgeport import process
-    from edgeport.convert import onnx2tf_lean
+    from edgeport.convert.converters import onnx2tf_lean
 
     @dataclass
     class Range:  # 2.x's TensorCalibrationRange

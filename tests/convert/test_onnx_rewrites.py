@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgeport.convert.onnx_rewrites import rewrite_file, slices_to_split
+from edgeport.convert.converters.onnx_rewrites import rewrite_file, slices_to_split
 
 # onnx writes its newest IR version by default; an ONNX Runtime loads up to its own. A torch
 # export carries an older one, as these graphs do.
@@ -80,7 +80,7 @@ def _single(nodes, inits, opset=17, shape=(1, 4, 6, 6), out_shape=None):
 
 
 def test_hardsigmoid_becomes_relu6_and_computes_the_same():
-    from edgeport.convert.onnx_rewrites import hardsigmoid_as_relu6
+    from edgeport.convert.converters.onnx_rewrites import hardsigmoid_as_relu6
 
     model = _single([helper.make_node("HardSigmoid", ["x"], ["y"], alpha=1 / 6, beta=0.5)], [])
     x = (np.random.default_rng(1).standard_normal((1, 4, 6, 6)) * 6).astype(np.float32)
@@ -94,7 +94,7 @@ def test_hardsigmoid_becomes_relu6_and_computes_the_same():
 
 @pytest.mark.parametrize("producer, rewritten", [("Relu", True), ("Sigmoid", True), ("Neg", False)])
 def test_a_padded_maxpool_of_a_never_negative_input_pads_with_zeros_first(producer, rewritten):
-    from edgeport.convert.onnx_rewrites import pad_before_maxpool
+    from edgeport.convert.converters.onnx_rewrites import pad_before_maxpool
 
     nodes = [helper.make_node(producer, ["x"], ["r"]),
              helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])]
@@ -115,7 +115,7 @@ def test_a_file_onnx_cannot_read_is_left_to_the_converter(tmp_path):
 
 @pytest.mark.parametrize("a_shape, b_shape", [((1, 2, 5, 3), (1, 2, 3, 4)), ((5, 3), (3, 4)), ((2, 5, 3), (1, 3, 4))])
 def test_a_matmul_of_two_activations_becomes_mul_and_reducesum(a_shape, b_shape):
-    from edgeport.convert.onnx_rewrites import matmul_as_mul_reducesum
+    from edgeport.convert.converters.onnx_rewrites import matmul_as_mul_reducesum
 
     out = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2])) + (a_shape[-2], b_shape[-1])
     graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"], name="attn/MatMul")], "g",
@@ -134,7 +134,7 @@ def test_a_matmul_of_two_activations_becomes_mul_and_reducesum(a_shape, b_shape)
 
 
 def test_a_matmul_by_a_weight_stays():
-    from edgeport.convert.onnx_rewrites import matmul_as_mul_reducesum
+    from edgeport.convert.converters.onnx_rewrites import matmul_as_mul_reducesum
 
     w = numpy_helper.from_array(np.ones((3, 4), np.float32), "w")
     graph = helper.make_graph([helper.make_node("MatMul", ["a", "w"], ["y"])], "g",

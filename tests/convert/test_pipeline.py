@@ -62,7 +62,7 @@ def test_the_phases_chain_by_their_declared_types(passes):
 
 def test_the_cross_check_runs_only_when_asked(tmp_path):
     from edgeport.convert.base import Converted
-    from edgeport.convert.cross_check_pass import CrossCheckPass
+    from edgeport.convert.passes.cross_check_pass import CrossCheckPass
 
     value = Converted(exported=None, files={"float32": tmp_path / "model_float32.tflite"})
     result = CrossCheckPass().run(value, config(tmp_path))

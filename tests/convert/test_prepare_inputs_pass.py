@@ -6,7 +6,7 @@ import torch
 from PIL import Image
 
 from edgeport.convert.calibration import load_calibration
-from edgeport.convert.prepare_inputs_pass import PrepareInputsPass
+from edgeport.convert.passes.prepare_inputs_pass import PrepareInputsPass
 from edgeport.errors import BadInputError, CalibrationError
 
 from .conftest import config, model_record

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from edgeport.convert.revert_syncbn_pass import RevertSyncBNPass, count_sync_bn, revert_sync_batchnorm
+from edgeport.convert.passes.revert_syncbn_pass import RevertSyncBNPass, count_sync_bn, revert_sync_batchnorm
 from edgeport.errors import PassCheckError
 
 from .conftest import config, prepared_record
@@ -105,8 +105,8 @@ class Scaled(nn.SyncBatchNorm):
 
 
 def test_a_norm_act_subclass_becomes_its_non_sync_counterpart_keeping_act_and_drop(images):
-    from edgeport.convert.fold_bn_pass import fold_batchnorm
-    from edgeport.convert.revert_syncbn_pass import BatchNormAct2d
+    from edgeport.convert.passes.fold_bn_pass import fold_batchnorm
+    from edgeport.convert.passes.revert_syncbn_pass import BatchNormAct2d
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3), SyncBatchNormAct(8)).eval()

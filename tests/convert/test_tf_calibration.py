@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from edgeport.convert.tf_calibration import one_input
+from edgeport.convert.converters.tf_calibration import one_input
 
 needs_tensorflow = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
                                       reason="TensorFlow is on the onnx2tf 1.28 line only (Python 3.11)")
@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 from tensorflow.lite.python.optimize import calibrator as C
-from edgeport.convert import tf_calibration as T
+from edgeport.convert.converters import tf_calibration as T
 from edgeport.ops.tflite_file import recorded_ranges, set_ranges
 
 class Small(tf.Module):

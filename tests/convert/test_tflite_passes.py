@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from edgeport.convert.base import Converted, Exported, Gated, Prepared
-from edgeport.convert.board_gate_pass import BoardGatePass
-from edgeport.convert.converter import Conversion, Converter
-from edgeport.convert.int8_fixes_pass import Int8FixesPass
-from edgeport.convert.lower_for_board_pass import LowerForBoardPass
-from edgeport.convert.parity_pass import ParityPass
-from edgeport.convert.repair_pass import RepairPass
-from edgeport.convert.to_tflite_pass import ToTFLitePass
-from edgeport.convert.uint8_pass import Uint8Pass
+from edgeport.convert.converters.base import Conversion, Converter
+from edgeport.convert.passes.board_gate_pass import BoardGatePass
+from edgeport.convert.passes.int8_fixes_pass import Int8FixesPass
+from edgeport.convert.passes.lower_for_board_pass import LowerForBoardPass
+from edgeport.convert.passes.parity_pass import ParityPass
+from edgeport.convert.passes.repair_pass import RepairPass
+from edgeport.convert.passes.to_tflite_pass import ToTFLitePass
+from edgeport.convert.passes.uint8_pass import Uint8Pass
 from edgeport.errors import ConversionError, PassCheckError
 from edgeport.models.heads import Head
 from edgeport.ops.tflite_graph import Graph, Quant
@@ -68,7 +68,7 @@ class Given(Converter):
 
 
 def _to_tflite(monkeypatch, tmp_path, given: Given, board: str) -> Converted:
-    monkeypatch.setattr("edgeport.convert.to_tflite_pass.converter", lambda name: given)
+    monkeypatch.setattr("edgeport.convert.passes.to_tflite_pass.converter", lambda name: given)
     return ToTFLitePass().run(Exported(_prepared(), tmp_path / "model.onnx"), config(tmp_path, board=load_board(board))).value
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from edgeport.checkpoints import strip_state_dict, unwrap_module
-from edgeport.convert.unwrap_prefixes_pass import UnwrapPrefixesPass
+from edgeport.convert.passes.unwrap_prefixes_pass import UnwrapPrefixesPass
 from edgeport.errors import CheckpointError, PassCheckError
 
 from .conftest import checkpoint_record, config

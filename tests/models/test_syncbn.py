@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from edgeport.convert.revert_syncbn_pass import revert_sync_batchnorm
+from edgeport.convert.passes.revert_syncbn_pass import revert_sync_batchnorm
 from edgeport.models.syncbn import SyncBatchNorm, convert_sync_batchnorm
 
 pytestmark = pytest.mark.one_line  # no converter line changes what these test (pyproject.toml)

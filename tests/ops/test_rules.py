@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgeport.convert.rewrite_upsample_pass import rewrite_graph
+from edgeport.convert.passes.rewrite_upsample_pass import rewrite_graph
 from edgeport.ops.board_upsample import BoardUpsample
 from edgeport.ops.upsample import UnsupportedUpsampleError, UpsampleSpec, decide
 from edgeport.validate.board.profiles import load_board

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgeport.convert.export_onnx_pass import run_onnxruntime, simplify
-from edgeport.convert.onnx2tf import run_onnx2tf
-from edgeport.convert.rewrite_upsample_pass import rewrite_graph
+from edgeport.convert.converters.onnx2tf import run_onnx2tf
+from edgeport.convert.passes.export_onnx_pass import run_onnxruntime, simplify
+from edgeport.convert.passes.rewrite_upsample_pass import rewrite_graph
 from edgeport.ops.tflite_model import read_tflite
 from edgeport.validate.board.profiles import check_model, load_board
 from edgeport.validate.parity.tflite_runner import TFLiteRunner

@@ -90,7 +90,7 @@ def test_replace_puts_new_ops_where_the_old_one_was_and_unused_op_codes_go():
 
 
 def test_a_lowered_file_claims_the_runtime_its_operators_need(tmp_path):
-    from edgeport.convert.lower_for_board_pass import restamped
+    from edgeport.convert.passes.lower_for_board_pass import restamped
     from edgeport.validate.board.profiles import min_runtime_of
 
     g = Graph.empty()

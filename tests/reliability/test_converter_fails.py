@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeport.convert.onnx2tf import Onnx2tf, Onnx2tfFailed
+from edgeport.convert.converters.onnx2tf import Onnx2tf, Onnx2tfFailed
 
 from .conftest import assert_kept, assert_one_line, inventory
 
@@ -30,7 +30,7 @@ def test_a_converter_that_crashes_is_exit_3_with_its_log(workspace, run_inproc, 
 
 def test_a_disk_that_fills_while_the_converter_writes_is_the_users_disk(workspace, run_inproc, monkeypatch):
     """onnx2tf dies of ENOSPC: exit 2 naming the folder and what to do, as any full disk is."""
-    from edgeport.convert.onnx2tf import Onnx2tfRun
+    from edgeport.convert.converters.onnx2tf import Onnx2tfRun
 
     def full(self, timeout_s, require=None):
         self.kill()
@@ -45,8 +45,8 @@ def test_a_disk_that_fills_while_the_converter_writes_is_the_users_disk(workspac
 
 
 def test_a_model_litert_torch_cannot_capture_is_refused_not_a_crash(tmp_path, monkeypatch):
-    from edgeport.convert import litert
-    from edgeport.convert.converter import Conversion
+    from edgeport.convert.converters import litert
+    from edgeport.convert.converters.base import Conversion
     from edgeport.errors import BadInputError
 
     why = "torch.export cannot capture the model: UserError: data-dependent control flow"

@@ -100,7 +100,7 @@ def test_validate_with_a_missing_tflite_is_refused(workspace, run_inproc):
 
 
 def test_an_internal_error_exits_3_with_a_log(workspace, run_inproc, monkeypatch):
-    import edgeport.convert.fold_bn_pass as fold
+    import edgeport.convert.passes.fold_bn_pass as fold
 
     def broken(module):
         raise TypeError("unsupported operand")

@@ -127,7 +127,7 @@ def test_np_save_short_write_is_a_full_disk_naming_the_file(tmp_path, monkeypatc
     """numpy's own error on a short write has neither errno nor file name; edgeport's says both."""
     import errno
 
-    from edgeport.convert import onnx2tf
+    from edgeport.convert.converters import onnx2tf
     from edgeport.errors import is_environment_error
 
     def short(path, array):

@@ -22,7 +22,7 @@ def _chain(dtype: str, quants: dict, extra: bool = False) -> bytes:
     for src, dst in (("x", "a"), ("a", "b"), ("b", "c")):
         g.add(g.new_op("RELU", [t[src]], [t[dst]]))
     out = t["c"]
-    if extra:  # int8's own rescaling (convert/int8_groups.py): other units from here on
+    if extra:  # int8's own rescaling (convert/converters/int8_groups.py): other units from here on
         out = g.add_tensor("scaled", SHAPE, dtype, quants.get("c"))
         g.add(g.new_op("RELU", [t["c"]], [out]))
         last = g.add_tensor("after", SHAPE, dtype, quants.get("c"))

@@ -148,7 +148,7 @@ def test_failing_rows_on_one_file_share_one_divergence_analysis(tmp_path, monkey
 
 
 def test_a_normalised_int8_file_is_compared_in_the_model_units(tmp_path):
-    """A file whose channel was divided by 4 (convert/int8_groups.py): parity multiplies it back.
+    """A file whose channel was divided by 4 (convert/converters/int8_groups.py): parity multiplies it back.
     (float32 here: int8 is judged on cosine, which a uniform factor leaves at 1.)"""
     quarter = FakeRunner("tflite", scale=2.0 / 4.0)  # the reference doubles; this file returns a quarter of that
     rows = lambda subject, shapes: [("float32", quarter, None, None)]  # noqa: E731

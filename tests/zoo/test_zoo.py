@@ -41,7 +41,7 @@ for _package in ("ultralytics", "timm", "torchvision"):
 
 import zoo_models  # noqa: E402
 
-from edgeport.convert.onnx2tf import installed_backend  # noqa: E402
+from edgeport.convert.converters.onnx2tf import installed_backend  # noqa: E402
 
 TWO_X = installed_backend().generation >= 2
 # The untrained Ultralytics head keeps every class score under 0.015 (its prior,
@@ -140,7 +140,7 @@ SPARED = {
 # each spared model is in the zoo, and each that covers one runs
 assert set(SPARED) <= set(EXPECTED) and set(SPARED.values()) <= set(EXPECTED) - set(SPARED)
 # (kept though they look alike: resnet18, the only strided MaxPool after ReLU, whose padding 2.x
-# writes as a -inf PADV2 unless convert/onnx_rewrites.py pads before it; regnety_002, the only
+# writes as a -inf PADV2 unless convert/converters/onnx_rewrites.py pads before it; regnety_002, the only
 # grouped CONV_2D lowered whose int8 and uint8 pass, on the real TFLite 1.13.1 too -- YOLO11n's fail
 # on the score group -- and with resnet18 the only residual ADD before a ReLU)
 
@@ -349,7 +349,7 @@ def _real_runtime() -> bool:
                                           ("yolov8n_seg", ("boxes", "scores", "masks"))])
 def test_int8_of_a_trained_head_keeps_every_channel(name, groups, tmp_path, cli):
     """Box pixels, scores, keypoints and mask coefficients share one output; int8 gives each group
-    its range (convert/int8_groups.py), so every channel keeps its shape: the score and the
+    its range (convert/converters/int8_groups.py), so every channel keeps its shape: the score and the
     keypoint visibility do not collapse to 0 next to pixels, and the gate passes honestly."""
     on_this_line(name if name == "yolov8n" else f"{name} (trained head)")
     ckpt = _checkpoint(name, tmp_path, trained_head="boxes")
@@ -441,8 +441,8 @@ def test_folding_an_end_to_end_head_may_move_its_top_k_cut():
     the cut. The fold check takes that for the same result (``modelcheck.rows_match``): it ended
     convert with an internal error (exit 3) before."""
     from edgeport.convert.calibration import load_calibration
-    from edgeport.convert.fold_bn_pass import FOLD_REL_TOL, fold_batchnorm
     from edgeport.convert.modelcheck import assert_same_outputs
+    from edgeport.convert.passes.fold_bn_pass import FOLD_REL_TOL, fold_batchnorm
     from edgeport.models.inference import forward
     from edgeport.validate.metrics import max_abs_rel
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeport.convert import litert
-from edgeport.convert.onnx2tf import installed_backend
+from edgeport.convert.converters import litert
+from edgeport.convert.converters.onnx2tf import installed_backend
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_zoo import F32_BOARD, INT8, REAL, _checkpoint, _convert, _expand, _failures, _reasons, lacks, refused  # noqa: E402

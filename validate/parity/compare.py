@@ -30,7 +30,7 @@ class Tolerance:
 # Float32 converters only reorder float arithmetic; int8 is judged on shape of the signal.
 FLOAT32 = Tolerance(max_abs_rel=1e-4, min_cosine=0.99999)
 INT8 = Tolerance(max_abs_rel=None, min_cosine=0.99)
-# a quantised file with a float tail (convert/repair_pass.py) is held to what its pure file is held to
+# a quantised file with a float tail (convert/passes/repair_pass.py) is held to what its pure file is held to
 QUANTISED = (*QUANTISED_FILES, *(v + REPAIRED for v in QUANTISED_FILES))
 TOLERANCES = {"folded": FLOAT32, "onnx": FLOAT32, "float32": FLOAT32, **{v: INT8 for v in QUANTISED}}
 # Every channel of a quantised file on its own: one that PyTorch varies must vary too, and keep

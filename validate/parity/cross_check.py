@@ -24,7 +24,7 @@ def compare_files(shipped: Path, other: Path, images: np.ndarray, expected_nchw,
     (NCHW float32), the worst output's difference relative to the shipped output's range, per
     output, and where they first part (or None); ``ran`` false, with the reason (``names`` say
     which file), where either does not run on the reference kernels. The cross-check's comparison,
-    and the board lowering's check (``convert/lower_for_board_pass.py``)."""
+    and the board lowering's check (``convert/passes/lower_for_board_pass.py``)."""
     from edgeport.validate.parity.divergence import locate, tflite_intermediates
     from edgeport.validate.parity.runners import RuntimeRefused
     from edgeport.validate.parity.tflite_runner import TFLiteRunner

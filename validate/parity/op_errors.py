@@ -17,7 +17,7 @@ fused op's name may end differently, so the name up to its first ``;``, and the 
 QUANTIZE and DEQUANTIZE compute the identity in real numbers: their output stands for their input's
 float tensor. The ops a board lowering wrote in place of one op (their tensors named under its
 output's, ``ops/lowering``) are judged together, as the op they replace. An op the float32 file
-does not have otherwise (int8's own output scaling, ``convert/int8_groups.py``) and every op after
+does not have otherwise (int8's own output scaling, ``convert/converters/int8_groups.py``) and every op after
 it compute other units: they are not judged.
 """
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from edgeport.jsonfile import Malformed, clip, count, expect, number, shown, strings
 
 JUDGES = ("emulator", "runtime", "converter")
-# a repaired twin's variant ends so (``int8-repaired``: convert/repair_pass.py); it stands in for its pure
+# a repaired twin's variant ends so (``int8-repaired``: convert/passes/repair_pass.py); it stands in for its pure
 # file where it passes (``Report.passed``)
 REPAIRED = "-repaired"
 QUANTISED_FILES = ("int8", "uint8")  # the full-integer files: the variants a repaired twin may stand in for

@@ -89,7 +89,7 @@ class ParitySubject:
     export_reference: Callable[[Path], None] | None = None
     head: Head | str | None = None  # resolved, or a name of models.heads.HEADS; None: auto, from the shapes and hints
     hints: Hints = field(default_factory=Hints)
-    # variant -> per output, channel ranges the file divides (convert/int8_groups.py): multiplied back
+    # variant -> per output, channel ranges the file divides (convert/converters/int8_groups.py): multiplied back
     normalised: dict = field(default_factory=dict)
     # variant -> why the converter wrote no file: a failed row each, with that reason
     not_converted: dict = field(default_factory=dict)

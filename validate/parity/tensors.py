@@ -49,7 +49,7 @@ def from_model_output(y: np.ndarray, dtype, quant: tuple[float, int], nhwc: bool
 
 
 def denormalise(outputs: list[np.ndarray], plans) -> list[np.ndarray]:
-    """An int8 file whose output groups were divided before conversion (``convert/int8_groups.py``:
+    """An int8 file whose output groups were divided before conversion (``convert/converters/int8_groups.py``:
     per output, ``(axis, start, stop, factor)``) -> its outputs in the model's own units."""
     restored = []
     for out, plan in zip(outputs, plans):

@@ -76,7 +76,7 @@ class Report:
     int8_normalised: list | None = None  # convert: per output, [axis, first, end, factor]
     converter: dict | None = None  # convert: {name, version, writer, notes}
     stages: tuple[dict, ...] = ()
-    repairs: dict | None = None  # convert: per quantised variant that failed, its repair (convert/repair_pass.py)
+    repairs: dict | None = None  # convert: per quantised variant that failed, its repair (convert/passes/repair_pass.py)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     claimed: bool | None = None  # read back (``from_dict``): the ``passed`` the file says, earned or not
 

@@ -6,7 +6,7 @@ import functools
 import math
 
 from edgeport.convert.base import ConvertConfig, Gated, Pass, PassResult, Validated
-from edgeport.convert.export_onnx_pass import export_onnx
+from edgeport.convert.passes.export_onnx_pass import export_onnx
 from edgeport.errors import PassCheckError
 from edgeport.validate.parity.run import ParitySubject, run_parity
 

@@ -33,8 +33,8 @@ what the import leaves (``_lazy.importing``): the conversion's own collections t
 walk TensorFlow's or onnx2tf's objects again and again (1.28 on the demo: 6.7 s -> 4.4 s; 2.x:
 1.05 s -> 0.9 s).
 
-    python -m edgeport.convert.onnx2tf_lean [--ships float32,int8] ONNX2TF_ARGUMENTS...
-    python -m edgeport.convert.onnx2tf_lean --await-job   # then one JSON line on stdin
+    python -m edgeport.convert.converters.onnx2tf_lean [--ships float32,int8] ONNX2TF_ARGUMENTS...
+    python -m edgeport.convert.converters.onnx2tf_lean --await-job   # then one JSON line on stdin
 
 ``--await-job`` (``onnx2tf.warm_converter``): import first, while the caller is still importing
 torch and exporting, then take the job -- ``{"argv": [...], "cwd": ..., "log": ...}`` -- from
@@ -51,7 +51,7 @@ import os
 import runpy
 import sys
 
-from edgeport.convert.onnx2tf import AWAIT_JOB, SHIPS
+from edgeport.convert.converters.onnx2tf import AWAIT_JOB, SHIPS
 from edgeport.process import in_halves
 
 DECLINED = "declined by edgeport, which does not ship this file"
@@ -106,7 +106,7 @@ def install_tensorflow(ships: set[str]) -> None:
     and compute its calibration ranges on the optimised kernels (``tf_calibration``)."""
     import tensorflow as tf
 
-    from edgeport.convert import tf_calibration
+    from edgeport.convert.converters import tf_calibration
 
     tf_calibration.install()  # the ranges computed on the optimised kernels, on two threads
     cls = tf.lite.TFLiteConverter
@@ -225,7 +225,7 @@ def install_flatbuffer_direct() -> None:
 def install(ships: set[str]) -> bool:
     """1.28: skip the unshipped variants and compute the calibration ranges (True); 2.x: calibrate on two
     threads, nothing to skip (False)."""
-    from edgeport.convert.onnx2tf import installed_backend
+    from edgeport.convert.converters.onnx2tf import installed_backend
 
     if installed_backend().generation >= 2:
         install_flatbuffer_direct()
@@ -236,7 +236,7 @@ def install(ships: set[str]) -> bool:
 
 def take_ships(argv: list[str]) -> tuple[frozenset[str], list[str]]:
     """The variants ``--ships`` names (every one, without it) and onnx2tf's own arguments."""
-    from edgeport.convert.onnx2tf import ONNX2TF_OUTPUTS
+    from edgeport.convert.converters.onnx2tf import ONNX2TF_OUTPUTS
 
     if argv[:1] != [SHIPS]:
         return frozenset(ONNX2TF_OUTPUTS), argv

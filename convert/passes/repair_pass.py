@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edgeport.convert.base import ConvertConfig, Pass, PassResult, Validated
-from edgeport.convert.lower_for_board_pass import restamped
+from edgeport.convert.passes.lower_for_board_pass import restamped
 from edgeport.errors import PassCheckError
 from edgeport.validate.parity.compare import QUANTISED, REPAIRED
 
@@ -97,7 +97,7 @@ class RepairPass(Pass[Validated, Validated]):
     name = "repair"
 
     def run(self, value: Validated, config: ConvertConfig) -> PassResult[Validated]:
-        from edgeport.convert.parity_pass import subject_of
+        from edgeport.convert.passes.parity_pass import subject_of
 
         converted = value.gated.converted
         rows = value.parity.rows
@@ -313,7 +313,7 @@ class RepairPass(Pass[Validated, Validated]):
 @dataclass(frozen=True)
 class _Candidate:
     """A file a repair made: the float32 file it pairs with (its float tail's donor), how its
-    outputs are scaled (``convert/int8_groups.py``: a file keeping the quantised outputs), and what
+    outputs are scaled (``convert/converters/int8_groups.py``: a file keeping the quantised outputs), and what
     made it."""
 
     file: Path
@@ -338,13 +338,13 @@ def _equalised(variant: str, converted, source: _Candidate, config: ConvertConfi
     again by the same passes: its quantised file, with the float32 file of the same model."""
     import torch
 
-    from edgeport.convert.converter import end_begun
+    from edgeport.convert.converters.base import end_begun
     from edgeport.convert.equalise import equalise
-    from edgeport.convert.export_onnx_pass import ExportOnnxPass
-    from edgeport.convert.int8_fixes_pass import Int8FixesPass
-    from edgeport.convert.lower_for_board_pass import LowerForBoardPass
-    from edgeport.convert.to_tflite_pass import ToTFLitePass
-    from edgeport.convert.uint8_pass import Uint8Pass
+    from edgeport.convert.passes.export_onnx_pass import ExportOnnxPass
+    from edgeport.convert.passes.int8_fixes_pass import Int8FixesPass
+    from edgeport.convert.passes.lower_for_board_pass import LowerForBoardPass
+    from edgeport.convert.passes.to_tflite_pass import ToTFLitePass
+    from edgeport.convert.passes.uint8_pass import Uint8Pass
 
     prepared = converted.prepared
     t0 = time.perf_counter()

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from edgeport.convert.base import ConvertConfig, Converted, Pass, PassResult
+from edgeport.convert.passes.to_tflite_pass import check_edges, write_file
 from edgeport.convert.tflite_fixes import requantize_int8_constraints, share_resize_quantization
-from edgeport.convert.to_tflite_pass import check_edges, write_file
 
 
 class Int8FixesPass(Pass[Converted, Converted]):

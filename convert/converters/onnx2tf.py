@@ -38,14 +38,14 @@ from typing import Callable
 
 import numpy as np
 
-from edgeport.convert.converter import Conversion, Converter, begun_ahead, condense, offline_env, started_early, take_started
+from edgeport.convert.converters.base import Conversion, Converter, begun_ahead, condense, offline_env, started_early, take_started
 from edgeport.errors import ConversionError, MissingDependencyError
 
 ONNX2TF_SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 CALIB_FILE = "calib_nhwc.npy"
 # variant name -> file onnx2tf writes for model.onnx
 ONNX2TF_OUTPUTS = {"float32": "model_float32.tflite", "int8": "model_full_integer_quant.tflite"}
-LEAN_MODULE = "edgeport.convert.onnx2tf_lean"
+LEAN_MODULE = "edgeport.convert.converters.onnx2tf_lean"
 # the lean driver's flag: import first, then take one job from standard input (``warm_converter``)
 AWAIT_JOB = "--await-job"
 # the lean driver's own flag, taken off before onnx2tf reads its arguments: the variants the run
@@ -154,7 +154,7 @@ class Onnx2tfBackend:
         original, since onnx2tf names its files after it; 1.28 takes the file as it is."""
         if self.generation < 2:
             return onnx_path
-        from edgeport.convert.onnx_rewrites import INT8_REWRITES, REWRITES, rewrite_file
+        from edgeport.convert.converters.onnx_rewrites import INT8_REWRITES, REWRITES, rewrite_file
 
         copy = work / onnx_path.name
         changed = rewrite_file(onnx_path, copy, INT8_REWRITES if int8 else REWRITES)
@@ -520,7 +520,7 @@ class Onnx2tf(Converter):
         # written while the graph was exported, from these very images (not those a pass has replaced since)
         calibrated = ahead.result() if isinstance(ahead, Ahead) and ahead.prepared is prepared else None
         if int8_onnx is not None:
-            from edgeport.convert.int8_groups import normalise_onnx, plan_for
+            from edgeport.convert.converters.int8_groups import normalise_onnx, plan_for
 
             plans = plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)
             if plans is not None:

@@ -1,4 +1,4 @@
-"""litert-torch's side of ``convert/litert.py``, run by the converter's own Python.
+"""litert-torch's side of ``convert/converters/litert.py``, run by the converter's own Python.
 
 Standalone on purpose (the standard library, numpy, torch, litert_torch and ai_edge_quantizer;
 no edgeport import): it runs in the environment ``edgeport converters install litert-torch``

@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 
 from edgeport import venvs
-from edgeport.convert.converter import Conversion, Converter, condense, end_child, hand_over, offline_env, started_early, tell
+from edgeport.convert.converters.base import Conversion, Converter, condense, end_child, hand_over, offline_env, started_early, tell
 from edgeport.errors import BadInputError, MissingDependencyError
 
 NAME = "litert-torch"
@@ -276,7 +276,7 @@ def _answer(proc: subprocess.Popen, work: Path, plans, deadline: float, meanwhil
     while proc.poll() is None and not asked.exists() and time.perf_counter() < deadline:
         time.sleep(0.02)
     if asked.exists():
-        from edgeport.convert.int8_groups import normalise_tflite
+        from edgeport.convert.converters.int8_groups import normalise_tflite
 
         float32, answer = work / "model_float32.tflite", work / "model_float32_groups_apart.tflite"
         try:
@@ -347,7 +347,7 @@ class LiteRTTorch(Converter):
         """Each output's channel groups scaled apart for int8, where one output mixes scales."""
         if quantised is None:
             return None
-        from edgeport.convert.int8_groups import plan_for
+        from edgeport.convert.converters.int8_groups import plan_for
 
         return plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from edgeport.convert.base import ConvertConfig, Converted, Pass, PassResult
-from edgeport.convert.converter import Conversion
-from edgeport.convert.converters import other
+from edgeport.convert.converters.base import Conversion
+from edgeport.convert.converters.registry import other
 from edgeport.errors import ConversionError
 
 CROSS_CHECK_IMAGES = 2  # the reference kernels are slow; float32 rounding shows on any image

@@ -1,5 +1,5 @@
 """Pass: the TFLite files the board runs, written by the converter ``--converter`` names
-(``convert/converter.py``: onnx2tf from the ONNX graph, or litert-torch from the PyTorch model).
+(``convert/converters/base.py``: onnx2tf from the ONNX graph, or litert-torch from the PyTorch model).
 
 int8 is converted from the graph with its output groups normalised where one output mixes
 scales (``int8_groups.py``); the next passes fix what the converter broke in it
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgeport.convert.base import ConvertConfig, Converted, Exported, Pass, PassResult, Prepared
-from edgeport.convert.converters import converter
+from edgeport.convert.converters.registry import converter
 from edgeport.errors import BadInputError, ConversionError, PassCheckError
 from edgeport.validate.parity.early import EarlyRuns, parity_inputs
 

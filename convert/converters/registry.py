@@ -1,13 +1,13 @@
-"""The converters by name (``convert/converter.py`` says what one is)."""
+"""The converters by name (``convert/converters/base.py`` says what one is)."""
 
 from __future__ import annotations
 
-from edgeport.convert.converter import NAMES, Converter
-from edgeport.convert.litert import LiteRTTorch
-from edgeport.convert.onnx2tf import Onnx2tf
+from edgeport.convert.converters.base import NAMES, Converter
+from edgeport.convert.converters.litert import LiteRTTorch
+from edgeport.convert.converters.onnx2tf import Onnx2tf
 
 CONVERTERS: dict[str, Converter] = {c.name: c for c in (Onnx2tf(), LiteRTTorch())}
-assert tuple(CONVERTERS) == NAMES, "convert/converter.py NAMES lists the converters, in this order"
+assert tuple(CONVERTERS) == NAMES, "convert/converters/base.py NAMES lists the converters, in this order"
 
 
 def converter(name: str) -> Converter:

@@ -1,10 +1,10 @@
 """The converter interface: what writes the TFLite files (``--converter``).
 
-Two converters implement it: onnx2tf (``convert/onnx2tf.py``: from the exported ONNX graph, in
-a child process; the default) and litert-torch (``convert/litert.py``: from the PyTorch model,
+Two converters implement it: onnx2tf (``convert/converters/onnx2tf.py``: from the exported ONNX graph, in
+a child process; the default) and litert-torch (``convert/converters/litert.py``: from the PyTorch model,
 in its own environment). Whatever asks "which converter?" asks ``converter(name)``: the
 conversion pass, the cross-check (``other``), the convert command (what to require and start
-before the run) and ``edgeport converters``; both are in ``convert/converters.py``. Adding a
+before the run) and ``edgeport converters``; both are in ``convert/converters/registry.py``. Adding a
 converter is a class implementing ``Converter``, and its name in ``NAMES`` and ``converters.py``.
 """
 
@@ -28,7 +28,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 class Conversion:
     """What a converter wrote: the files (variant -> path), why a variant has none, how a variant
     was made when not as asked first, the converter's wall time, and (onnx2tf) the int8 output
-    groups' normalisation (``convert/int8_groups.py``), which parity multiplies back."""
+    groups' normalisation (``convert/converters/int8_groups.py``), which parity multiplies back."""
 
     files: dict[str, Path]
     not_written: dict[str, str]

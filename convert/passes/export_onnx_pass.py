@@ -74,7 +74,7 @@ class ExportOnnxPass(Pass[Prepared, Exported]):
     def run(self, value: Prepared, config: ConvertConfig) -> PassResult[Exported]:
         import copy
 
-        from edgeport.convert.converters import converter
+        from edgeport.convert.converters.registry import converter
 
         path, chosen = config.work_dir / "model.onnx", converter(config.converter)
         # the converter begins what needs no graph while the graph is exported: litert-torch converts

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from edgeport.convert.base import ConvertConfig, Converted, Pass, PassResult
-from edgeport.convert.to_tflite_pass import check_edges, write_file
+from edgeport.convert.passes.to_tflite_pass import check_edges, write_file
 from edgeport.convert.uint8 import int8_to_uint8
 from edgeport.errors import ConversionError
 
