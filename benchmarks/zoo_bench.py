@@ -148,8 +148,8 @@ def _median(runs: list[dict]) -> float | None:
 
 def measure_size(imgsz: int, rounds: int, recipe: bool, tmp: Path, also: list[str], before: Path | None,
                  skip: tuple[str, ...] = ()) -> dict:
-    from edgeport.convert.converters import litert
     from edgeport.convert.calibration import load_calibration
+    from edgeport.convert.converters import litert
     from edgeport.convert.converters.onnx2tf import write_calibration
 
     folder = tmp / str(imgsz)

@@ -7,12 +7,12 @@ gate fails still delivers its artifacts and report (exit 1, from ``report.schema
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
 from edgeport._lazy import importing
 from edgeport.commands.output import Progress
+from edgeport.convert.context import RunContext
 from edgeport.runs import OUTPUTS, staged_output
 
 ARTIFACTS = tuple(n for n in OUTPUTS["convert"] if n.startswith("model"))  # what the pipeline's files may ship as
@@ -38,15 +38,15 @@ def convert(checkpoint: Path, *, board, out: Path | None = None, force: bool = F
     for each in used:
         each.require()  # before anything is written: the one line says how to install it
     with staged_output(out, command="convert", force=force, default_root=DEFAULT_RUNS, inputs=inputs) as stage, \
-            contextlib.ExitStack() as warm:
+            RunContext() as context:
         for each in used:
-            warm.enter_context(each.warm())
+            each.warm(context)
         with importing():  # torch, and the modules of every pass
             from edgeport.convert.base import ConvertConfig
             from edgeport.convert.pipeline import run_pipeline
             from edgeport.validate.report.assemble import build_report
             from edgeport.validate.report.render import write_reports
-        config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=stage.work, board=board, **options)
+        config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=stage.work, board=board, context=context, **options)
         progress = Progress(console)
         try:
             validated, records = run_pipeline(config, on_start=progress.start, on_stage=progress.done)

@@ -21,6 +21,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
+from edgeport.convert.context import RunContext
+
 In = TypeVar("In")
 Out = TypeVar("Out")
 
@@ -60,6 +62,8 @@ class ConvertConfig:
     # to_tflite starts parity's runs while the converter works (validate/parity/early.py); False where
     # nothing will take them (the repair's conversions of a changed model)
     early_parity: bool = True
+    # what the run starts in the background (children, threads, early runs), ended with it (convert/context.py)
+    context: RunContext = field(default_factory=RunContext, compare=False, repr=False)
 
     @property
     def variants(self) -> tuple[str, ...]:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from edgeport.convert.base import ConvertConfig, Pass
-from edgeport.convert.converters.base import end_begun
 from edgeport.convert.passes.board_gate_pass import BoardGatePass
 from edgeport.convert.passes.build_model_pass import BuildModelPass
 from edgeport.convert.passes.cross_check_pass import CrossCheckPass
@@ -30,7 +29,6 @@ from edgeport.convert.passes.to_tflite_pass import ToTFLitePass
 from edgeport.convert.passes.uint8_pass import Uint8Pass
 from edgeport.convert.passes.unwrap_prefixes_pass import UnwrapPrefixesPass
 from edgeport.errors import BadInputError, EdgeportError, PassCheckError, is_environment_error
-from edgeport.validate.parity.early import close_all
 
 # ConvertConfig -> Checkpoint -> Model
 LOAD = (LoadCheckpointPass(), UnwrapPrefixesPass(), BuildModelPass())
@@ -68,12 +66,10 @@ def run_pipeline(
     on_start: Callable[[str], None] | None = None,
 ) -> tuple[Any, list[StageRecord]]:
     """Run ``passes`` in order, the first on ``config``, each on the value the one before returned;
-    returns the last value and a record per pass."""
-    try:
+    returns the last value and a record per pass. The run's background work (``config.context``:
+    children, threads, parity's early runs) ends with it, however it ends."""
+    with config.context:
         return _run(config, passes, on_stage=on_stage, on_start=on_start)
-    finally:
-        close_all()  # parity's early runs (validate/parity/early.py), where a pass failed before parity took them
-        end_begun()  # a converter's process handed its job before the export, where a pass failed before to_tflite
 
 
 def _run(config, passes, *, on_stage, on_start) -> tuple[Any, list[StageRecord]]:

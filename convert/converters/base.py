@@ -5,19 +5,21 @@ a child process; the default) and litert-torch (``convert/converters/litert.py``
 in its own environment). Whatever asks "which converter?" asks ``converter(name)``: the
 conversion pass, the cross-check (``other``), the convert command (what to require and start
 before the run) and ``edgeport converters``; both are in ``convert/converters/registry.py``. Adding a
-converter is a class implementing ``Converter``, and its name in ``NAMES`` and ``converters.py``.
+converter is a class implementing ``Converter``, and its name in ``NAMES`` and ``registry.py``.
 """
 
 from __future__ import annotations
 
 import abc
-import contextlib
 import os
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
+
+if TYPE_CHECKING:
+    from edgeport.convert.base import Exported, Prepared
+    from edgeport.convert.context import RunContext
 
 NAMES = ("onnx2tf", "litert-torch")  # (cli.py's choices: this module imports nothing heavy)
 _CLOSED_PORT_PROXY = "http://127.0.0.1:9"
@@ -52,113 +54,6 @@ def offline_env() -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     return env
-
-
-# -- a converter's child, started before its job: its imports overlap the passes before the conversion --
-
-_waiting: list[tuple[tuple[str, ...], subprocess.Popen]] = []  # (its command, the child awaiting one job line)
-
-
-@contextlib.contextmanager
-def started_early(argv: list[str], env: dict[str, str], *, start: bool | None = None):
-    """Start ``argv`` at once: a child that imports, then reads one job line from standard input
-    (``take_started`` hands it one). An untaken child is killed when the block ends, so none
-    outlives the run. Only a one-shot process (the ``edgeport`` command, ``_lazy.one_shot_process``)
-    starts one: edgeport used as a library starts no process it was not asked for (``start=True`` asks)."""
-    from edgeport._lazy import is_one_shot
-
-    if not (is_one_shot() if start is None else start):
-        yield
-        return
-    entry = (tuple(argv), _spawn(argv, env))
-    _waiting.append(entry)
-    try:
-        yield
-    finally:
-        if entry in _waiting:  # not taken
-            _waiting.remove(entry)
-            end_child(entry[1])
-
-
-def _spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
-
-
-def start_with_job(argv: list[str], env: dict[str, str], job: str, *, more: bool = False) -> subprocess.Popen:
-    """The child ``started_early`` started as ``argv`` given its ``job`` line, else a fresh one given
-    it. A fresh child that ends before it takes the job is returned all the same: its log says why.
-    ``more``: its standard input stays open, for lines the job asks for later (``tell``)."""
-    proc = take_started(argv, job, more=more)
-    if proc is None:
-        proc = _spawn(argv, env)
-        tell(proc, job, last=not more)
-    return proc
-
-
-_begun: list[Callable[[], None]] = []  # how to end what was begun before its conversion pass (``Converter.begin``)
-
-
-def hand_over(argv: list[str], env: dict[str, str], job: str, *, more: bool = False) -> subprocess.Popen:
-    """``start_with_job``, for a conversion begun ahead of its pass: the child is ended with the
-    run if no conversion took it (``end_begun``)."""
-    proc = start_with_job(argv, env, job, more=more)
-    begun_ahead(lambda: end_child(proc))
-    return proc
-
-
-def begun_ahead(end: Callable[[], None]) -> None:
-    """``end`` ends work begun ahead of its conversion pass (a child, a thread) with the run (``end_begun``)."""
-    _begun.append(end)
-
-
-def end_begun() -> None:
-    """End everything begun ahead that still runs (a child is killed, a thread waited for): the
-    run ended before its conversion pass took the files (a pass between failed). What the pass
-    took has ended already."""
-    while _begun:
-        end = _begun.pop()
-        try:
-            end()
-        finally:
-            if _begun:  # whatever this one raised (an interrupt during a thread's join): the rest still end
-                end_begun()
-
-
-def take_started(argv: list[str], job: str, *, more: bool = False) -> subprocess.Popen | None:
-    """The child ``started_early`` started as ``argv``, given its ``job`` line; None when none
-    awaits one, or it ended while importing (a fresh child then shows why, in its log)."""
-    for entry in [e for e in _waiting if e[0] == tuple(argv)][:1]:
-        _waiting.remove(entry)
-        proc = entry[1]
-        if proc.poll() is None and tell(proc, job, last=not more):
-            return proc
-        end_child(proc)
-    return None
-
-
-def tell(proc: subprocess.Popen, line: str | None, *, last: bool = True) -> bool:
-    """Write ``line`` (unless None) to ``proc``'s standard input, closing it when ``last``; False
-    where the child has gone."""
-    try:
-        if line is not None:
-            proc.stdin.write(line + "\n")
-            proc.stdin.flush()
-        if last:
-            proc.stdin.close()
-        return True
-    except (OSError, ValueError):  # a closed pipe, or one closed here already
-        return False
-
-
-def end_child(proc: subprocess.Popen) -> None:
-    """Kill ``proc`` if it still runs, reap it, and close its pipes."""
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
-    for stream in (proc.stdin, proc.stdout):
-        if stream is not None:
-            with contextlib.suppress(OSError):
-                stream.close()
 
 
 _CAUSED = "The above exception was the direct cause of the following exception"
@@ -218,25 +113,26 @@ class Converter(abc.ABC):
     def install(self, *, log=print) -> None:
         log(f"{self.name} {self.version()} comes with edgeport's own environment (make setup)")
 
-    def warm(self, *, start: bool | None = None) -> contextlib.AbstractContextManager:
-        """Start its process now, so that its imports overlap the passes before the conversion
-        (only in a one-shot process unless ``start`` says; ended with the block if not taken)."""
-        return contextlib.nullcontext()
+    def warm(self, context: "RunContext") -> None:
+        """Start its process now, in ``context``, so that its imports overlap the passes before the
+        conversion (``RunContext.warm``: only in a one-shot process; ended with the run if not taken).
+        Nothing, for a converter without a process of its own."""
+        return None
 
-    def begin(self, prepared, work: Path, *, quantised: str | None, timeout_s: float):
-        """Hand the conversion to the converter's process now, from ``prepared`` (``convert/base.Prepared``),
-        where it does not need the ONNX graph: it then converts while the ONNX export runs, and
-        ``convert`` takes what it began (``Exported.begun``); or what it needs besides the graph,
-        made meanwhile (onnx2tf: ``onnx2tf.Ahead``). None: nothing begun. Whatever runs on is
-        ended with the run if no conversion takes it (``begun_ahead``)."""
+    def begin(self, prepared: "Prepared", work: Path, *, quantised: str | None, timeout_s: float, context: "RunContext"):
+        """Hand the conversion to the converter's process now, from ``prepared``, where it does not
+        need the ONNX graph: it then converts while the ONNX export runs, and ``convert`` takes what
+        it began (``Exported.begun``); or what it needs besides the graph, made meanwhile (onnx2tf:
+        ``onnx2tf.Ahead``). None: nothing begun. Whatever runs on is ended with the run if no
+        conversion takes it (``context.own``)."""
         return None
 
     @abc.abstractmethod
-    def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float,
+    def convert(self, exported: "Exported", work: Path, *, quantised: str | None, timeout_s: float, context: "RunContext",
                 meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
         """float32, and the quantised variant when asked (``int8``, or ``uint8``: its int8 twin
-        per tensor), from ``exported`` (``convert/base.Exported``), in ``work``. A float32 the
-        converter cannot write raises ``ConversionError``; a quantised one is a reason.
+        per tensor), from ``exported``, in ``work``. A float32 the converter cannot write raises
+        ``ConversionError``; a quantised one is a reason.
 
         ``meanwhile(files)`` is called while the conversion waits on a child process, once the
         converter no longer reads the PyTorch module, with the files written so far (variant ->

@@ -32,7 +32,8 @@ from typing import Callable
 import numpy as np
 
 from edgeport import venvs
-from edgeport.convert.converters.base import Conversion, Converter, condense, end_child, hand_over, offline_env, started_early, tell
+from edgeport.convert.context import RunContext, WarmChild
+from edgeport.convert.converters.base import Conversion, Converter, condense, offline_env
 from edgeport.errors import BadInputError, MissingDependencyError
 
 NAME = "litert-torch"
@@ -159,14 +160,15 @@ class Begun:
     variants: list[str]
     t0: float
     timeout_s: float = 0.0
-    proc: subprocess.Popen | None = None
+    child: WarmChild | None = None
     deadline: float = 0.0
     ask: bool = False  # int8 asked for: the worker asks which float32 file to quantise (``_answer``)
     failed: Conversion | None = None  # the model torch.export could not capture or save: the reason
     source: object = None  # the ``Prepared`` it was begun from (``LiteRTTorch.begin``)
 
 
-def begin(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float, per_tensor: bool = False) -> Begun:
+def begin(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float, context: RunContext,
+          per_tensor: bool = False) -> Begun:
     """Capture the prepared module on the first image with ``torch.export`` and hand it to the
     worker, which converts while this process goes on (``convert_variants`` takes the result).
     A model ``torch.export`` cannot capture or save is a reason, and no worker starts. A copy of
@@ -208,14 +210,14 @@ def begin(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float
     (work / "job.json").write_text(json.dumps({"variants": variants, "per_tensor": per_tensor, "ask": begun.ask}))
     for stale in (work / "float32.done", work / "result.json"):  # a folder converted in before: only this run's words count
         stale.unlink(missing_ok=True)
-    begun.proc = hand_over(_worker_argv(python), _worker_env(), str(work), more=begun.ask)
+    begun.child = context.child(_worker_argv(python), _worker_env(), str(work), more=begun.ask)
     begun.deadline = time.perf_counter() + timeout_s
     return begun
 
 
 def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float, per_tensor: bool = False,
                      plans=None, meanwhile: Callable[[dict[str, Path]], None] | None = None,
-                     begun: Begun | None = None) -> Conversion:
+                     begun: Begun | None = None, context: RunContext | None = None) -> Conversion:
     """float32 (and full-integer int8 when asked, calibrated on ``calib``: weights per channel, or
     per tensor) from the prepared module, captured on the first image. With ``plans``
     (``int8_groups``), int8 is quantised from the float32 file with its output groups divided
@@ -227,10 +229,14 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
     with int8, again with the float32 file while the worker quantises). ``timeout_s``: the
     worker's time, from its job."""
     if begun is None:
-        begun = begin(module, calib, work, int8=int8, timeout_s=timeout_s, per_tensor=per_tensor)
+        with RunContext() if context is None else contextlib.nullcontext(context) as run:
+            begun = begin(module, calib, work, int8=int8, timeout_s=timeout_s, context=run, per_tensor=per_tensor)
+            return convert_variants(module, calib, work, int8=int8, timeout_s=timeout_s, plans=plans, meanwhile=meanwhile,
+                                    begun=begun)
     if begun.failed is not None:
         return begun.failed
-    proc, variants, work = begun.proc, begun.variants, begun.work
+    child, variants, work = begun.child, begun.variants, begun.work
+    proc = child.proc
     meanwhile = meanwhile or (lambda files: None)
     log, asked = work / "litert-torch.log", work / "float32.done"
 
@@ -240,13 +246,13 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
     try:
         meanwhile({})
         if begun.ask:
-            plans = _answer(proc, work, plans, begun.deadline, meanwhile)
+            plans = _answer(child, work, plans, begun.deadline, meanwhile)
         proc.wait(timeout=max(0.0, begun.deadline - time.perf_counter()))
     except subprocess.TimeoutExpired:
         tail = condense(log.read_text(errors="replace")[-4000:]) if log.is_file() else "no output"
         return failed(f"litert-torch did not finish within {begun.timeout_s:.0f} s (its last words: {tail})")
     finally:
-        end_child(proc)
+        child.end()
     seconds = time.perf_counter() - begun.t0
     try:
         result = json.loads((work / "result.json").read_text())
@@ -267,13 +273,13 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
     return Conversion(files, not_written, {}, seconds, plans=plans if plans and "int8" in files else None)
 
 
-def _answer(proc: subprocess.Popen, work: Path, plans, deadline: float, meanwhile) -> object:
+def _answer(child: WarmChild, work: Path, plans, deadline: float, meanwhile) -> object:
     """The worker's question, once its float32 file is written (``float32.done``): which float32
     file to quantise. The file with each output's groups divided apart (``int8_groups.normalise_tflite``),
     or, where they cannot be reached apart, the file itself (the plans then None: returned). Nothing
     answered (the worker ended, or the time is up) closes its input: it then quantises nothing."""
     asked, answer = work / "float32.done", None
-    while proc.poll() is None and not asked.exists() and time.perf_counter() < deadline:
+    while child.running() and not asked.exists() and time.perf_counter() < deadline:
         time.sleep(0.02)
     if asked.exists():
         from edgeport.convert.converters.int8_groups import normalise_tflite
@@ -285,7 +291,7 @@ def _answer(proc: subprocess.Popen, work: Path, plans, deadline: float, meanwhil
             apart = False
         if not apart:
             answer, plans = float32, None  # int8 as it is (no output mixes scales, or none reached); parity says what it costs
-    tell(proc, None if answer is None else str(answer))
+    child.tell(None if answer is None else str(answer))
     if answer is not None:  # (after the answer: parity's early runs wait on PyTorch's, and the worker must not)
         meanwhile({"float32": work / "model_float32.tflite"})
     return plans
@@ -300,15 +306,6 @@ def _worker_argv(python: Path) -> list[str]:
 def _worker_env() -> dict[str, str]:
     """Offline (a closed proxy), on the CPU, with no PYTHON* variable of this process."""
     return {k: v for k, v in offline_env().items() if not k.startswith("PYTHON") or k == "PYTHONUNBUFFERED"}
-
-
-def warm_worker(*, start: bool | None = None):
-    """Start the converter's worker at once, so that it imports torch and litert-torch (about
-    3 s) while the passes before the conversion run; the conversion takes it (``converter.started_early``).
-    Nothing starts where the converter is not installed (``benchmarks/litert_bench.py``: 13.5 s -> 9.4 s a demo run)."""
-    if installed() is None:
-        return contextlib.nullcontext()
-    return started_early(_worker_argv(env_dir() / "bin" / "python"), _worker_env(), start=start)
 
 
 def version() -> str:
@@ -339,8 +336,11 @@ class LiteRTTorch(Converter):
     def install(self, *, log=print) -> None:
         install(log=log)
 
-    def warm(self, *, start: bool | None = None):
-        return warm_worker(start=start)
+    def warm(self, context: RunContext) -> None:
+        """Its worker, started at once: it imports torch and litert-torch while the passes before the
+        conversion run, and the conversion takes it. Nothing starts where the converter is not installed."""
+        if installed() is not None:
+            context.warm(_worker_argv(env_dir() / "bin" / "python"), _worker_env())
 
     @staticmethod
     def _plans(prepared, quantised: str | None):
@@ -351,24 +351,24 @@ class LiteRTTorch(Converter):
 
         return plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)
 
-    def begin(self, prepared, work: Path, *, quantised: str | None, timeout_s: float) -> Begun:
+    def begin(self, prepared, work: Path, *, quantised: str | None, timeout_s: float, context: RunContext) -> Begun:
         begun = begin(prepared.module, prepared.calib, work / "litert", int8=quantised is not None, timeout_s=timeout_s,
-                      per_tensor=quantised == "uint8")
+                      context=context, per_tensor=quantised == "uint8")
         begun.source = prepared
         return begun
 
-    def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float,
+    def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float, context: RunContext,
                 meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
         prepared, begun = exported.prepared, getattr(exported, "begun", None)  # begun by the export pass, or here
         if begun is not None and not (isinstance(begun, Begun) and begun.source is prepared):
             # another converter's (--cross-check after onnx2tf), or begun from what a pass has replaced since: begun here
-            if isinstance(begun, Begun) and begun.proc is not None:
-                end_child(begun.proc)
+            if isinstance(begun, Begun) and begun.child is not None:
+                begun.child.end()
             begun = None
         # (where begun: while the worker converts) which output groups its int8 is quantised apart, its answer once it asks
         done = convert_variants(prepared.module, prepared.calib, work / "litert", int8=quantised is not None, timeout_s=timeout_s,
                                 per_tensor=quantised == "uint8", plans=self._plans(prepared, quantised), meanwhile=meanwhile,
-                                begun=begun)
+                                begun=begun, context=context)
         why = done.not_written.get("float32", "")
         if why.startswith("torch.export cannot"):  # the model, as litert-torch takes it: refused, not a crash (exit 2)
             raise BadInputError(f"{NAME} cannot convert this model: {why}; convert it with --converter onnx2tf")

@@ -23,7 +23,6 @@ closed local port, so any download attempt fails at once instead of reaching the
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import json
@@ -34,12 +33,15 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from edgeport.convert.converters.base import Conversion, Converter, begun_ahead, condense, offline_env, started_early, take_started
+from edgeport.convert.converters.base import Conversion, Converter, condense, offline_env
 from edgeport.errors import ConversionError, MissingDependencyError
+
+if TYPE_CHECKING:
+    from edgeport.convert.context import RunContext
 
 ONNX2TF_SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 CALIB_FILE = "calib_nhwc.npy"
@@ -261,21 +263,20 @@ def fast_run_differs(onnx_path: Path, tflite: Path, images: np.ndarray, graph: l
     return None
 
 
-def warm_converter(python: str = sys.executable, *, start: bool | None = None):
-    """Start an onnx2tf child at once, importing onnx2tf (and TensorFlow, on 1.28) while the
-    caller is still importing torch and exporting; the block's first conversion takes it as
-    its own (``Onnx2tfRun``), as ``converter.started_early`` says. Without onnx2tf installed
-    nothing starts: the conversion says what is missing.
-    (Measured on the demo, 3.11: 7.0 s -> 5.9 s; ``benchmarks/convert_bench.py``.)"""
+def warm_command(python: str = sys.executable) -> list[str] | None:
+    """The onnx2tf child a run starts at once (``RunContext.warm``), importing onnx2tf (and
+    TensorFlow, on 1.28) while the caller is still importing torch and exporting; the run's first
+    conversion takes it (``Onnx2tfRun``). None without onnx2tf installed: the conversion says what
+    is missing."""
     try:
         installed_backend()
     except MissingDependencyError:
-        return contextlib.nullcontext()
-    return started_early([python, "-m", LEAN_MODULE, AWAIT_JOB], offline_env(), start=start)
+        return None
+    return [python, "-m", LEAN_MODULE, AWAIT_JOB]
 
 
 class Onnx2tfRun:
-    """One onnx2tf child process, started at once (or the warm one, ``warm_converter``);
+    """One onnx2tf child process, started at once (or the run's warm one, ``warm_command``);
     ``finish`` waits for it and collects its files.
 
     Its output goes to ``onnx2tf.log`` in its work folder (no pipes), so two runs can proceed
@@ -285,7 +286,7 @@ class Onnx2tfRun:
 
     def __init__(self, onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str,
                  backend: Onnx2tfBackend | None = None, granularity: str = "per-channel", ships: tuple[str, ...] | None = None,
-                 fast: bool = False, calibrated: Path | None = None):
+                 fast: bool = False, calibrated: Path | None = None, context: RunContext | None = None):
         """``ships``: the variants taken from this run (default: float32, and int8 when asked for).
         ``fast``: without strict mode where it costs (``checks_layouts_slowly``); ``finish`` then
         checks the run's float32 file (written for that, if not shipped) against ONNX Runtime.
@@ -310,8 +311,9 @@ class Onnx2tfRun:
                               granularity=granularity, ships=self.ships, fast=self.fast)
         self.t0 = time.perf_counter()
         job = {"argv": cmd[3:], "cwd": str(self.work), "log": str(self.log)}  # (cmd: python -m LEAN_MODULE ...)
-        self.proc = take_started([*cmd[:3], AWAIT_JOB], json.dumps(job)) if cmd[1:3] == ["-m", LEAN_MODULE] else None
-        if self.proc is not None:
+        warm = context.take([*cmd[:3], AWAIT_JOB], json.dumps(job)) if context and cmd[1:3] == ["-m", LEAN_MODULE] else None
+        if warm is not None:
+            self.proc = warm.proc
             return
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(cmd, cwd=self.work, env=offline_env(), stdout=log, stderr=subprocess.STDOUT,
@@ -351,10 +353,11 @@ class Onnx2tfRun:
 
 def run_onnx2tf(onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str, timeout_s: float,
                 backend: Onnx2tfBackend | None = None, require: tuple[str, ...] | None = None,
-                granularity: str = "per-channel", ships: tuple[str, ...] | None = None) -> tuple[dict[str, Path], float]:
+                granularity: str = "per-channel", ships: tuple[str, ...] | None = None,
+                context: RunContext | None = None) -> tuple[dict[str, Path], float]:
     """Convert; return {variant: tflite path} and onnx2tf's wall time in seconds (``Onnx2tfRun``)."""
     run = Onnx2tfRun(onnx_path, calib, work, int8=int8, input_name=input_name, backend=backend, granularity=granularity,
-                     ships=ships)
+                     ships=ships, context=context)
     try:
         return run.finish(timeout_s, require)
     finally:
@@ -363,7 +366,8 @@ def run_onnx2tf(onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, i
 
 def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray, work: Path, *, input_name: str,
                      timeout_s: float, backend: Onnx2tfBackend, granularities: tuple[str, ...] | None = None,
-                     meanwhile: Callable[[dict[str, Path]], None] | None = None, calibrated: Path | None = None) -> Conversion:
+                     meanwhile: Callable[[dict[str, Path]], None] | None = None, calibrated: Path | None = None,
+                     context: RunContext | None = None) -> Conversion:
     """float32 from ``onnx_path``, and int8 from ``int8_onnx`` when given (the same file, or one
     with its output groups normalised, converted side by side).
 
@@ -385,12 +389,13 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
         try:
             return _convert_variants(onnx_path, int8_onnx, calib, work / "fast", input_name=input_name, timeout_s=timeout_s,
                                      backend=backend, granularities=granularities, fast=True, meanwhile=meanwhile,
-                                     calibrated=calibrated)
+                                     calibrated=calibrated, context=context)
         except (FastRunDiffers, Onnx2tfFailed) as exc:
             why = str(exc).split("; full log: ")[0]
         timeout_s -= time.perf_counter() - t0
     conversion = _convert_variants(onnx_path, int8_onnx, calib, work, input_name=input_name, timeout_s=timeout_s,
-                                   backend=backend, granularities=granularities, fast=False, meanwhile=meanwhile, calibrated=calibrated)
+                                   backend=backend, granularities=granularities, fast=False, meanwhile=meanwhile, calibrated=calibrated,
+                                   context=context)
     if backend.checks_layouts_slowly:
         strict = f"in onnx2tf's strict mode (without it: {why})"
         notes = {v: f"{strict}; {conversion.notes[v]}" if v in conversion.notes else strict for v in conversion.files}
@@ -400,7 +405,8 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
 
 def _convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray, work: Path, *, input_name: str,
                       timeout_s: float, backend: Onnx2tfBackend, granularities: tuple[str, ...] | None, fast: bool,
-                      meanwhile: Callable[[dict[str, Path]], None] | None = None, calibrated: Path | None = None) -> Conversion:
+                      meanwhile: Callable[[dict[str, Path]], None] | None = None, calibrated: Path | None = None,
+                      context: RunContext | None = None) -> Conversion:
     meanwhile = meanwhile or (lambda files: None)
     granularities = granularities or backend.int8_granularities
     together = int8_onnx == onnx_path  # one run writes both (1.28 only warns when its int8 fails)
@@ -410,12 +416,13 @@ def _convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray
     try:
         if int8_onnx is not None and not together:
             # int8's run, which calibrates and takes the longer, started first: it takes the child
-            # that imported while the passes ran (``warm_converter``), and float32's a fresh one
+            # that imported while the passes ran (``warm_command``), and float32's a fresh one
             runs.append(Onnx2tfRun(int8_onnx, calib, work / "onnx2tf-int8", int8=True, input_name=input_name,
                                    backend=backend, granularity=granularities[0], ships=("int8",), fast=fast,
-                                   calibrated=calibrated))
+                                   calibrated=calibrated, context=context))
         runs.insert(0, Onnx2tfRun(onnx_path, calib, work / "onnx2tf", int8=together, input_name=input_name, backend=backend,
-                                  granularity=granularities[0], fast=fast, calibrated=calibrated or (runs[0].work if runs else None)))
+                                  granularity=granularities[0], fast=fast, calibrated=calibrated or (runs[0].work if runs else None),
+                                  context=context))
         meanwhile({})
         try:
             files, seconds = runs[0].finish(timeout_s, require=("float32",))
@@ -459,14 +466,14 @@ class Ahead:
     plans run the model, and stay after the export: a model may branch on
     ``torch.onnx.is_in_onnx_export``, which the export sets for the whole process.)"""
 
-    def __init__(self, prepared, work: Path):
+    def __init__(self, prepared, work: Path, context: RunContext):
         import threading
         from concurrent.futures import Future
 
         self.folder, self.prepared, self._done = work / "onnx2tf-calibration", prepared, Future()
         self._thread = threading.Thread(target=self._write, args=(prepared.calib,), name="edgeport-onnx2tf-ahead", daemon=True)
         self._thread.start()
-        begun_ahead(self._thread.join)  # where a pass fails before the conversion takes it: nothing writes after the run
+        context.own(self._thread.join)  # where a pass fails before the conversion takes it: nothing writes after the run
 
     def _write(self, calib: np.ndarray) -> None:
         try:
@@ -506,13 +513,15 @@ class Onnx2tf(Converter):
     def where(self) -> str:
         return "in this environment"
 
-    def warm(self, *, start: bool | None = None):
-        return warm_converter(start=start)
+    def warm(self, context: RunContext) -> None:
+        command = warm_command()
+        if command is not None:
+            context.warm(command, offline_env())
 
-    def begin(self, prepared, work: Path, *, quantised: str | None, timeout_s: float) -> Ahead:
-        return Ahead(prepared, work)
+    def begin(self, prepared, work: Path, *, quantised: str | None, timeout_s: float, context: RunContext) -> Ahead:
+        return Ahead(prepared, work, context)
 
-    def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float,
+    def convert(self, exported, work: Path, *, quantised: str | None, timeout_s: float, context: RunContext,
                 meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
         prepared, backend = exported.prepared, installed_backend()
         plans, int8_onnx = None, exported.onnx if quantised else None
@@ -534,5 +543,5 @@ class Onnx2tf(Converter):
         granularities = ("per-tensor",) if quantised == "uint8" else None
         conversion = convert_variants(exported.onnx, int8_onnx, prepared.calib, work, input_name=exported.input_name,
                                       timeout_s=timeout_s, backend=backend, granularities=granularities, meanwhile=meanwhile,
-                                      calibrated=calibrated)
+                                      calibrated=calibrated, context=context)
         return dataclasses.replace(conversion, plans=plans if "int8" in conversion.files else None)

@@ -30,7 +30,8 @@ class CrossCheckPass(Pass[Converted, Converted]):
         second = other(config.converter)
         info = {"name": second.name, "version": second.version()}
         try:
-            conversion = second.convert(value.exported, work, quantised=None, timeout_s=config.converter_timeout_s)
+            conversion = second.convert(value.exported, work, quantised=None, timeout_s=config.converter_timeout_s,
+                                        context=config.context)
         except ConversionError as exc:  # it cannot convert this model: the check has nothing to compare
             conversion = Conversion({}, {"float32": str(exc)}, {}, 0.0)
         if "float32" in conversion.files:

@@ -338,7 +338,7 @@ def _equalised(variant: str, converted, source: _Candidate, config: ConvertConfi
     again by the same passes: its quantised file, with the float32 file of the same model."""
     import torch
 
-    from edgeport.convert.converters.base import end_begun
+    from edgeport.convert.context import RunContext
     from edgeport.convert.equalise import equalise
     from edgeport.convert.passes.export_onnx_pass import ExportOnnxPass
     from edgeport.convert.passes.int8_fixes_pass import Int8FixesPass
@@ -353,16 +353,15 @@ def _equalised(variant: str, converted, source: _Candidate, config: ConvertConfi
     said = {"pairs": done.pairs} if pairs else {"biases": done.biases}
     if not done.pairs and not done.biases:
         return None, said
-    cfg = replace(config, work_dir=tmp, cross_check=False, early_parity=False)  # parity's runs: the repair judges its own
+    # parity's runs: the repair judges its own; what a pass begins ends with these passes
+    cfg = replace(config, work_dir=tmp, cross_check=False, early_parity=False, context=RunContext())
     cfg.work_dir.mkdir()
     value = replace(prepared, module=done.module)
-    try:
+    with cfg.context:
         for p in (ExportOnnxPass(), ToTFLitePass(), Int8FixesPass(), Uint8Pass(), LowerForBoardPass()):
             result = p.run(value, cfg)
             p.check(value, result.value, cfg)
             value = result.value
-    finally:
-        end_begun()  # a converter's process handed its job by export_onnx, where a pass failed before to_tflite took it
     said["seconds"] = round(time.perf_counter() - t0, 2)
     if variant not in value.files or "float32" not in value.files:
         return None, {**said, "error": f"the converter wrote no {variant} file: {value.not_written.get(variant, '')}"[:300]}

@@ -97,16 +97,13 @@ class ToTFLitePass(Pass[Exported, Converted]):
         quantised = config.quantised  # int8, uint8 or none
         chosen = converter(config.converter)
         early = EarlyRuns(parity_inputs(value.prepared.val, config.seed)) if config.early_parity else None
-        try:
-            conversion = chosen.convert(value, config.work_dir, quantised=quantised, timeout_s=config.converter_timeout_s,
-                                        meanwhile=_parity_meanwhile(early, value, variants) if early else None)
-            if early is not None:
-                early.models_done()  # the passes after this one may read the modules (--cross-check traces one)
-            return self._converted(value, config, conversion, chosen, quantised, variants, early)
-        except BaseException:
-            if early is not None:
-                early.close()
-            raise
+        if early is not None:
+            config.context.own(early.close)  # parity closes it once it has taken its runs; the run's end, where it never does
+        conversion = chosen.convert(value, config.work_dir, quantised=quantised, timeout_s=config.converter_timeout_s,
+                                    context=config.context, meanwhile=_parity_meanwhile(early, value, variants) if early else None)
+        if early is not None:
+            early.models_done()  # the passes after this one may read the modules (--cross-check traces one)
+        return self._converted(value, config, conversion, chosen, quantised, variants, early)
 
     def _converted(self, value: Exported, config: ConvertConfig, conversion, chosen, quantised, variants, early):
         if "float32" in conversion.not_written:

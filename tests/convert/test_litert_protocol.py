@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from edgeport.convert.converters import litert
 from edgeport.convert.base import Exported
-from edgeport.convert.converters.base import end_begun
+from edgeport.convert.context import RunContext
+from edgeport.convert.converters import litert
 from edgeport.ops.tflite_graph import Graph
 
 from .test_int8_groups import _tflite_head
@@ -95,8 +95,14 @@ def _handed_over(tmp_path, monkeypatch, mode: str) -> list:
     (tmp_path / "mode").write_text(mode)
     monkeypatch.setattr(litert, "require", lambda: sys.executable)
     monkeypatch.setattr(litert, "_worker_argv", lambda python: [sys.executable, str(tmp_path / "worker.py")])
-    started, hand_over = [], litert.hand_over
-    monkeypatch.setattr(litert, "hand_over", lambda *a, **k: started.append(hand_over(*a, **k)) or started[-1])
+    started, child = [], RunContext.child
+
+    def recorded(self, *args, **kwargs):
+        made = child(self, *args, **kwargs)
+        started.append(made.proc)
+        return made
+
+    monkeypatch.setattr(RunContext, "child", recorded)
     return started
 
 
@@ -119,20 +125,22 @@ def test_the_worker_converts_while_the_graph_is_exported_and_the_conversion_take
     monkeypatch.setattr("edgeport.convert.passes.export_onnx_pass.export_onnx", export_while_it_converts)
     with pytest.raises(RuntimeError, match="the export failed"):
         ExportOnnxPass().run(prepared, cfg)
-    end_begun()  # (the pipeline's end)
+    cfg.context.close()  # (the pipeline's end)
     assert started[0].poll() is not None  # a pass that failed after the hand-over leaves no worker behind
     (tmp_path / "mode").write_text("ok")
-    began = litert.LiteRTTorch().begin(prepared, tmp_path, quantised=None, timeout_s=120)
+    run = RunContext()
+    began = litert.LiteRTTorch().begin(prepared, tmp_path, quantised=None, timeout_s=120, context=run)
     got = litert.LiteRTTorch().convert(replace(Exported(prepared, tmp_path / "model.onnx"), begun=began), tmp_path,
-                                       quantised=None, timeout_s=120)
+                                       quantised=None, timeout_s=120, context=run)
     assert set(got.files) == {"float32"} and not got.not_written and len(started) == 2  # the one begun: none started
     assert started[1].returncode == 0
     # begun from inputs a pass replaced since (a prepared model of its own): that worker ended, the conversion begun again
-    stale = litert.LiteRTTorch().begin(prepared, tmp_path, quantised=None, timeout_s=120)
+    stale = litert.LiteRTTorch().begin(prepared, tmp_path, quantised=None, timeout_s=120, context=run)
     got = litert.LiteRTTorch().convert(replace(Exported(replace(prepared), tmp_path / "model.onnx"), begun=stale), tmp_path,
-                                       quantised=None, timeout_s=120)
+                                       quantised=None, timeout_s=120, context=run)
     assert set(got.files) == {"float32"} and len(started) == 4 and started[2].poll() is not None and started[3].returncode == 0
     # what another converter began (--cross-check after onnx2tf: its calibration files): begun here
     got = litert.LiteRTTorch().convert(replace(Exported(prepared, tmp_path / "model.onnx"), begun=object()), tmp_path,
-                                       quantised=None, timeout_s=120)
+                                       quantised=None, timeout_s=120, context=run)
+    run.close()
     assert set(got.files) == {"float32"} and len(started) == 5

@@ -218,7 +218,17 @@ def test_a_float32_the_converter_cannot_write_ends_the_run_with_its_log(fake_onn
     assert "ValueError: Unsupported op Foo" in open(log).read()
 
 
-# --- the warm child (warm_converter): what a user's run sees ---------------------------------------
+# --- the warm child (RunContext.warm): what a user's run sees ---------------------------------------
+
+
+def _warm():
+    """A run's context with onnx2tf's child started in it, as ``edgeport convert`` starts it."""
+    from edgeport.convert.context import RunContext
+    from edgeport.convert.converters.onnx2tf import Onnx2tf
+
+    run = RunContext(warm=True)
+    Onnx2tf().warm(run)
+    return run
 
 
 def _children() -> set[int]:
@@ -229,13 +239,11 @@ def _children() -> set[int]:
 
 @pytest.mark.slow
 def test_a_conversion_in_the_warm_block_writes_what_a_fresh_one_writes(tmp_path, small_onnx):
-    from edgeport.convert.converters.onnx2tf import warm_converter
-
     onnx_path, calib = small_onnx
     fresh, _ = run_onnx2tf(onnx_path, calib, tmp_path / "fresh", int8=True, input_name="images", timeout_s=300)
-    with warm_converter(start=True):
-        warm, _ = run_onnx2tf(onnx_path, calib, tmp_path / "warm", int8=True, input_name="images", timeout_s=300)
-        second, _ = run_onnx2tf(onnx_path, calib, tmp_path / "second", int8=False, input_name="images", timeout_s=300)
+    with _warm() as run:
+        warm, _ = run_onnx2tf(onnx_path, calib, tmp_path / "warm", int8=True, input_name="images", timeout_s=300, context=run)
+        second, _ = run_onnx2tf(onnx_path, calib, tmp_path / "second", int8=False, input_name="images", timeout_s=300, context=run)
     assert {k: p.read_bytes() for k, p in warm.items()} == {k: p.read_bytes() for k, p in fresh.items()}
     assert second["float32"].read_bytes() == fresh["float32"].read_bytes()
     assert warm["float32"].parent.parent == tmp_path / "warm", "it worked in the folder the job named"
@@ -245,10 +253,8 @@ def test_a_conversion_in_the_warm_block_writes_what_a_fresh_one_writes(tmp_path,
 
 @pytest.mark.slow
 def test_no_converter_child_outlives_the_block():
-    from edgeport.convert.converters.onnx2tf import warm_converter
-
     before = _children()
-    with warm_converter(start=True):
+    with _warm():
         assert len(_children() - before) == 1, "one child, importing the converter"
     assert _children() - before == set(), "no child outlives the run"
 
@@ -257,14 +263,12 @@ def test_no_converter_child_outlives_the_block():
 def test_a_warm_child_that_died_is_replaced_by_a_fresh_conversion(tmp_path, small_onnx):
     import psutil
 
-    from edgeport.convert.converters.onnx2tf import warm_converter
-
     onnx_path, calib = small_onnx
     before = _children()
-    with warm_converter(start=True):
+    with _warm() as run:
         for pid in _children() - before:
             psutil.Process(pid).kill()
-        files, _ = run_onnx2tf(onnx_path, calib, tmp_path / "after", int8=False, input_name="images", timeout_s=300)
+        files, _ = run_onnx2tf(onnx_path, calib, tmp_path / "after", int8=False, input_name="images", timeout_s=300, context=run)
     assert files["float32"].is_file() and _children() - before == set()
 
 
@@ -310,31 +314,32 @@ def test_the_fast_runs_check_passes_the_file_of_its_graph_and_no_other(tmp_path,
 def test_the_calibration_files_are_written_while_the_graph_is_exported(tmp_path, monkeypatch):
     """``Onnx2tf.begin`` (``Ahead``): on a thread, while the graph is exported, the calibration
     files every run shares, as a run would write them itself. A run that ends before its
-    conversion waits for the thread (``end_begun``): nothing writes after it. A write that
+    conversion waits for the thread (the run's context): nothing writes after it. A write that
     failed is raised where the conversion takes the files."""
     import threading
     from types import SimpleNamespace
 
+    from edgeport.convert.context import RunContext
     from edgeport.convert.converters import onnx2tf
-    from edgeport.convert.converters.base import end_begun
     from edgeport.convert.converters.onnx2tf import Ahead
 
     calib = np.random.default_rng(0).random((5, 3, 32, 32), dtype=np.float32)
-    folder = Ahead(SimpleNamespace(calib=calib), tmp_path / "a").result()
+    run = RunContext()
+    folder = Ahead(SimpleNamespace(calib=calib), tmp_path / "a", run).result()
     write_calibration(tmp_path, calib)
     for name in (CALIB_FILE, ONNX2TF_SAMPLE_FILE):
         assert (folder / name).read_bytes() == (tmp_path / name).read_bytes()
 
     release, written = threading.Event(), []
     monkeypatch.setattr(onnx2tf, "write_calibration", lambda folder, calib: release.wait(10) and written.append(folder))
-    Ahead(SimpleNamespace(calib=calib), tmp_path / "b")
+    Ahead(SimpleNamespace(calib=calib), tmp_path / "b", run)
     threading.Timer(0.3, release.set).start()
-    end_begun()  # (the pipeline's end, a pass having failed before the conversion)
-    assert written == [tmp_path / "b" / "onnx2tf-calibration"], "end_begun returned only once the thread had written"
+    run.close()  # (the pipeline's end, a pass having failed before the conversion)
+    assert written == [tmp_path / "b" / "onnx2tf-calibration"], "the run ended only once the thread had written"
 
     monkeypatch.setattr(onnx2tf, "write_calibration", lambda folder, calib: (_ for _ in ()).throw(OSError(28, "No space left")))
     with pytest.raises(OSError, match="No space left"):
-        Ahead(SimpleNamespace(calib=calib), tmp_path / "c").result()
+        Ahead(SimpleNamespace(calib=calib), tmp_path / "c", RunContext()).result()
 
 
 @pytest.mark.slow

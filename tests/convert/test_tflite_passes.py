@@ -62,7 +62,7 @@ class Given(Converter):
     def require(self): pass  # noqa: E704
     def where(self): return "here"  # noqa: E704
 
-    def convert(self, exported, work, *, quantised, timeout_s, meanwhile=None):
+    def convert(self, exported, work, *, quantised, timeout_s, context, meanwhile=None):
         self.asked.append(quantised)
         return Conversion(dict(self.files), dict(self.not_written), {}, 0.1, plans=("a plan",))
 

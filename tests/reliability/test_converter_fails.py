@@ -13,7 +13,7 @@ from .conftest import assert_kept, assert_one_line, inventory
 
 
 def test_a_converter_that_crashes_is_exit_3_with_its_log(workspace, run_inproc, monkeypatch):
-    def crash(self, exported, work, *, quantised, timeout_s, meanwhile=None):
+    def crash(self, exported, work, *, quantised, timeout_s, context, meanwhile=None):
         raise Onnx2tfFailed(1, "Traceback (most recent call last):\nTypeError: only 0-dimensional arrays", []).with_log()
 
     monkeypatch.setattr(Onnx2tf, "convert", crash)
@@ -46,6 +46,7 @@ def test_a_disk_that_fills_while_the_converter_writes_is_the_users_disk(workspac
 
 def test_a_model_litert_torch_cannot_capture_is_refused_not_a_crash(tmp_path, monkeypatch):
     from edgeport.convert.converters import litert
+    from edgeport.convert.context import RunContext
     from edgeport.convert.converters.base import Conversion
     from edgeport.errors import BadInputError
 
@@ -57,4 +58,4 @@ def test_a_model_litert_torch_cannot_capture_is_refused_not_a_crash(tmp_path, mo
             module, calib = None, None
 
     with pytest.raises(BadInputError, match="litert-torch cannot convert this model: torch.export cannot capture .* --converter onnx2tf"):
-        litert.LiteRTTorch().convert(Exported(), tmp_path, quantised=None, timeout_s=10)
+        litert.LiteRTTorch().convert(Exported(), tmp_path, quantised=None, timeout_s=10, context=RunContext())

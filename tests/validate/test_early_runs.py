@@ -168,12 +168,17 @@ def test_an_early_refusal_is_the_rows_and_any_other_failure_is_run_again(tmp_pat
 
 def test_the_pipeline_closes_what_no_parity_took(tmp_path):
     """A pass that fails between the conversion and parity: the pipeline's end closes the runs
-    started (``close_all``), so none outlives it; a run asked for after that never starts."""
+    started (the run's context owns them), so none outlives it; a run asked for after that never starts."""
+    from types import SimpleNamespace
+
+    from edgeport.convert.context import RunContext
     from edgeport.convert.pipeline import run_pipeline
     from edgeport.errors import PassCheckError
 
     subject = _subject(tmp_path)
     early = EarlyRuns(parity_inputs(subject.inputs, subject.seed))
+    config = SimpleNamespace(context=RunContext())
+    config.context.own(early.close)
 
     class Failing:
         name = "failing"
@@ -182,7 +187,7 @@ def test_the_pipeline_closes_what_no_parity_took(tmp_path):
             raise RuntimeError("a pass after the conversion")
 
     with pytest.raises(PassCheckError):
-        run_pipeline(object(), (Failing(),))
+        run_pipeline(config, (Failing(),))
     assert early.start(Keyed("tflite", "late")).cancelled()
 
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeport.errors import BadInputError
-from edgeport.jsonfile import DuplicateKey, Refused, read_json
+from edgeport.jsonfile import DuplicateKey, Refused, clip, read_json
 from edgeport.text import for_terminal
 from edgeport.userfiles import read_bounded
 from edgeport.validate.parity.result import FINITE_METRICS, OUTPUT_METRICS, ResultRow, sections, steps_label, stricter
@@ -166,7 +166,6 @@ def write_baseline(report: Path, baseline: Path) -> Path:
 def _only_a_report(target: Path, baseline: Path) -> None:
     """Refuse to write over ``target`` unless it is an edgeport report (of any schema version: an
     older baseline is what --update-baseline replaces)."""
-    through = f" (a link to {str(target)!r})" if target != Path(baseline).absolute() else ""
     try:
         data = read_json(target, MAX_REPORT_BYTES)
         schema = data.get("schema") if isinstance(data, dict) else None
@@ -176,7 +175,7 @@ def _only_a_report(target: Path, baseline: Path) -> None:
     except OSError as exc:
         why = f"it cannot be read ({exc.strerror or exc})"
     if why:
-        raise BadInputError(f"--update-baseline: {str(baseline)!r}{through} is not an edgeport report ({for_terminal(why)}), and "
+        raise BadInputError(f"--update-baseline: {clip(str(baseline), 80)!r} is not an edgeport report ({for_terminal(clip(why, 80))}); "
                             f"edgeport writes only over a report: pass a report's path, or a new one")
 
 

@@ -40,7 +40,7 @@ def parity_inputs(images: np.ndarray, seed: int) -> np.ndarray:
 
 class EarlyRuns:
     """Runs started before parity, on ``inputs`` (``parity_inputs``), in order, on a daemon thread
-    that lives while it has runs to do. ``close`` (parity's end, or ``close_all``: the pipeline's)
+    that lives while it has runs to do. ``close`` (parity's end, or the run's: ``convert/context.RunContext``)
     stops it and waits for the image in progress."""
 
     def __init__(self, inputs: np.ndarray):
@@ -51,8 +51,6 @@ class EarlyRuns:
         self._jobs: deque = deque()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        with _OPEN_LOCK:
-            _OPEN.add(self)
 
     def start(self, runner: Runner, then: Callable[[RunOutput], object] | None = None) -> Future:
         """Queue ``runner``'s run on every input, or its first ``images`` (once per ``cache_key``); its future.
@@ -149,18 +147,3 @@ class EarlyRuns:
                 future.cancel()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
-        with _OPEN_LOCK:
-            _OPEN.discard(self)
-
-
-_OPEN: set[EarlyRuns] = set()  # not closed yet: ``close_all``
-_OPEN_LOCK = threading.Lock()
-
-
-def close_all() -> None:
-    """Close every ``EarlyRuns`` not closed yet: the end of a pipeline, however it ended (a pass
-    that failed between the conversion and parity), so no run outlives it."""
-    with _OPEN_LOCK:
-        open_now = list(_OPEN)
-    for early in open_now:
-        early.close()

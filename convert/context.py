@@ -1,0 +1,133 @@
+"""What one run starts in the background, and ends with it.
+
+A conversion overlaps work: a converter's child is started before its job so that its imports run
+while this process exports the graph (``WarmChild``); a converter begins what needs no graph while
+the graph is exported (a thread writing calibration files, a child handed its job); parity's runs
+start while the converter's child works (``validate/parity/early.EarlyRuns``). Each belongs to the
+run that started it: the pass that starts one registers how to end it with the run's
+``RunContext`` (``own``), the pass that takes it over ends it itself, and the pipeline closes the
+context however the run ends (``convert/pipeline.run_pipeline``), so nothing outlives the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import threading
+from typing import Callable
+
+
+class WarmChild:
+    """One child process that reads its job from standard input: started at once (perhaps before
+    its job, so that its imports overlap the caller's work), told its job, ended."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]):
+        self.argv = tuple(argv)
+        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     text=True)
+
+    def tell(self, line: str | None, *, last: bool = True) -> bool:
+        """Write ``line`` (unless None) to its standard input, closing it when ``last``; False where
+        the child has gone."""
+        try:
+            if line is not None:
+                self.proc.stdin.write(line + "\n")
+                self.proc.stdin.flush()
+            if last:
+                self.proc.stdin.close()
+            return True
+        except (OSError, ValueError):  # a closed pipe, or one closed here already
+            return False
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def end(self) -> None:
+        """Kill it if it still runs, reap it, and close its pipes."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+class RunContext:
+    """The background work of one run: children waiting for their job, and how to end what a pass
+    began for a later one (a child, a thread, early runs). ``close`` ends it all, each end even
+    where another raised; a context is closed once, and whatever is handed to it afterwards is
+    ended at once."""
+
+    def __init__(self, *, warm: bool | None = None):
+        """``warm``: whether ``warm`` starts children; None: only in a one-shot process (the
+        ``edgeport`` command, ``_lazy.one_shot_process``), so edgeport used as a library starts no
+        process it was not asked for."""
+        from edgeport._lazy import is_one_shot
+
+        self.starts_children = is_one_shot() if warm is None else warm
+        self._waiting: list[WarmChild] = []
+        self._ends: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def warm(self, argv: list[str], env: dict[str, str]) -> None:
+        """Start ``argv`` now, a child that imports and then reads its job (``child`` hands it one);
+        ended with the run where nothing takes it."""
+        if self.starts_children:
+            self._waiting.append(self.own_child(WarmChild(argv, env)))
+
+    def take(self, argv: list[str], job: str, *, more: bool = False) -> WarmChild | None:
+        """The child ``warm`` started as ``argv``, told ``job``; None where none waits, or it ended
+        while importing. ``more``: its standard input stays open, for the lines the job asks for
+        later (``WarmChild.tell``). The caller ends it; the context ends it where the caller never does."""
+        for waiting in [c for c in self._waiting if c.argv == tuple(argv)][:1]:
+            self._waiting.remove(waiting)
+            if waiting.running() and waiting.tell(job, last=not more):
+                return waiting
+            waiting.end()
+        return None
+
+    def child(self, argv: list[str], env: dict[str, str], job: str, *, more: bool = False) -> WarmChild:
+        """``take``, else a fresh child told ``job`` (returned even where it ends before it takes the
+        job: its log says why)."""
+        taken = self.take(argv, job, more=more)
+        if taken is not None:
+            return taken
+        fresh = self.own_child(WarmChild(argv, env))
+        fresh.tell(job, last=not more)
+        return fresh
+
+    def own_child(self, child: WarmChild) -> WarmChild:
+        self.own(child.end)
+        return child
+
+    def own(self, end: Callable[[], None]) -> Callable[[], None]:
+        """``end`` ends something a pass started (kills a child, waits for a thread, stops runs): it is
+        called when the run ends, unless already closed -- then at once. Returns ``end``."""
+        with self._lock:
+            if not self._closed:
+                self._ends.append(end)
+                return end
+        end()
+        return end
+
+    def close(self) -> None:
+        """End everything still registered, the latest first; every end is called, whatever one raised."""
+        with self._lock:
+            self._closed = True
+            ends, self._ends, self._waiting = self._ends[::-1], [], []
+        failed = None
+        for end in ends:
+            try:
+                end()
+            except BaseException as exc:  # noqa: BLE001 -- the rest still end; the first is raised after
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+
+    def __enter__(self) -> "RunContext":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
