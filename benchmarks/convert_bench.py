@@ -26,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from edgeport.convert.base import ConvertConfig
+from edgeport.convert.base import ConvertConfig, run_pipeline
 from edgeport.convert.converters.base import offline_env
 from edgeport.convert.converters.onnx2tf import onnx2tf_command, write_calibration
-from edgeport.convert.pipeline import PIPELINE, run_pipeline
+from edgeport.convert.pipeline import PIPELINE
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "models" / "weights" / "pdet_n_person.pt"

@@ -53,9 +53,10 @@ def measure(name: str, busy: bool, imgsz: int | None, work: Path) -> dict:
             out["rows"][key] = {k: d.get(k) for k in ("reference_boxes", "missed", "extra", "noise_floor", "stable_boxes",
                                                       "missed_stable", "extra_beyond")} | {"passed": r["passed"]}
             if not r["passed"]:
-                from edgeport.validate.report.schema import failures
+                from edgeport.validate.parity.result import ResultRow
+                from edgeport.validate.report.schema import Report, failures
 
-                (failed,) = [f for f in failures({"results": [r]}) if f.what == key]
+                (failed,) = [f for f in failures(Report((ResultRow.from_dict(r, key),))) if f.what == key]
                 out["rows"][key]["failed"] = list(failed.reasons[:3])
     return out
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeport.models.synth import make_scene
-from edgeport.train.data import write_dataset
+from edgeport.validate.datasets import write_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 

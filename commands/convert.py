@@ -42,18 +42,19 @@ def convert(checkpoint: Path, *, board, out: Path | None = None, force: bool = F
         for each in used:
             each.warm(context)
         with importing():  # torch, and the modules of every pass
-            from edgeport.convert.base import ConvertConfig
-            from edgeport.convert.pipeline import run_pipeline
+            from edgeport.convert.base import ConvertConfig, run_pipeline
+            from edgeport.convert.pipeline import PIPELINE
+            from edgeport.validate.gate.check import check_written
             from edgeport.validate.report.assemble import build_report
             from edgeport.validate.report.render import write_reports
         config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=stage.work, board=board, context=context, **options)
         progress = Progress(console)
         try:
-            validated, records = run_pipeline(config, on_start=progress.start, on_stage=progress.done)
+            validated, records = run_pipeline(config, PIPELINE, on_start=progress.start, on_stage=progress.done)
         finally:
             progress.close()
         gated = validated.gated
-        converted = gated.converted
+        converted = gated.tflite
         prepared = converted.prepared
         artifacts = {}
         shipped = {"model.onnx": converted.exported.onnx, **{p.name: p for p in converted.files.values()}}
@@ -69,5 +70,6 @@ def convert(checkpoint: Path, *, board, out: Path | None = None, force: bool = F
             converter={**converted.converter, "notes": dict(converted.notes), "lowered": dict(converted.lowered),
                        "lowered_rules": dict(converted.lowered_rules), "cross_check": converted.cross_check},
         )
-        write_reports(report.to_dict(), stage.result, sample_image=prepared.val[0])
+        check_written(report)  # before a file is written: a report the gate would refuse is edgeport's bug
+        write_reports(report, stage.result, sample_image=prepared.val[0])
     return stage.out, report

@@ -12,7 +12,7 @@ def synth(out: Path, *, n: int, n_val: int | None, imgsz: int, seed: int, force:
     import numpy as np
 
     from edgeport.models.synth import make_scene
-    from edgeport.train.data import write_dataset
+    from edgeport.validate.datasets import write_dataset
 
     n_val = n_val if n_val is not None else max(10, n // 5)
     with staged_output(out, command="data", force=force, default_root=Path("data")) as stage:

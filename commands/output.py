@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgeport.text import for_terminal
+
+if TYPE_CHECKING:
+    from edgeport.validate.report.schema import Report
 
 
 def console():
@@ -18,7 +22,7 @@ def console():
     return Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 
 
-def finish(out: Path, report: dict, what: str) -> int:
+def finish(out: Path, report: Report, what: str) -> int:
     """Print the parity table and where it diverges on stdout, then apply the gate (exit 1)."""
     from rich.console import Console
 

@@ -8,6 +8,8 @@ reading signatures:
 
     ConvertConfig -> Checkpoint -> Model -> Prepared -> Exported -> Converted -> Gated -> Validated
 
+``validate`` judges a file it was given in place of one it converted: ``Prepared -> Given -> Gated``.
+
 Passes never mutate what they are given: a model pass works on a copy and returns a new record
 (``dataclasses.replace``).
 """
@@ -15,13 +17,25 @@ Passes never mutate what they are given: a model pass works on a copy and return
 from __future__ import annotations
 
 import abc
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Sequence, TypeVar
 
 import numpy as np
 
 from edgeport.convert.context import RunContext
+from edgeport.errors import BadInputError, EdgeportError, PassCheckError, is_environment_error
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from edgeport.convert.converters.int8_groups import Plans
+    from edgeport.models.heads import Head
+    from edgeport.validate.board.profiles import BoardProfile
+    from edgeport.validate.parity.early import EarlyRuns
+    from edgeport.validate.parity.run import ParityResult
+    from edgeport.validate.report.schema import BoardSection
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -33,7 +47,7 @@ class ConvertConfig:
 
     checkpoint: Path
     work_dir: Path
-    board: Any  # validate.board.profiles.BoardProfile
+    board: BoardProfile
     arch: str | None = None
     imgsz: int | None = None
     imgsz_from: str = "--imgsz"  # where ``imgsz`` came from, for the progress line (validate: the file's input)
@@ -62,6 +76,13 @@ class ConvertConfig:
     # to_tflite starts parity's runs while the converter works (validate/parity/early.py); False where
     # nothing will take them (the repair's conversions of a changed model)
     early_parity: bool = True
+    # which of parity's rows the run judges: "all" (the folded model's and the ONNX graph's too, with the
+    # divergence analysis of a failing row), "files" (the files' rows alone: a repair's candidate, whose
+    # pure file's diagnostics stand), "kernels" (the files on TFLite's kernels alone: a repair's quick search)
+    rows: str = "all"
+    # validate: the TFLite file to judge, and the dataset or image folder to judge it on (None: held-out images)
+    given: Path | None = None
+    data: Path | None = None
     # what the run starts in the background (children, threads, early runs), ended with it (convert/context.py)
     context: RunContext = field(default_factory=RunContext, compare=False, repr=False)
 
@@ -85,7 +106,7 @@ class Checkpoint:
     path: Path
     layout: str  # how the weights were found: state_dict, dict['model'], edgeport trainer checkpoint, pickled module
     state_dict: dict | None
-    module: Any  # a pickled nn.Module (with --trust-checkpoint); None for a state_dict
+    module: nn.Module | None  # a pickled module (with --trust-checkpoint); None for a state_dict
     arch: str | None  # the architecture the file names, if any
     arch_config: dict | None
     imgsz: int | None = None  # the input size the file says the model was trained at
@@ -96,8 +117,8 @@ class Model:
     """build: the architecture with the checkpoint's weights, and a copy kept as loaded."""
 
     checkpoint: Checkpoint
-    module: Any  # nn.Module, eval mode
-    reference: Any  # the model exactly as loaded: the parity reference
+    module: nn.Module  # eval mode
+    reference: nn.Module  # the model exactly as loaded: the parity reference
     arch: str
     arch_config: dict | None
     stride: int
@@ -110,8 +131,8 @@ class Prepared:
     is rewritten pass by pass (SyncBN reverted, BN folded, upsamples made board-exact)."""
 
     model: Model
-    module: Any
-    reference: Any
+    module: nn.Module
+    reference: nn.Module
     imgsz: int
     calib: np.ndarray  # (N, 3, S, S) float32 in [0, 1]
     calib_source: str
@@ -119,7 +140,8 @@ class Prepared:
     val_source: str
     output_names: tuple[str, ...]
     strides: tuple[int, ...]
-    head: Any  # models.heads.Head: the output format, resolved from the shapes and what the model says of itself
+    head: Head  # the output format, resolved from the shapes and what the model says of itself
+    output_shapes: tuple[tuple[int, ...], ...]  # each output's for one image (``models.outputs.output_shapes``)
     upsample: tuple[dict, ...] = ()  # rewrite_upsample's decision per site
 
     def describe(self) -> dict:
@@ -140,7 +162,7 @@ class Exported:
     prepared: Prepared
     onnx: Path
     input_name: str = "images"  # the graph's one input
-    begun: Any = None  # what the converter began before the export (Converter.begin), or None
+    begun: object = None  # what the converter began before the export (``Converter.begin``: its own type), or None
 
 
 @dataclass(frozen=True)
@@ -152,7 +174,7 @@ class Converted:
     not_written: dict[str, str] = field(default_factory=dict)  # variant -> why the converter wrote no file
     notes: dict[str, str] = field(default_factory=dict)  # variant -> how it was made, when not as asked first
     converter: dict = field(default_factory=dict)  # {name, version, writer}
-    int8_plans: Any = None  # per output, the channel ranges the int8 file divides (convert/converters/int8_groups.py)
+    int8_plans: Plans | None = None  # per output, the channel ranges the int8 file divides (convert/converters/int8_groups.py)
     # variant -> the int8 file it was rewritten from (uint8: convert/uint8.py), for the twin check
     twins: dict[str, Path] = field(default_factory=dict)
     # variant -> what lower_for_board rewrote (ops/lowering/registry.Lowering.describe), where it did
@@ -161,7 +183,7 @@ class Converted:
     # the other converter's float32 file against this one's (--cross-check), or None
     cross_check: dict | None = None
     # parity's runs started while the converter worked (validate/parity/early.py), or None
-    early: Any = None
+    early: EarlyRuns | None = None
 
     @property
     def prepared(self) -> Prepared:
@@ -169,11 +191,28 @@ class Converted:
 
 
 @dataclass(frozen=True)
-class Gated:
-    """board_gate: the board's verdict on every file (``report.schema.BoardSection``)."""
+class Given:
+    """validate: a TFLite file any converter wrote, for the model ``prepared`` built, and the images
+    it is judged on (with their labels and letterboxes where they come from a dataset)."""
 
-    converted: Converted
-    board: Any
+    prepared: Prepared
+    files: dict[str, Path]  # its variant (read from its input type) -> the file
+    inputs: np.ndarray  # (N, 3, S, S): what parity is measured on
+    inputs_source: str
+    ground_truth: list | None = None  # train.data.Sample per image, for mAP
+    letterboxes: list | None = None  # models.preprocess.Letterbox per image
+
+    @property
+    def not_written(self) -> dict[str, str]:
+        return {}
+
+
+@dataclass(frozen=True)
+class Gated:
+    """board_gate: the board's verdict on every file (``report.schema.BoardSection``), converted or given."""
+
+    tflite: Converted | Given
+    board: BoardSection
 
 
 @dataclass(frozen=True)
@@ -181,7 +220,7 @@ class Validated:
     """parity: every runtime against PyTorch as loaded (``parity.run.ParityResult``)."""
 
     gated: Gated
-    parity: Any
+    parity: ParityResult
     # repair: per quantised variant that failed, what was tried and what the repaired file does (convert/passes/repair_pass.py)
     repairs: dict = field(default_factory=dict)
 
@@ -207,3 +246,64 @@ class Pass(abc.ABC, Generic[In, Out]):
 
     def __repr__(self) -> str:
         return f"<pass {self.name}>"
+
+
+# -- running passes: the pipeline's (``convert/pipeline.py``), or a part of it (a repair's) ----------
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    name: str
+    seconds: float
+    changed: bool
+    summary: str
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "seconds": self.seconds, "changed": self.changed, "summary": self.summary}
+
+
+def run_pipeline(
+    config: ConvertConfig,
+    passes: Sequence[Pass],
+    *,
+    start: Any = None,
+    on_stage: Callable[[StageRecord], None] | None = None,
+    on_start: Callable[[str], None] | None = None,
+) -> tuple[Any, list[StageRecord]]:
+    """Run ``passes`` in order, the first on ``start`` (default: ``config``: the whole pipeline),
+    each on the value the one before returned; returns the last value and a record per pass. The
+    run's background work (``config.context``: children, threads, parity's early runs) ends with
+    it, however it ends."""
+    with config.context:
+        return _run(config, passes, config if start is None else start, on_stage=on_stage, on_start=on_start)
+
+
+def _run(config, passes, value, *, on_stage, on_start) -> tuple[Any, list[StageRecord]]:
+    records: list[StageRecord] = []
+    for p in passes:
+        if on_start:
+            on_start(p.name)
+        t0 = time.perf_counter()
+        try:
+            result = p.run(value, config)
+            p.check(value, result.value, config)
+        except BadInputError:
+            raise  # the user's input: its message already says what to do
+        except OSError as exc:
+            if is_environment_error(exc):
+                raise  # permissions, a full disk: the CLI names the file (exit 2)
+            raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
+        except EdgeportError as exc:
+            raise type(exc)(f"{p.name}: {exc}{_after(records)}") from exc
+        except Exception as exc:  # a bug or an unsupported model: keep the pass context
+            raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
+        record = StageRecord(p.name, time.perf_counter() - t0, result.changed, result.summary)
+        records.append(record)
+        if on_stage:
+            on_stage(record)
+        value = result.value
+    return value, records
+
+
+def _after(records: list[StageRecord]) -> str:
+    return f" (after {', '.join(r.name for r in records)})" if records else ""

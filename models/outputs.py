@@ -16,6 +16,12 @@ from torch import nn
 from edgeport.errors import BadInputError
 
 
+def output_shapes(outputs) -> tuple[tuple[int, ...], ...]:
+    """Each output's shape for one image (batch 1), from the model's outputs on any batch: the
+    shapes a file converted from the model has (NCHW; a converter may write them NHWC)."""
+    return tuple((1, *(int(d) for d in o.shape[1:])) for o in outputs)
+
+
 def describe(out, depth: int = 0) -> str:
     """``dict{out: Tensor(1, 21, 64, 64), aux: Tensor(...)}``, ``tuple(Tensor(1, 5, 2100), list[3])``."""
     if isinstance(out, torch.Tensor):

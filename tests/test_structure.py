@@ -134,10 +134,11 @@ def test_edgeport_never_imports_ultralytics_or_timm():
 
 
 def test_the_layers_inside_validate_go_down():
-    """metrics <- board <- parity <- report and gate: the board's code (profiles, probe, runtime)
-    never imports parity's, and parity never imports the report's or the gate's."""
+    """metrics <- board <- parity <- report <- gate: the board's code (profiles, probe, runtime)
+    never imports parity's, parity never imports the report's or the gate's, and the report never
+    imports the gate's (the gate reads reports; the commands that write one ask the gate first)."""
     above = {"metrics": {"board", "parity", "report", "gate"}, "board": {"parity", "report", "gate"},
-             "parity": {"report", "gate"}}
+             "parity": {"report", "gate"}, "report": {"gate"}}
     found = []
     for module, deps in module_graph().items():
         bits = module.split(".")
@@ -146,3 +147,16 @@ def test_the_layers_inside_validate_go_down():
         found += [f"{module} imports {d}" for d in deps if d.split(".")[1:2] == ["validate"] and len(d.split(".")) > 2
                   and d.split(".")[2] in above[bits[2]]]
     assert not found, found
+
+
+def test_every_report_a_command_writes_is_checked_first():
+    """The report never imports the gate, so the identity check (``validate.gate.check.check_written``:
+    ``edgeport check R --baseline R`` passes for every report edgeport writes) is the writer's to ask:
+    a module that writes reports (``render.write_reports``) imports it too."""
+    def imported(path: Path) -> set[str]:
+        return {a.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom) for a in node.names}
+
+    writers = {m: imported(p) for m, p in _modules().items() if not m.startswith("edgeport.validate.report")}
+    writers = {m: names for m, names in writers.items() if "write_reports" in names}
+    assert writers, "no module writes reports: the test looks for render.write_reports"
+    assert [m for m, names in writers.items() if "check_written" not in names] == []

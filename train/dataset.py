@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from edgeport.models.preprocess import PAD_VALUE, letterbox, load_image, to_input
-from edgeport.train.data import Sample
 from edgeport.train.targets import build_targets, collate_targets
+from edgeport.validate.datasets import Sample
 
 MIN_BOX_PX = 2.0
 

@@ -12,7 +12,7 @@ import torch
 
 from edgeport.models.decode import COCO_EVAL, Detections, decode
 from edgeport.models.preprocess import letterbox, load_image, to_input
-from edgeport.train.data import Sample
+from edgeport.validate.datasets import Sample
 from edgeport.validate.metrics import coco_map
 
 

@@ -34,9 +34,9 @@ from edgeport.models.syncbn import convert_sync_batchnorm
 from edgeport.runs import record_outputs, write_output
 from edgeport.train.checkpoint import FORMAT, VERSION_PACKAGES, atomic_save, load_initial_weights, load_resume
 from edgeport.train.config import DEFAULT_EPOCHS, TrainConfig
-from edgeport.train.data import load_split
 from edgeport.train.dataset import AugmentConfig, DetectionDataset, collate
 from edgeport.train.targets import detection_loss
+from edgeport.validate.datasets import load_split
 
 GRAD_CLIP = 10.0
 METRIC_FIELDS = ["epoch", "step", "lr", "loss", "obj", "cls", "box", "map50", "map50_95", "seconds", "images_per_s",

@@ -46,7 +46,11 @@ def group_factor(kind: str, value_range: float, imgsz: int) -> float:
     return 1.0
 
 
-def group_scales(outputs: list[np.ndarray], head: Head, imgsz: int) -> list[list[tuple[int, int, int, float]]]:
+# per output, the channel ranges its values are divided by: (axis, first channel, end, factor) each
+Plans = list[list[tuple[int, int, int, float]]]
+
+
+def group_scales(outputs: list[np.ndarray], head: Head, imgsz: int) -> Plans:
     """Per output: (axis, start, stop, factor) for each run of channels the int8 model divides by
     ``factor``; empty where the groups already share a range."""
     plans = []
@@ -242,7 +246,7 @@ class _Tflite(_Walk):
         consumer.inputs[index] = scaled
 
 
-def normalise_onnx(src: Path, dst: Path, plans) -> bool:
+def normalise_onnx(src: Path, dst: Path, plans: Plans) -> bool:
     """Write ``src`` with each planned channel range divided before the tensors carrying the
     groups are joined. False, writing nothing, when some group cannot be reached apart."""
     onnx = require("onnx", purpose="int8 output groups")
@@ -254,7 +258,7 @@ def normalise_onnx(src: Path, dst: Path, plans) -> bool:
     return True
 
 
-def normalise_tflite(src: Path, dst: Path, plans) -> bool:
+def normalise_tflite(src: Path, dst: Path, plans: Plans) -> bool:
     """``normalise_onnx`` for a float32 TFLite file (litert-torch's, which ai-edge-quantizer
     quantises): each planned channel range divided before the tensors carrying the groups are
     joined. False, writing nothing, when some group cannot be reached apart."""
@@ -267,7 +271,7 @@ def normalise_tflite(src: Path, dst: Path, plans) -> bool:
     return True
 
 
-def plan_for(module, calib: np.ndarray, head: Head, imgsz: int):
+def plan_for(module, calib: np.ndarray, head: Head, imgsz: int) -> Plans | None:
     from edgeport.models.inference import forward
 
     plans = group_scales(forward(module, calib), head, imgsz)

@@ -243,6 +243,7 @@ def graph_outputs(onnx_path: Path, images: np.ndarray) -> list[np.ndarray] | Exc
 def fast_run_differs(onnx_path: Path, tflite: Path, images: np.ndarray, graph: list | Exception | None = None) -> str | None:
     """Why ``tflite`` (float32) cannot stand for the graph ``onnx_path``, or None; ``graph``: its
     ``graph_outputs``, where computed already."""
+    from edgeport.models.outputs import output_shapes
     from edgeport.validate.parity.compare import FLOAT32, compare_tensors
     from edgeport.validate.parity.tflite_runner import TFLiteRunner
 
@@ -251,7 +252,7 @@ def fast_run_differs(onnx_path: Path, tflite: Path, images: np.ndarray, graph: l
         ref = graph_outputs(onnx_path, images) if graph is None else graph
         if isinstance(ref, Exception):
             raise ref
-        runner = TFLiteRunner(tflite, [(1, *o.shape[1:]) for o in ref])
+        runner = TFLiteRunner(tflite, output_shapes(ref))
         runner.once = True
         got = runner.run(x).outputs
     except Exception as exc:  # noqa: BLE001 -- whatever stops the check (a runtime that refuses either file): unchecked, so strict

@@ -6,16 +6,16 @@ reasons in the report, and ``convert`` exits 1.
 
 from __future__ import annotations
 
-from edgeport.convert.base import ConvertConfig, Converted, Gated, Pass, PassResult
+from edgeport.convert.base import ConvertConfig, Converted, Gated, Given, Pass, PassResult
 from edgeport.errors import PassCheckError
 from edgeport.validate.board.profiles import board_verdict
 from edgeport.validate.report.schema import BoardSection
 
 
-class BoardGatePass(Pass[Converted, Gated]):
+class BoardGatePass(Pass[Converted | Given, Gated]):
     name = "board_gate"
 
-    def run(self, value: Converted, config: ConvertConfig) -> PassResult[Gated]:
+    def run(self, value: Converted | Given, config: ConvertConfig) -> PassResult[Gated]:
         board = config.board
         section = BoardSection.of(board, {variant: board_verdict(path, board) for variant, path in value.files.items()})
         bad = [v for v, c in section.checks.items() if not c["runnable"]]
@@ -23,6 +23,6 @@ class BoardGatePass(Pass[Converted, Gated]):
                                        f"NOT runnable: {', '.join(bad)} ({section.checks[bad[0]]['reasons'][0]})")
         return PassResult(Gated(value, section), changed=False, summary=summary)
 
-    def check(self, before: Converted, after: Gated, config: ConvertConfig) -> None:
+    def check(self, before: Converted | Given, after: Gated, config: ConvertConfig) -> None:
         if set(after.board.checks) != set(before.files):
             raise PassCheckError("a TFLite file went unchecked by the board gate")

@@ -5,39 +5,35 @@ from __future__ import annotations
 import functools
 import math
 
-from edgeport.convert.base import ConvertConfig, Gated, Pass, PassResult, Validated
+from edgeport.convert.base import ConvertConfig, Gated, Given, Pass, PassResult, Validated
 from edgeport.convert.passes.export_onnx_pass import export_onnx
 from edgeport.errors import PassCheckError
 from edgeport.validate.parity.run import ParitySubject, run_parity
 
 
 def subject_of(gated: Gated, config: ConvertConfig) -> ParitySubject:
-    """What parity judges, from what the phases before it made."""
-    converted = gated.converted
-    prepared = converted.prepared
+    """What parity judges, from what the phases before it made: the files converted (with the folded
+    model's and the ONNX graph's rows, and what the conversion knows of its files), or the file given."""
+    made, prepared = gated.tflite, gated.tflite.prepared
+    common = dict(reference_module=prepared.reference, tflite=dict(made.files), not_converted=dict(made.not_written),
+                  output_names=prepared.output_names, strides=prepared.strides, board=config.board, head=prepared.head,
+                  board_checks=dict(gated.board.checks), workdir=config.work_dir, seed=config.seed,
+                  export_reference=functools.partial(export_onnx, prepared.reference, prepared.imgsz,
+                                                     output_names=list(prepared.output_names), opset=config.opset))
+    if config.rows == "kernels":
+        common["board"] = None
+    if isinstance(made, Given):
+        return ParitySubject(folded_module=None, onnx_path=None, inputs=made.inputs, inputs_source=made.inputs_source,
+                             ground_truth=made.ground_truth, letterboxes=made.letterboxes, **common)
+    diagnostics = config.rows == "all"
     return ParitySubject(
-        reference_module=prepared.reference,
-        folded_module=prepared.module,
-        onnx_path=converted.exported.onnx,
-        tflite=dict(converted.files),
-        not_converted=dict(converted.not_written),
-        output_names=prepared.output_names,
-        strides=prepared.strides,
-        inputs=prepared.val,
-        inputs_source=prepared.val_source,
-        board=config.board,
-        head=prepared.head,
-        normalised={v: converted.int8_plans for v in converted.files if v != "float32"} if converted.int8_plans else {},
-        twins=dict(converted.twins),
+        folded_module=prepared.module if diagnostics else None, onnx_path=made.exported.onnx if diagnostics else None,
+        inputs=prepared.val, inputs_source=prepared.val_source,
+        normalised={v: made.int8_plans for v in made.files if v != "float32"} if made.int8_plans else {},
+        twins=dict(made.twins),
         # a twin is held to its steps where the file is its graph op for op (a lowering rule rounds its own way)
-        twin_gated={v: v not in converted.lowered_rules for v in converted.twins},
-        board_checks=dict(gated.board.checks),
-        workdir=config.work_dir,
-        seed=config.seed,
-        export_reference=functools.partial(export_onnx, prepared.reference, prepared.imgsz,
-                                           output_names=list(prepared.output_names), opset=config.opset),
-        early=converted.early,
-    )
+        twin_gated={v: v not in made.lowered_rules for v in made.twins},
+        early=made.early, **common)
 
 
 class ParityPass(Pass[Gated, Validated]):
@@ -45,16 +41,18 @@ class ParityPass(Pass[Gated, Validated]):
 
     def run(self, value: Gated, config: ConvertConfig) -> PassResult[Validated]:
         try:
-            parity = run_parity(subject_of(value, config))
+            parity = run_parity(subject_of(value, config), divergence=config.rows == "all")
         finally:
-            if value.converted.early is not None:
-                value.converted.early.close()  # what parity did not take is not needed
+            early = getattr(value.tflite, "early", None)
+            if early is not None:
+                early.close()  # what parity did not take is not needed
         failed = [f"{r.variant}/{r.runtime}" for r in parity.rows if not r.passed]
         summary = "all passed" if not failed else f"FAILED: {', '.join(failed)}"
         return PassResult(Validated(value, parity), changed=False, summary=summary)
 
     def check(self, before: Gated, after: Validated, config: ConvertConfig) -> None:
-        expected = {"folded", "onnx", *before.converted.files, *before.converted.not_written}
+        made = before.tflite
+        expected = {*(() if isinstance(made, Given) or config.rows != "all" else ("folded", "onnx")), *made.files, *made.not_written}
         got = {r.variant for r in after.parity.rows[1:]}
         if got != expected:
             raise PassCheckError(f"parity has rows for {sorted(got)}, expected {sorted(expected)}")

@@ -48,7 +48,7 @@ class PrepareInputsPass(Pass[Model, Prepared]):
         import torch
 
         from edgeport.models.heads import head_hints, resolve_head
-        from edgeport.models.outputs import OutputSelector, require_fixed_outputs, require_tensors
+        from edgeport.models.outputs import OutputSelector, output_shapes, require_fixed_outputs, require_tensors
 
         stride = value.stride or 32
         trained = value.checkpoint.imgsz
@@ -91,7 +91,8 @@ class PrepareInputsPass(Pass[Model, Prepared]):
         if not strides or len(strides) != len(outputs):
             strides = tuple(imgsz // o.shape[-1] if o.dim() == 4 else 0 for o in outputs)
         head = resolve_head(config.head, [tuple(o.shape) for o in outputs], strides, head_hints(value.module))
-        prepared = Prepared(value, module, reference, imgsz, calib, source, val, val_source, names, strides, head)
+        prepared = Prepared(value, module, reference, imgsz, calib, source, val, val_source, names, strides, head,
+                            output_shapes(outputs))
         return PassResult(prepared, changed=False, summary=f"{imgsz}px ({where}), head {head.describe()}, calibration: {source}")
 
     def check(self, before: Model, after: Prepared, config: ConvertConfig) -> None:

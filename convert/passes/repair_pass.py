@@ -24,12 +24,15 @@ written only where one passes, is ``model_<variant>_repaired.tflite``, variant
 
 from __future__ import annotations
 
+import abc
 import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import ClassVar, Sequence
 
-from edgeport.convert.base import ConvertConfig, Pass, PassResult, Validated
+from edgeport.convert.base import ConvertConfig, Converted, Pass, PassResult, Validated
+from edgeport.convert.context import RunContext
 from edgeport.convert.passes.lower_for_board_pass import restamped
 from edgeport.errors import PassCheckError
 from edgeport.validate.parity.compare import QUANTISED, REPAIRED
@@ -41,6 +44,330 @@ CALIB_IMAGES = 16  # calibration images the float32 file's ranges are measured o
 
 def repaired_name(variant: str) -> str:
     return f"{variant}{REPAIRED}"
+
+
+def changes(reranged: int = 0, equalised: dict | None = None, float_ops: int = 0, ops: int | None = None) -> list[str]:
+    """What a repair changed, in words: the one place its sentence is written (the pass's summary,
+    the candidates' names in the report, the report's Repairs section)."""
+    eq = equalised or {}
+    return ([f"{reranged} grids re-calibrated"] if reranged else []) + (
+        [f"{eq['pairs']} convolution pairs equalised"] if eq.get("pairs") else []) + (
+        [f"{eq['biases']} biases corrected"] if eq.get("biases") else []) + (
+        [f"{float_ops} of {ops} ops in float" if ops is not None else f"{float_ops} ops in float"] if float_ops else [])
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A file a repair made: the float32 file it pairs with (its float tail's donor), how its
+    outputs are scaled (``convert/converters/int8_groups.py``: a file keeping the quantised
+    outputs), and what made it."""
+
+    file: Path
+    float_file: Path
+    plans: object = None
+    reranged: int = 0
+    equalised: dict | None = None  # {pairs, biases}
+    tail: object = None  # ops/float_tail.Tail
+    module: object = None  # the PyTorch model it was converted from, where a repair changed it
+
+    def describe(self) -> str:
+        said = changes(self.reranged, self.equalised)
+        return "the pure file" if not said else f"the file with {' and '.join(said)}"
+
+
+class Job:
+    """One failing quantised file's repair: its candidates judged by the pipeline's own passes after
+    the conversion (``judge``: the board gate and parity), under the repaired twin's name, and what
+    each repair tried (``applied``, the report's)."""
+
+    def __init__(self, variant: str, value: Validated, config: ConvertConfig, convert: Sequence[Pass], judge: Sequence[Pass],
+                 tmp: Path):
+        self.variant, self.name, self.value, self.config, self.tmp = variant, repaired_name(variant), value, config, tmp
+        self.convert, self.judge = tuple(convert), tuple(judge)
+        self.made = value.gated.tflite
+        self.dest = config.work_dir / f"model_{variant}_repaired.tflite"
+        self.applied: list[dict] = []
+        self.best: tuple[Candidate, float] | None = None  # the file the next repair starts from, and its worst cosine
+
+    def _rows(self, c: Candidate, config: ConvertConfig):
+        from edgeport.convert.base import run_pipeline
+
+        made = Converted(self.made.exported, {self.name: c.file}, converter=self.made.converter, int8_plans=c.plans)
+        validated, _ = run_pipeline(replace(config, context=RunContext()), self.judge, start=made)
+        return validated
+
+    def quick(self, c: Candidate) -> tuple[bool, float | None]:
+        """On TFLite's kernels alone: whether it passes, its worst cosine (a run that breaks: a fail,
+        said); kept as the best so far where its cosine is."""
+        try:
+            rows = self._rows(c, replace(self.config, work_dir=self.tmp, rows="kernels")).parity.rows[1:]
+        except Exception as exc:  # noqa: BLE001 - a candidate that breaks a runtime is a failed candidate
+            self.applied.append({"repair": "judging a candidate", "error": f"{type(exc).__name__}: {exc}"[:300]})
+            return False, None
+        passed, cosine = all(r.passed for r in rows), _worst_cosine(rows)
+        if self.best is None or passed or (cosine is not None and cosine > self.best[1]):
+            self.best = (c, cosine if cosine is not None else -1.0)
+        return passed, cosine
+
+    def final(self, c: Candidate) -> dict | None:
+        """``c`` as the repaired file, on every row the pure file has, the board's included; None
+        where a row fails (said)."""
+        try:
+            self.dest.write_bytes(c.file.read_bytes())
+            validated = self._rows(replace(c, file=self.dest), replace(self.config, rows="files"))
+        except Exception as exc:  # noqa: BLE001
+            self.applied.append({"repair": "judging a candidate on every row", "error": f"{type(exc).__name__}: {exc}"[:300]})
+            return None
+        rows, check = validated.parity.rows[1:], validated.gated.board.checks[self.name]
+        failed = [r.key for r in rows if not r.passed] + ([] if check["runnable"] else ["the board gate"])
+        if failed:
+            self.applied.append({"repair": "judging a candidate on every row", "passed": False, "failed": failed[:4],
+                                 "float_ops": len(c.tail.float_ops) if c.tail is not None else 0})
+            return None
+        names = _names(c.float_file, c.tail.float_ops) if c.tail is not None else {}  # (its donor lives in tmp)
+        return {"candidate": c, "check": check, "rows": rows, "names": names}
+
+    def converted_again(self, module, work: Path) -> Converted:
+        """``module`` in place of the prepared model, exported and converted again by the pipeline's own
+        passes (no cross-check, no early parity: the repair judges its candidates itself)."""
+        from edgeport.convert.base import run_pipeline
+
+        work.mkdir()
+        config = replace(self.config, work_dir=work, cross_check=False, early_parity=False, context=RunContext())
+        converted, _ = run_pipeline(config, self.convert, start=replace(self.made.prepared, module=module))
+        return converted
+
+
+class Repair(abc.ABC):
+    """One way to repair a quantised file: what it changes, from the best file so far."""
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def run(self, start: Candidate, job: Job) -> list[Candidate]:
+        """The candidates that pass on TFLite's kernels (``Job.quick``), the fewest float ops first;
+        what it tried goes into ``job.applied``."""
+
+    def tried(self, c: Candidate, job: Job, **said) -> list[Candidate]:
+        passed, cosine = job.quick(c)
+        kept = job.best is not None and job.best[0] is c
+        job.applied.append({"repair": self.name, **said, "passed": passed, "worst_cosine": cosine, "kept": kept})
+        return [c] if passed else []
+
+
+class Ranges(Repair):
+    """Activation grids the float32 file's values on the calibration images show badly wrong, set
+    again (``convert/ranges.py``): the same ops, the same cost."""
+
+    name = "calibration ranges"
+
+    def run(self, start: Candidate, job: Job) -> list[Candidate]:
+        from edgeport.convert.ranges import float_ranges, rerange
+
+        reranged = rerange(start.file.read_bytes(), float_ranges(start.float_file, job.made.prepared.calib[:CALIB_IMAGES], job.tmp))
+        if not reranged.tensors:
+            job.applied.append({"repair": self.name, "tensors": 0, "kept": False})
+            return []
+        (job.tmp / "ranges.tflite").write_bytes(reranged.model)
+        return self.tried(replace(start, file=job.tmp / "ranges.tflite", reranged=len(reranged.tensors)), job,
+                          tensors=len(reranged.tensors), examples=list(reranged.tensors[:3]))
+
+
+class Equalise(Repair):
+    """Cross-layer equalisation on the PyTorch model the file was converted from
+    (``convert/equalise.py``), converted again."""
+
+    name, pairs = "equalisation", True
+
+    def run(self, start: Candidate, job: Job) -> list[Candidate]:
+        import torch
+
+        from edgeport.convert.equalise import equalise
+
+        prepared = job.made.prepared
+        t0 = time.perf_counter()
+        done = equalise(start.module if start.module is not None else prepared.module, torch.from_numpy(prepared.calib[:CALIB_IMAGES]),
+                        per_channel=job.variant == "int8", pairs=self.pairs, biases=not self.pairs)
+        said = {"pairs": done.pairs} if self.pairs else {"biases": done.biases}
+        if not done.pairs and not done.biases:
+            job.applied.append({"repair": self.name, **said, "kept": False})
+            return []
+        converted = job.converted_again(done.module, job.tmp / self.name.replace(" ", "-"))
+        said["seconds"] = round(time.perf_counter() - t0, 2)
+        if job.variant not in converted.files or "float32" not in converted.files:
+            why = f"the converter wrote no {job.variant} file: {converted.not_written.get(job.variant, '')}"[:300]
+            job.applied.append({"repair": self.name, **said, "error": why, "kept": False})
+            return []
+        before = start.equalised or {"pairs": 0, "biases": 0}
+        c = Candidate(converted.files[job.variant], converted.files["float32"], converted.int8_plans,
+                      equalised={"pairs": before["pairs"] + done.pairs, "biases": before["biases"] + done.biases}, module=done.module)
+        return self.tried(c, job, **said)
+
+
+class CorrectBiases(Equalise):
+    """Bias correction on the PyTorch model: each convolution's bias takes back the mean error its
+    quantised weights make on the calibration images (``convert/equalise.py``), converted again."""
+
+    name, pairs = "bias correction", False
+
+
+class FloatTail(Repair):
+    """Selective float as a float tail (``ops/float_tail.py``): the ops whose own quantisation carries
+    the most error and everything downstream, in float. The candidates nest, worst op first; the
+    search doubles until one passes, then halves the gap. Searched from the best file so far and,
+    where another repair was kept, from the pure file too: the fewer float ops wins."""
+
+    name = "float tail"
+
+    def run(self, start: Candidate, job: Job) -> list[Candidate]:
+        tag = f"{len(job.applied)}"
+        try:
+            tails, write = _candidates(start.file, start.float_file, job.made.prepared.val, job.tmp)
+        except Exception as exc:  # noqa: BLE001 - a repair is an aid: its failure is said
+            job.applied.append({"repair": self.name, "on": start.describe(),
+                                "error": f"its ops could not be judged: {type(exc).__name__}: {exc}"[:300]})
+            return []
+        runs: dict[int, dict] = {}
+
+        def tail(n: int) -> bool:
+            if n not in runs:
+                made = write(tails[n][1])
+                runs[n] = {"float_ops": len(tails[n][1]), "passed": False, "worst_op": tails[n][0].op,
+                           "worst_tensor": tails[n][0].tensor}
+                if made is not None:
+                    file = job.tmp / f"tail{tag}-{n}.tflite"
+                    file.write_bytes(restamped(made.model))  # its min_runtime_version: of the ops now in it
+                    c = Candidate(file, start.float_file, None, start.reranged, start.equalised, made)
+                    passed, cosine = job.quick(c)
+                    runs[n].update(passed=passed, worst_cosine=cosine, candidate=c)
+            return runs[n]["passed"]
+
+        # the first candidate that passes, on the assumption that more float ops never hurt:
+        # doubling until one passes, then halving the gap
+        lo, hi, n = -1, None, 0
+        while tails and len(runs) < QUICK_RUNS:
+            if tail(n):
+                hi = n
+                break
+            if n == len(tails) - 1:
+                break
+            lo, n = n, min(2 * n + 1, len(tails) - 1)
+        while hi is not None and hi - lo > 1 and len(runs) < QUICK_RUNS:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if tail(mid) else (mid, hi)
+        if tails:
+            job.applied.append({"repair": self.name, "ops": len(_ops_of(start.float_file)), "on": start.describe(),
+                                "tried": [{k: v for k, v in runs[n].items() if k != "candidate"} for n in sorted(runs)]})
+        if hi is None:
+            return []
+        return [runs[n]["candidate"] for n in range(hi, min(hi + FULL_RUNS, len(tails))) if n == hi or tail(n)]
+
+
+REPAIRS: tuple[Repair, ...] = (Ranges(), Equalise(), CorrectBiases(), FloatTail())
+
+
+class RepairPass(Pass[Validated, Validated]):
+    """``convert``: the pipeline's passes that convert a changed model again (export and conversion),
+    and those that judge a file (the board gate and parity): a repair runs them, not a sequence of its own."""
+
+    name = "repair"
+
+    def __init__(self, convert: Sequence[Pass], judge: Sequence[Pass]):
+        self.convert, self.judge = tuple(convert), tuple(judge)
+
+    def run(self, value: Validated, config: ConvertConfig) -> PassResult[Validated]:
+        converted = value.gated.tflite
+        rows = value.parity.rows
+        failing = [v for v in converted.files if v in QUANTISED and any(not r.passed for r in rows if r.variant == v)]
+        if not config.repair:
+            return PassResult(value, changed=False, summary="not asked (--no-repair)" if failing else "nothing to repair")
+        if not failing:
+            return PassResult(value, changed=False, summary="nothing to repair: every quantised file passes")
+        if "float32" not in converted.files or any(not r.passed for r in rows if r.variant == "float32"):
+            why = "the float32 file fails or was not written: a float tail would carry its error"
+            return PassResult(replace(value, repairs={v: {"repaired": False, "why": why} for v in failing}), changed=False,
+                              summary=f"{', '.join(failing)} not repaired: {why}")
+        files, checks, new_rows, repairs = dict(converted.files), dict(value.gated.board.checks), [], {}
+        for variant in failing:
+            try:
+                found = self._repair(variant, value, config)
+            except Exception as exc:  # noqa: BLE001 - a repair is an aid: the pure files and their report stand
+                found = {"info": {"repaired": False, "why": f"the repair broke: {type(exc).__name__}: {exc}"[:300]}}
+            repairs[variant] = found.pop("info")
+            if found.get("path") is not None:
+                name = repaired_name(variant)
+                files[name], checks[name] = found["path"], found["check"]
+                new_rows += found["rows"]
+        parity = replace(value.parity, rows=(*value.parity.rows, *new_rows))
+        gated = replace(value.gated, tflite=replace(converted, files=files), board=replace(value.gated.board, checks=checks))
+        said = [f"{v}: {', '.join(changes(r.get('reranged', 0), r.get('equalised'), r.get('float_ops', 0), r.get('ops'))) or 'unchanged'}, "
+                f"{'passes' if r['passed'] else 'FAILS'}" if r["repaired"] else f"{v}: not repaired ({r['why']})"
+                for v, r in repairs.items()]
+        return PassResult(replace(value, gated=gated, parity=parity, repairs=repairs), changed=bool(new_rows),
+                          summary="; ".join(said))
+
+    def _repair(self, variant: str, value: Validated, config: ConvertConfig) -> dict:
+        converted, rows = value.gated.tflite, value.parity.rows
+        name = repaired_name(variant)
+        t0 = time.perf_counter()
+        pure = Candidate(converted.files[variant], converted.files["float32"], converted.int8_plans if variant != "float32" else None)
+        pure_cosine = _worst_cosine([r for r in rows if r.variant == variant])
+        with tempfile.TemporaryDirectory(prefix="repair-", dir=config.work_dir) as tmp:
+            job = Job(variant, value, config, self.convert, self.judge, Path(tmp))
+            job.quick(pure)  # the pure file on the rows candidates are first judged on: what a repair must beat
+            done = None
+            for repair in REPAIRS:
+                starts = [job.best[0]]
+                if isinstance(repair, FloatTail) and job.best[0] is not pure:
+                    starts.append(pure)  # a file a little closer is not always one a shorter tail repairs
+                found = []
+                for start in starts:
+                    try:
+                        found += repair.run(start, job)
+                    except Exception as exc:  # noqa: BLE001 - a repair is an aid: its failure is said, the next is tried
+                        job.applied.append({"repair": repair.name, "error": f"{type(exc).__name__}: {exc}"[:300]})
+                for c in sorted(found, key=lambda c: len(c.tail.float_ops) if c.tail is not None else 0)[:FULL_RUNS]:
+                    done = job.final(c)
+                    if done is not None:
+                        break
+                if done is not None:
+                    break
+        total = len(_ops_of(pure.float_file))
+        if done is None:
+            job.dest.unlink(missing_ok=True)
+            why = "; ".join(f"{a['repair']}: " + (a["error"] if "error" in a else "nothing to change"
+                                                  if 0 in (a.get("tensors"), a.get("pairs"), a.get("biases")) else "does not pass")
+                            for a in job.applied)
+            return {"info": {"repaired": False, "why": why or "no repair applies", "applied": job.applied, "ops": total,
+                             "seconds": round(time.perf_counter() - t0, 2)}}
+        chosen, mine_rows = done["candidate"], done["rows"]
+        mine = _board_row(mine_rows, name)
+        pure_row = _board_row(rows, variant, mine.runtime) if mine is not None else None
+        latency = None
+        if pure_row is not None:
+            latency = {"runtime": mine.runtime, "ms_per_image": mine.ms_per_image, "pure_ms_per_image": pure_row.ms_per_image,
+                       "ratio": round(mine.ms_per_image / pure_row.ms_per_image, 3)}
+            # and on today's optimised kernels (XNNPACK), where a board emulated on the reference kernels runs those
+            fast, fast_pure = _board_row(mine_rows, name, "tflite"), _board_row(rows, variant, "tflite")
+            if fast is not None and fast_pure is not None and mine.runtime != "tflite":
+                latency["tflite_ratio"] = round(fast.ms_per_image / fast_pure.ms_per_image, 3)
+        made = chosen.tail
+        info = {"repaired": True, "passed": True, "file": job.dest.name, "from": f"model_{variant}.tflite", "ops": total,
+                "float_ops": len(made.float_ops) if made is not None else 0, "reranged": chosen.reranged,
+                "equalised": chosen.equalised, "fed_at": list(made.fed_at)[:8] if made is not None else [],
+                "float_op_names": done["names"],
+                "int8_normalised": [[list(r) for r in plan] for plan in chosen.plans] if chosen.plans else None,
+                "worst_cosine": _worst_cosine(mine_rows), "pure_worst_cosine": pure_cosine, "latency": latency,
+                "applied": job.applied, "seconds": round(time.perf_counter() - t0, 2)}
+        return {"info": info, "path": job.dest, "check": done["check"], "rows": list(mine_rows)}
+
+    def check(self, before: Validated, after: Validated, config: ConvertConfig) -> None:
+        files_before, files_after = before.gated.tflite.files, after.gated.tflite.files
+        if any(files_after.get(v) != p for v, p in files_before.items()):
+            raise PassCheckError("repair changed a file it was given: the pure files stay as they were")
+        for v in set(files_after) - set(files_before):
+            if not v.endswith(REPAIRED) or v not in after.gated.board.checks or not any(r.variant == v for r in after.parity.rows):
+                raise PassCheckError(f"the repaired file {v} has no board verdict or no rows")
 
 
 def _board_row(rows, variant: str, runtime: str | None = None):
@@ -91,293 +418,6 @@ def _candidates(quantised: Path, float_file: Path, images, work: Path):
         if not tails or found[0] != tails[-1][1]:
             tails.append((e, found[0]))
     return tails, lambda ops: float_tail(q_raw, f_raw, ops, fed_by)
-
-
-class RepairPass(Pass[Validated, Validated]):
-    name = "repair"
-
-    def run(self, value: Validated, config: ConvertConfig) -> PassResult[Validated]:
-        from edgeport.convert.passes.parity_pass import subject_of
-
-        converted = value.gated.converted
-        rows = value.parity.rows
-        failing = [v for v in converted.files if v in QUANTISED and any(not r.passed for r in rows if r.variant == v)]
-        if not config.repair:
-            return PassResult(value, changed=False, summary="not asked (--no-repair)" if failing else "nothing to repair")
-        if not failing:
-            return PassResult(value, changed=False, summary="nothing to repair: every quantised file passes")
-        if "float32" not in converted.files or any(not r.passed for r in rows if r.variant == "float32"):
-            why = "the float32 file fails or was not written: a float tail would carry its error"
-            return PassResult(replace(value, repairs={v: {"repaired": False, "why": why} for v in failing}), changed=False,
-                              summary=f"{', '.join(failing)} not repaired: {why}")
-        subject = subject_of(value.gated, config)
-        files, checks, new_rows, repairs = dict(converted.files), dict(value.gated.board.checks), [], {}
-        for variant in failing:
-            try:
-                found = self._repair(variant, value, subject, config)
-            except Exception as exc:  # noqa: BLE001 - a repair is an aid: the pure files and their report stand
-                found = {"info": {"repaired": False, "why": f"the repair broke: {type(exc).__name__}: {exc}"[:300]}}
-            repairs[variant] = found.pop("info")
-            if found.get("path") is not None:
-                name = repaired_name(variant)
-                files[name], checks[name] = found["path"], found["check"]
-                new_rows += found["rows"]
-        parity = replace(value.parity, rows=(*value.parity.rows, *new_rows))
-        gated = replace(value.gated, converted=replace(converted, files=files), board=replace(value.gated.board, checks=checks))
-        said = [f"{v}: {_what(r)}, {'passes' if r['passed'] else 'FAILS'}" if r["repaired"] else f"{v}: not repaired ({r['why']})"
-                for v, r in repairs.items()]
-        return PassResult(replace(value, gated=gated, parity=parity, repairs=repairs), changed=bool(new_rows),
-                          summary="; ".join(said))
-
-    def _repair(self, variant: str, value: Validated, subject, config: ConvertConfig) -> dict:
-        from edgeport.convert.ranges import float_ranges, rerange
-        from edgeport.validate.board.profiles import board_verdict
-        from edgeport.validate.parity.run import run_parity
-
-        converted, rows = value.gated.converted, value.parity.rows
-        path, float_file, calib = converted.files[variant], converted.files["float32"], converted.prepared.calib
-        name = repaired_name(variant)
-        t0 = time.perf_counter()
-        pure = _Candidate(path, float_file, subject.normalised.get(variant))
-        pure_cosine = _worst_cosine([r for r in rows if r.variant == variant])
-        applied: list[dict] = []
-        dest = config.work_dir / f"model_{variant}_repaired.tflite"
-        with tempfile.TemporaryDirectory(prefix="repair-", dir=config.work_dir) as tmp:
-            tmp = Path(tmp)
-
-            def judged(c: "_Candidate", board=None, check=None) -> list:
-                """Its rows: on the TFLite kernels (optimised and reference) alone, or every row the pure file has."""
-                result = run_parity(replace(subject, tflite={name: c.file}, folded_module=None, onnx_path=None, board=board,
-                                            not_converted={}, normalised={name: c.plans} if c.plans else {}, twins={},
-                                            twin_gated={}, board_checks={name: check} if check is not None else {},
-                                            workdir=tmp if board is None else subject.workdir), divergence=False)
-                return [r for r in result.rows if r.variant == name]
-
-            def quick(c: "_Candidate") -> tuple[bool, float | None]:
-                """On TFLite's kernels: whether it passes, its worst cosine (a run that breaks: a fail, said)."""
-                try:
-                    found = judged(c)
-                except Exception as exc:  # noqa: BLE001 - a candidate that breaks a runtime is a failed candidate
-                    applied.append({"repair": "judging a candidate", "error": f"{type(exc).__name__}: {exc}"[:300]})
-                    return False, None
-                return all(r.passed for r in found), _worst_cosine(found)
-
-            def final(c: "_Candidate") -> dict | None:
-                """``c`` as the repaired file, on every row the pure file has; None where a row fails (said)."""
-                try:
-                    dest.write_bytes(c.file.read_bytes())
-                    check = board_verdict(dest, subject.board)
-                    mine = judged(replace(c, file=dest), subject.board, check)
-                except Exception as exc:  # noqa: BLE001
-                    applied.append({"repair": "judging a candidate on every row", "error": f"{type(exc).__name__}: {exc}"[:300]})
-                    return None
-                failed = [r.key for r in mine if not r.passed] + ([] if check["runnable"] else ["the board gate"])
-                if failed:
-                    applied.append({"repair": "judging a candidate on every row", "passed": False, "failed": failed[:4],
-                                    "float_ops": len(c.tail.float_ops) if c.tail is not None else 0})
-                    return None
-                names = _names(c.float_file, c.tail.float_ops) if c.tail is not None else {}  # (its donor lives in tmp)
-                return {"candidate": c, "check": check, "rows": mine, "names": names}
-
-            def tried(repair: str, c: "_Candidate", **said) -> dict | None:
-                """Judge ``c`` on TFLite's kernels, then (where it passes) on every row; say what it did; kept
-                as the next repair's start where it helps."""
-                passed, cosine = quick(c)
-                kept = passed or (cosine is not None and cosine > best[1])
-                applied.append({"repair": repair, **said, "passed": passed, "worst_cosine": cosine, "kept": kept})
-                if kept:
-                    best[0], best[1] = c, cosine
-                return final(c) if passed else None
-
-            # the pure file on the same rows the candidates are first judged on: what a repair must beat
-            base = quick(pure)[1]
-            best = [pure, base if base is not None else -1.0]  # the file the next repair starts from
-            done = None
-            # 1. calibration ranges: grids the float32 file's values on the calibration images show wrong
-            try:
-                reranged = rerange(path.read_bytes(), float_ranges(float_file, calib[:CALIB_IMAGES], tmp))
-            except Exception as exc:  # noqa: BLE001 - a repair is an aid: its failure is said, the next is tried
-                applied.append({"repair": "calibration ranges", "error": f"{type(exc).__name__}: {exc}"[:300]})
-                reranged = None
-            if reranged is not None and not reranged.tensors:
-                applied.append({"repair": "calibration ranges", "tensors": 0, "kept": False})
-            elif reranged is not None:
-                (tmp / "ranges.tflite").write_bytes(reranged.model)
-                done = tried("calibration ranges", replace(pure, file=tmp / "ranges.tflite", reranged=len(reranged.tensors)),
-                             tensors=len(reranged.tensors), examples=list(reranged.tensors[:3]))
-            # 2. cross-layer equalisation, then 3. bias correction, on the PyTorch model (the best so far), converted again
-            for repair, pairs in (("equalisation", True), ("bias correction", False)):
-                if done is not None:
-                    break
-                try:
-                    c, said = _equalised(variant, converted, best[0], config, tmp / repair.replace(" ", "-"), pairs=pairs)
-                except Exception as exc:  # noqa: BLE001
-                    c, said = None, {"error": f"{type(exc).__name__}: {exc}"[:300]}
-                if c is None:
-                    applied.append({"repair": repair, **said, "kept": False})
-                else:
-                    done = tried(repair, c, **said)
-            # 4. selective float: the fewest ops, from the worst by their own error, run as a float tail --
-            # searched from the best file so far and, where a repair above was kept, from the pure file too
-            # (a file a little closer is not always one a shorter tail repairs): the fewer float ops wins
-            total = len(_ops_of(pure.float_file))
-            if done is None:
-                found = [self._tails(source, subject, tmp, quick, applied) for source in [best[0]] + ([pure] if best[0] is not pure else [])]
-                for c in sorted((c for f in found for c in f), key=lambda c: len(c.tail.float_ops))[:FULL_RUNS]:
-                    done = final(c)
-                    if done is not None:
-                        break
-        if done is None:
-            dest.unlink(missing_ok=True)
-            why = "; ".join(f"{a['repair']}: " + (a["error"] if "error" in a else "nothing to change"
-                                                  if 0 in (a.get("tensors"), a.get("pairs"), a.get("biases")) else "does not pass")
-                            for a in applied)
-            return {"info": {"repaired": False, "why": why or "no repair applies", "applied": applied, "ops": total,
-                             "seconds": round(time.perf_counter() - t0, 2)}}
-        chosen, mine_rows = done["candidate"], done["rows"]
-        mine = _board_row(mine_rows, name)
-        pure_row = _board_row(rows, variant, mine.runtime) if mine is not None else None
-        latency = None
-        if pure_row is not None:
-            latency = {"runtime": mine.runtime, "ms_per_image": mine.ms_per_image, "pure_ms_per_image": pure_row.ms_per_image,
-                       "ratio": round(mine.ms_per_image / pure_row.ms_per_image, 3)}
-            # and on today's optimised kernels (XNNPACK), where a board emulated on the reference kernels runs those
-            fast, fast_pure = _board_row(mine_rows, name, "tflite"), _board_row(rows, variant, "tflite")
-            if fast is not None and fast_pure is not None and mine.runtime != "tflite":
-                latency["tflite_ratio"] = round(fast.ms_per_image / fast_pure.ms_per_image, 3)
-        made = chosen.tail
-        info = {"repaired": True, "passed": True, "file": dest.name, "from": f"model_{variant}.tflite", "ops": total,
-                "float_ops": len(made.float_ops) if made is not None else 0, "reranged": chosen.reranged,
-                "equalised": chosen.equalised, "fed_at": list(made.fed_at)[:8] if made is not None else [],
-                "float_op_names": done["names"],
-                "int8_normalised": [[list(r) for r in plan] for plan in chosen.plans] if chosen.plans else None,
-                "worst_cosine": _worst_cosine(mine_rows), "pure_worst_cosine": pure_cosine, "latency": latency,
-                "applied": applied, "seconds": round(time.perf_counter() - t0, 2)}
-        return {"info": info, "path": dest, "check": done["check"], "rows": mine_rows}
-
-    @staticmethod
-    def _tails(source: "_Candidate", subject, tmp: Path, quick, applied: list) -> list:
-        """The float tails of ``source`` that pass on the TFLite kernels, fewest ops first (up to
-        ``FULL_RUNS``); what was tried goes into ``applied``."""
-        tag = f"{len(applied)}"
-        try:
-            tails, write = _candidates(source.file, source.float_file, subject.inputs, tmp)
-        except Exception as exc:  # noqa: BLE001 - a repair is an aid: its failure is said
-            applied.append({"repair": "float tail", "on": source.describe(),
-                            "error": f"its ops could not be judged: {type(exc).__name__}: {exc}"[:300]})
-            return []
-        runs: dict[int, dict] = {}
-
-        def tail(n: int) -> bool:
-            if n not in runs:
-                made = write(tails[n][1])
-                runs[n] = {"float_ops": len(tails[n][1]), "passed": False, "worst_op": tails[n][0].op,
-                           "worst_tensor": tails[n][0].tensor}
-                if made is not None:
-                    file = tmp / f"tail{tag}-{n}.tflite"
-                    file.write_bytes(restamped(made.model))  # its min_runtime_version: of the ops now in it
-                    c = _Candidate(file, source.float_file, None, source.reranged, source.equalised, made)
-                    passed, cosine = quick(c)
-                    runs[n].update(passed=passed, worst_cosine=cosine, candidate=c)
-            return runs[n]["passed"]
-
-        # the first candidate that passes, on the assumption that more float ops never hurt:
-        # doubling until one passes, then halving the gap
-        lo, hi, n = -1, None, 0
-        while tails and len(runs) < QUICK_RUNS:
-            if tail(n):
-                hi = n
-                break
-            if n == len(tails) - 1:
-                break
-            lo, n = n, min(2 * n + 1, len(tails) - 1)
-        while hi is not None and hi - lo > 1 and len(runs) < QUICK_RUNS:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if tail(mid) else (mid, hi)
-        if tails:
-            applied.append({"repair": "float tail", "ops": len(_ops_of(source.float_file)), "on": source.describe(),
-                            "tried": [{k: v for k, v in runs[n].items() if k != "candidate"} for n in sorted(runs)]})
-        if hi is None:
-            return []
-        return [runs[n]["candidate"] for n in range(hi, min(hi + FULL_RUNS, len(tails))) if n == hi or tail(n)]
-
-    def check(self, before: Validated, after: Validated, config: ConvertConfig) -> None:
-        files_before, files_after = before.gated.converted.files, after.gated.converted.files
-        if any(files_after.get(v) != p for v, p in files_before.items()):
-            raise PassCheckError("repair changed a file it was given: the pure files stay as they were")
-        for v in set(files_after) - set(files_before):
-            if not v.endswith(REPAIRED) or v not in after.gated.board.checks or not any(r.variant == v for r in after.parity.rows):
-                raise PassCheckError(f"the repaired file {v} has no board verdict or no rows")
-
-
-@dataclass(frozen=True)
-class _Candidate:
-    """A file a repair made: the float32 file it pairs with (its float tail's donor), how its
-    outputs are scaled (``convert/converters/int8_groups.py``: a file keeping the quantised outputs), and what
-    made it."""
-
-    file: Path
-    float_file: Path
-    plans: object = None
-    reranged: int = 0
-    equalised: dict | None = None  # {pairs, biases}
-    tail: object = None  # ops/float_tail.Tail
-    module: object = None  # the PyTorch model it was converted from, where a repair changed it
-
-    def describe(self) -> str:
-        said = ([f"{self.reranged} grids re-calibrated"] if self.reranged else []) + (
-            [f"{self.equalised['pairs']} convolution pairs equalised"] if (self.equalised or {}).get("pairs") else []) + (
-            [f"{self.equalised['biases']} biases corrected"] if (self.equalised or {}).get("biases") else [])
-        return "the pure file" if not said else f"the file with {' and '.join(said)}"
-
-
-def _equalised(variant: str, converted, source: _Candidate, config: ConvertConfig, tmp: Path, *,
-               pairs: bool) -> tuple[_Candidate | None, dict]:
-    """The model ``source`` was converted from (the prepared model, or one a repair changed),
-    equalised (``pairs``) or its biases corrected (``convert/equalise.py``), exported and converted
-    again by the same passes: its quantised file, with the float32 file of the same model."""
-    import torch
-
-    from edgeport.convert.context import RunContext
-    from edgeport.convert.equalise import equalise
-    from edgeport.convert.passes.export_onnx_pass import ExportOnnxPass
-    from edgeport.convert.passes.int8_fixes_pass import Int8FixesPass
-    from edgeport.convert.passes.lower_for_board_pass import LowerForBoardPass
-    from edgeport.convert.passes.to_tflite_pass import ToTFLitePass
-    from edgeport.convert.passes.uint8_pass import Uint8Pass
-
-    prepared = converted.prepared
-    t0 = time.perf_counter()
-    done = equalise(source.module if source.module is not None else prepared.module,
-                    torch.from_numpy(prepared.calib[:CALIB_IMAGES]), per_channel=variant == "int8", pairs=pairs, biases=not pairs)
-    said = {"pairs": done.pairs} if pairs else {"biases": done.biases}
-    if not done.pairs and not done.biases:
-        return None, said
-    # parity's runs: the repair judges its own; what a pass begins ends with these passes
-    cfg = replace(config, work_dir=tmp, cross_check=False, early_parity=False, context=RunContext())
-    cfg.work_dir.mkdir()
-    value = replace(prepared, module=done.module)
-    with cfg.context:
-        for p in (ExportOnnxPass(), ToTFLitePass(), Int8FixesPass(), Uint8Pass(), LowerForBoardPass()):
-            result = p.run(value, cfg)
-            p.check(value, result.value, cfg)
-            value = result.value
-    said["seconds"] = round(time.perf_counter() - t0, 2)
-    if variant not in value.files or "float32" not in value.files:
-        return None, {**said, "error": f"the converter wrote no {variant} file: {value.not_written.get(variant, '')}"[:300]}
-    before = source.equalised or {"pairs": 0, "biases": 0}
-    return _Candidate(value.files[variant], value.files["float32"], value.int8_plans,
-                      equalised={"pairs": before["pairs"] + done.pairs, "biases": before["biases"] + done.biases},
-                      module=done.module), said
-
-
-def _what(info: dict) -> str:
-    """What a repaired file changed: "3 grids re-calibrated, 15 of 289 ops in float"."""
-    said = [f"{info['reranged']} grids re-calibrated"] if info.get("reranged") else []
-    said += [f"{info['equalised']['pairs']} convolution pairs equalised"] if (info.get("equalised") or {}).get("pairs") else []
-    said += [f"{info['equalised']['biases']} biases corrected"] if (info.get("equalised") or {}).get("biases") else []
-    said += [f"{info['float_ops']} of {info['ops']} ops in float"] if info.get("float_ops") else []
-    return ", ".join(said) or "unchanged"
 
 
 def _ops_of(path: Path) -> list:

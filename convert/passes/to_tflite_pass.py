@@ -56,29 +56,26 @@ def check_edges(files: dict, prepared: Prepared) -> None:
 
 
 def _parity_meanwhile(early: EarlyRuns, exported: Exported, variants: list[str]):
-    """The converter's ``meanwhile``: while its child works, parity's runs that need no file of
-    this run's passes (``validate/parity/early.py``): PyTorch's two and ONNX Runtime's on the first
-    call (and the reference's boxes and noise floors, from its outputs), the float32 file's on the
-    optimised kernels once it is written (its row's, where the board runs float32). Nothing here
-    stops the conversion: a run that cannot start is parity's to run, and to report."""
+    """The converter's ``meanwhile``: while its child works, the runs of parity's own plan
+    (``run.plan_rows``) that need nothing but what is there already: the reference's (and its boxes
+    and noise floors, from its outputs), the folded model's and the ONNX graph's on the first call,
+    the float32 file's on the optimised kernels once it is written. Nothing here stops the
+    conversion: a run that cannot start is parity's to run, and to report."""
     from functools import partial
 
-    from edgeport.validate.parity.run import diagnostic, judged_reference
-    from edgeport.validate.parity.runners import OnnxRuntimeRunner, TorchRunner
-    from edgeport.validate.parity.tflite_runner import TFLiteRunner
+    from edgeport.validate.parity.run import ParitySubject, judged_reference, plan_rows, reference_runner
 
-    prepared, started = exported.prepared, {}
+    prepared = exported.prepared
 
     def meanwhile(files: dict) -> None:
         try:
-            if not started:  # as parity plans them (``run.plan_rows``)
-                started["reference"] = early.start(TorchRunner(prepared.reference), then=partial(
-                    judged_reference, n_real=len(prepared.val), head=prepared.head, variants=variants))
-                early.start(diagnostic(TorchRunner(prepared.module)))
-                early.start(diagnostic(OnnxRuntimeRunner(exported.onnx)))
-            reference = started["reference"]
-            if "float32" in variants and "float32" in files and "float32" not in started and reference.exception() is None:
-                started["float32"] = early.start(TFLiteRunner(files["float32"], [(1, *o.shape[1:]) for o in reference.result().outputs]))
+            early.start(reference_runner(prepared.reference), then=partial(
+                judged_reference, n_real=len(prepared.val), head=prepared.head, variants=variants))
+            written = {v: files[v] for v in ("float32",) if v in variants and v in files}
+            subject = ParitySubject(prepared.reference, prepared.module, exported.onnx, written, prepared.output_names,
+                                    prepared.strides, prepared.val, prepared.val_source)
+            for row in plan_rows(subject, prepared.output_shapes):
+                early.start(row.runner)  # (once per run: a row planned again is the same run)
         except Exception:  # noqa: BLE001 -- ONNX Runtime missing, a file unreadable: parity runs it, and says so
             pass
 

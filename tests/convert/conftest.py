@@ -54,5 +54,8 @@ def prepared_record(tmp_path, module, calib, *, imgsz=None, output_names=("p3", 
 
     imgsz = imgsz or calib.shape[-1]
     model = model_record(tmp_path, module, strides=strides)
+    from edgeport.models.inference import forward
+    from edgeport.models.outputs import output_shapes
+
     return Prepared(model, module, model.reference, imgsz, calib, "test", calib, "test", tuple(output_names), tuple(strides),
-                    head or Head("raw"), tuple(upsample))
+                    head or Head("raw"), output_shapes(forward(module, calib[:1])), tuple(upsample))

@@ -16,9 +16,9 @@ from edgeport.convert.passes.board_gate_pass import BoardGatePass
 from edgeport.convert.passes.int8_fixes_pass import Int8FixesPass
 from edgeport.convert.passes.lower_for_board_pass import LowerForBoardPass
 from edgeport.convert.passes.parity_pass import ParityPass
-from edgeport.convert.passes.repair_pass import RepairPass
 from edgeport.convert.passes.to_tflite_pass import ToTFLitePass
 from edgeport.convert.passes.uint8_pass import Uint8Pass
+from edgeport.convert.pipeline import PIPELINE
 from edgeport.errors import ConversionError, PassCheckError
 from edgeport.models.heads import Head
 from edgeport.ops.tflite_graph import Graph, Quant
@@ -30,6 +30,8 @@ from .test_tflite_fixes import QX, _resize
 from .test_uint8 import int8_model
 
 OLD = "tflite-1.13"
+# the pipeline's repair, with the passes it converts and judges by
+(REPAIR,) = [p for p in PIPELINE if p.name == "repair"]
 
 
 def _file(folder: Path, name: str, model: bytes) -> Path:
@@ -41,7 +43,7 @@ def _file(folder: Path, name: str, model: bytes) -> Path:
 def _prepared(imgsz: int = 4) -> Prepared:
     calib = np.random.default_rng(0).random((2, 3, imgsz, imgsz), dtype=np.float32)
     return Prepared(model=None, module=None, reference=None, imgsz=imgsz, calib=calib, calib_source="random", val=calib,
-                    val_source="random", output_names=("y",), strides=(), head=None)
+                    val_source="random", output_names=("y",), strides=(), head=None, output_shapes=((1, imgsz, imgsz, 3),))
 
 
 def _converted(files: dict, **kw) -> Converted:
@@ -169,7 +171,7 @@ def _gated(tmp_path, tflite: bytes, int8: bytes | None = None) -> Gated:
     images = np.random.default_rng(0).standard_normal((4, 3, 4, 4)).astype(np.float32)  # negatives: ReLU is not |x|
     prepared = Prepared(model=None, module=torch.nn.ReLU(), reference=torch.nn.ReLU(), imgsz=4, calib=images,
                         calib_source="random", val=images, val_source="random", output_names=("y",), strides=(),
-                        head=Head("raw"))
+                        head=Head("raw"), output_shapes=((1, 3, 4, 4),))
     files = {"float32": _file(tmp_path, "f.tflite", tflite), **({"int8": _file(tmp_path, "q.tflite", int8)} if int8 else {})}
     return BoardGatePass().run(Converted(Exported(prepared, tmp_path / "model.onnx"), files), config(tmp_path)).value
 
@@ -232,11 +234,11 @@ def _repaired(tmp_path, int8: bytes, float32: bytes):
     cfg = config(tmp_path)
     validated = ParityPass().run(gated, cfg).value
     assert not any(r.passed for r in validated.parity.rows if r.variant == "int8")
-    result = RepairPass().run(validated, cfg)
-    RepairPass().check(validated, result.value, cfg)
+    result = REPAIR.run(validated, cfg)
+    REPAIR.check(validated, result.value, cfg)
     after = result.value
-    assert after.gated.converted.files["int8"].read_bytes() == int8  # the pure file, as it was
-    repaired = after.gated.converted.files["int8-repaired"]
+    assert after.gated.tflite.files["int8"].read_bytes() == int8  # the pure file, as it was
+    repaired = after.gated.tflite.files["int8-repaired"]
     assert repaired.name == "model_int8_repaired.tflite" and after.gated.board.checks["int8-repaired"]["runnable"]
     rows = {(r.variant, r.runtime): r for r in after.parity.rows}
     assert rows[("int8-repaired", "tflite")].passed and rows[("int8-repaired", "tflite-ref")].passed
@@ -252,7 +254,7 @@ def test_repair_first_sets_again_a_grid_the_float_values_show_wrong(tmp_path):
     info = result.value.repairs["int8"]
     assert info["passed"] and info["reranged"] == 1 and info["float_ops"] == 0 and info["applied"][0]["examples"] == ["b"]
     assert result.summary == "int8: 1 grids re-calibrated, passes" and info["latency"]["ratio"] > 0 < info["latency"]["tflite_ratio"]
-    unrepaired = RepairPass().run(validated, config(tmp_path, repair=False))  # without the repair: the pure file's failure
+    unrepaired = REPAIR.run(validated, config(tmp_path, repair=False))  # without the repair: the pure file's failure
     assert unrepaired.value is validated and unrepaired.summary == "not asked (--no-repair)"
 
 
@@ -276,9 +278,8 @@ def test_repair_runs_a_float_tail_where_a_grid_cannot_move_and_the_report_names_
     report = build_report(after.parity, model={"arch": "relu", "weights_sha256": "0" * 64, "outputs": ["y"]},
                           board=after.gated.board, artifacts={}, repairs=after.repairs)
     assert report.passed and report.repaired == ["int8"]
-    said = report.to_dict()
-    assert verdict(said) == "PASSED (repaired: ship model_int8_repaired.tflite)"
-    (line,) = repair_lines(said, MARKDOWN)
+    assert verdict(report) == "PASSED (repaired: ship model_int8_repaired.tflite)"
+    (line,) = repair_lines(report, MARKDOWN)
     assert "runs 2 of 3 ops in float" in line and "PASSES every row" in line and "calibration ranges: no grid" in line
     assert "equalisation: nothing to change; bias correction: nothing to change; float tails of the pure file" in line
 
@@ -287,10 +288,10 @@ def test_repair_leaves_a_passing_run_and_a_failing_float32_file_alone(tmp_path):
     cfg = config(tmp_path)
     passing = ParityPass().run(_gated(tmp_path / "ok", _relu_chain("float32", {}),
                                       int8=_relu_chain("int8", {n: FINE for n in "xaby"})), cfg).value
-    assert RepairPass().run(passing, cfg).summary == "nothing to repair: every quantised file passes"
+    assert REPAIR.run(passing, cfg).summary == "nothing to repair: every quantised file passes"
     broken = ParityPass().run(_gated(tmp_path / "abs", unary("ABS", (1, 4, 4, 3)),
                                      int8=_relu_chain("int8", {"x": FINE, "a": FINE, "b": COARSE, "y": FINE})), cfg).value
-    result = RepairPass().run(broken, cfg)
+    result = REPAIR.run(broken, cfg)
     assert result.value.repairs["int8"] == {"repaired": False, "why": "the float32 file fails or was not written: a float tail "
                                                                       "would carry its error"}
-    assert "int8-repaired" not in result.value.gated.converted.files
+    assert "int8-repaired" not in result.value.gated.tflite.files

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from edgeport.models.synth import make_scene
-from edgeport.train.data import write_dataset
+from edgeport.validate.datasets import write_dataset
 
 from ..conftest import make_report
 from .conftest import assert_kept, assert_one_line, inventory, run_cli, within

@@ -45,8 +45,8 @@ def test_a_disk_that_fills_while_the_converter_writes_is_the_users_disk(workspac
 
 
 def test_a_model_litert_torch_cannot_capture_is_refused_not_a_crash(tmp_path, monkeypatch):
-    from edgeport.convert.converters import litert
     from edgeport.convert.context import RunContext
+    from edgeport.convert.converters import litert
     from edgeport.convert.converters.base import Conversion
     from edgeport.errors import BadInputError
 

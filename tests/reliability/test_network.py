@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from edgeport.models.synth import make_scene
-from edgeport.train.data import write_dataset
+from edgeport.validate.datasets import write_dataset
 
 from .conftest import run_cli
 

@@ -35,7 +35,7 @@ def resumable(workspace) -> Path:
 
     from edgeport.models.registry import build_model
     from edgeport.models.synth import make_scene
-    from edgeport.train.data import write_dataset
+    from edgeport.validate.datasets import write_dataset
 
     rng = np.random.default_rng(0)
     write_dataset(workspace / "data", {"train": [make_scene(rng, 64) for _ in range(4)], "val": [make_scene(rng, 64)]}, size=64)

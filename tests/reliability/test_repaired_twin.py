@@ -27,9 +27,9 @@ def repaired(tmp_path_factory) -> dict:
                           _relu_chain("float32", {}, reshape=True))
     after = result.value
     report = build_report(after.parity, model={"arch": "relu", "weights_sha256": "0" * 64, "outputs": ["y"]},
-                          board=after.gated.board, artifacts={}, repairs=after.repairs).to_dict()
-    assert report["passed"] and report["repaired"] == ["int8"]
-    assert any(not r["passed"] for r in report["results"] if r["variant"] == "int8")
+                          board=after.gated.board, artifacts={}, repairs=after.repairs)
+    assert report.passed and report.repaired == ["int8"]
+    assert any(not r.passed for r in report.results if r.variant == "int8")
     return json.loads(render_json(report))
 
 

@@ -18,7 +18,7 @@ import torch
 
 from edgeport.models.synth import make_scene
 from edgeport.runs import LOCK, MARKER, write_marker
-from edgeport.train.data import write_dataset
+from edgeport.validate.datasets import write_dataset
 
 from .conftest import assert_one_line, inventory, run_cli
 

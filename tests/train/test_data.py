@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from edgeport.models.synth import make_scene
-from edgeport.train.data import DataError, load_split, write_dataset
+from edgeport.validate.datasets import DataError, load_split, write_dataset
 
 
 def _yolo(tmp_path, label_text, name="a"):
@@ -106,7 +106,7 @@ def test_a_broken_label_link_is_an_error_not_an_image_without_objects(tmp_path):
 
 
 def test_a_label_larger_than_its_bound_is_refused_before_it_is_read(tmp_path, monkeypatch):
-    from edgeport.train import data
+    from edgeport.validate import datasets as data
 
     root = _yolo(tmp_path, "0 0.5 0.5 0.2 0.4\n" * 10)
     monkeypatch.setattr(data, "MAX_LABEL_BYTES", 100)

@@ -3,10 +3,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from edgeport.train.data import Sample
 from edgeport.train.dataset import DetectionDataset
 from edgeport.train.targets import assign_level, build_targets, collate_targets, detection_loss
 from edgeport.train.trainer import micro_batch_sizes, window_sizes
+from edgeport.validate.datasets import Sample
 
 
 def test_level_assignment_by_size():

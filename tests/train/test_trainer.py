@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from edgeport.models.synth import make_scene
-from edgeport.train.data import write_dataset
+from edgeport.validate.datasets import write_dataset
 
 pytestmark = [pytest.mark.slow, pytest.mark.one_line]
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from edgeport.errors import BadInputError
-from edgeport.validate.gate.check import CheckTolerance, compare_reports, load_report
+from edgeport.validate.gate.check import CheckTolerance, check_written, compare_reports, load_report
 from edgeport.validate.parity.result import ResultRow, Verdict
-from edgeport.validate.report.render import render_json
+from edgeport.validate.report.render import json_text, render_json
 from edgeport.validate.report.schema import Report
 
 from ..conftest import make_report
@@ -304,12 +304,12 @@ def test_what_edgeport_writes_is_read_as_written():
                     steps=({"against": "its int8 twin on the reference kernels", "max_steps": 1, "allowed": 1, "passed": True},
                            {"against": "a run that was refused", "max_steps": None, "allowed": None, "passed": True}))
     report = make_report()
-    report["results"].append(json.loads(render_json(row.to_dict())))
+    report["results"].append(json.loads(json_text(row.to_dict())))
     report["tolerances"] = {"uint8": {"max_abs_rel": None, "min_cosine": 0.99, "boxes": {"fraction": 0.4, "slack": 2}}}
     read = Report.from_dict(report)
     # read back by the types that wrote it: the row is the row written, and written again it is the same JSON
     assert read.results[-1].to_dict()["steps"] == [dict(c) for c in row.steps] and read.results[-1].verdict is None
-    assert json.loads(render_json(read.to_dict()))["results"][-1] == report["results"][-1]
+    assert json.loads(render_json(read))["results"][-1] == report["results"][-1]
     assert read.results[-1].key == "uint8/tflite-ref" and read.results[-1].passed and read.failures(read.results[-1]) == []
     assert compare_reports(report, report, CheckTolerance()) == []
 
@@ -399,14 +399,46 @@ def test_a_failing_row_with_nan_is_no_regression_of_itself():
 @pytest.mark.parametrize("fields, error", [
     ({"stages": 5}, "stages is missing or not a list"),
     ({"stages": True}, "stages is missing or not a list"),
+    ({"stages": [{"name": "fold_bn", "seconds": "fast"}]}, "stages[0].seconds is 'fast', not a number"),
     ({"board": {"checks": {}, "dtypes": 5}}, "board.dtypes is missing or not a list"),
     ({"board": {"checks": {}, "dtypes": [1]}}, "board.dtypes[0] is missing or not a str"),
+    ({"board": {"checks": {"int8": {"runnable": True, "size_bytes": "1 MB"}}}}, "board.checks.int8.size_bytes is missing or not an int"),
+    ({"board": {"checks": {"int8": {"reasons": []}}}}, "board.checks.int8.runnable is missing"),
+    ({"board_runtime": {"real": "yes"}}, "board_runtime.real is missing or not a bool"),
+    ({"artifacts": {"model.onnx": {"bytes": 1.5}}}, "artifacts.model.onnx.bytes is missing or not an int"),
+    ({"versions": {"torch": 2}}, "versions.torch is missing or not a str"),
+    ({"sample": {"row": "int8 / tflite", "reference": [{"box": [0, 0, 1, 1], "score": 0.9, "class": "person"}]}},
+     "sample.reference[0].class is missing or not an int"),
+    ({"upsample": {"sites": [{"where": "neck.up", "scale": 2}]}}, "upsample.sites[0].scale is missing or not a list"),
+    ({"int8_normalised": [[[1, 0, 4, "x"]]]}, "int8_normalised[0][0][3] is 'x', not a number"),
+    ({"converter": {"name": "onnx2tf", "notes": {"int8": ["per-tensor"]}}}, "converter.notes.int8 is missing or not a str"),
+    ({"converter": {"name": "onnx2tf", "cross_check": {"ran": True, "first_parting": {"index": 1.5}}}},
+     "converter.cross_check.first_parting.index is missing or not an int"),
+    ({"repairs": {"int8": {"repaired": True, "latency": {"ratio": "1.2x"}}}}, "repairs.int8.latency.ratio is '1.2x', not a number"),
+    ({"repairs": {"int8": {"repaired": False, "applied": [{"repair": "float tail", "tried": [{"passed": 1}]}]}}},
+     "repairs.int8.applied[0].tried[0].passed is missing or not a bool"),
+    ({"model": {"arch": 7, "weights_sha256": "ab" * 32, "outputs": ["p3"]}}, "model.arch is missing or not a str"),
+    ({"inputs": {"shape": [3, "64", 64]}}, "inputs.shape[1] is missing or not an int"),
 ])
 def test_fields_the_gate_does_not_judge_are_still_read_as_their_type(fields, error):
-    """A report's ``stages`` or a board's ``dtypes`` of the wrong type is bad input in one line, not a crash."""
+    """A part of the report of the wrong type -- however deep -- is bad input in one line naming the field, not a crash."""
     with pytest.raises(BadInputError, match="malformed") as exc:
         Report.from_dict({**make_report(), **fields})
-    assert error in str(exc.value)
+    assert error in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_report_the_gate_would_refuse_is_never_written():
+    """Every report edgeport writes passes ``check R --baseline R``: before a command writes one
+    (``check_written``), it is read back as the gate reads it and checked against itself. One that
+    claims a pass its own output does not earn (a bug, never the user's input) is an internal error."""
+    good = Report.from_dict(make_report())
+    check_written(dataclasses.replace(good, claimed=None))
+    with pytest.raises(RuntimeError, match="regression of itself: float32/tflite"):
+        check_written(Report.from_dict(make_report(cos=0.5)))  # under its own min_cosine, while the row says passed
+    row = good.results[1]
+    over = dataclasses.replace(row, outputs=(dict(row.outputs[0], cosine=1.0000000000000002),))  # an unclamped cosine
+    with pytest.raises(RuntimeError, match="outside"):
+        check_written(dataclasses.replace(good, results=(good.results[0], over)))
 
 
 def test_an_older_reports_null_tolerances_and_a_report_built_in_memory_are_read():

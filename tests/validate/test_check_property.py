@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from edgeport import cli
 from edgeport.validate.gate.check import CheckTolerance
-from edgeport.validate.report.render import render_json
+from edgeport.validate.report.render import json_text
 
 pytestmark = pytest.mark.one_line  # no converter line changes what these test (pyproject.toml)
 
@@ -352,14 +352,14 @@ def _applicable(mutation, report) -> bool:
 
 
 def _with_duplicates(text: str) -> str:
-    """``render_json``'s text with each ``DUPLICATE`` marker written out as the key it holds."""
+    """``json_text``'s text with each ``DUPLICATE`` marker written out as the key it holds."""
     return re.sub(rf'"{DUPLICATE}": ("(?:[^"\\]|\\.)*")', lambda m: json.loads(m.group(1)), text)
 
 
 def _exit_code(now: dict, base: dict) -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "now.json").write_text(_with_duplicates(render_json(now)))
-        (Path(tmp) / "base.json").write_text(render_json(base))
+        (Path(tmp) / "now.json").write_text(_with_duplicates(json_text(now)))
+        (Path(tmp) / "base.json").write_text(json_text(base))
         try:
             return cli.main(["check", str(Path(tmp) / "now.json"), "--baseline", str(Path(tmp) / "base.json")])
         except SystemExit as exc:

@@ -7,17 +7,16 @@ import pytest
 
 from edgeport.errors import ParityGateError
 from edgeport.validate.parity.result import ResultRow, Verdict
-from edgeport.validate.report.schema import Failure, failures, gate
+from edgeport.validate.report.schema import Failure, Report, failures, gate
+from edgeport.validate.report.sections import Board, BoardCheck
 
 
 def _output(name: str, *reasons: str) -> dict:
     return {"name": name, "max_abs": 0.1, "passed": not reasons, "reasons": list(reasons)}
 
 
-def _report(*rows: ResultRow, board: dict | None = None) -> dict:
-    results = [ResultRow("reference", "pytorch", True).to_dict()] + [r.to_dict() for r in rows]
-    passed = all(r["passed"] for r in results) and not (board and not all(c["runnable"] for c in board["checks"].values()))
-    return {"passed": passed, "results": results, "board": board}
+def _report(*rows: ResultRow, board: Board | None = None) -> Report:
+    return Report((ResultRow("reference", "pytorch", True), *rows), board=board)
 
 
 def test_a_row_that_failed_only_its_outputs_names_each_check_value_and_threshold():
@@ -51,7 +50,7 @@ def test_every_kind_of_check_in_order_outputs_row_steps_repeat_verdict():
 def test_the_gate_line_is_bounded_and_names_what_was_written():
     many = ResultRow("int8", "tflite", False, outputs=tuple(_output(f"o{i}", f"cosine 0.{i} < 0.99") for i in range(5)))
     rows = [ResultRow("float32", f"rt{i}", False, reasons=(f"reason {i}",)) for i in range(6)]
-    board = {"name": "mcu", "checks": {"int8": {"runnable": False, "reasons": ["needs 300,000 bytes of RAM"]}}}
+    board = Board(name="mcu", checks={"int8": BoardCheck(runnable=False, reasons=("needs 300,000 bytes of RAM",))})
     with pytest.raises(ParityGateError) as err:
         gate("out", _report(many, *rows, board=board), what="report")
     line = str(err.value)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from edgeport.convert.base import ConvertConfig, Pass, PassResult
-from edgeport.convert.pipeline import PIPELINE, run_pipeline
+from edgeport.convert.base import ConvertConfig, Pass, PassResult, run_pipeline
+from edgeport.convert.pipeline import PIPELINE
 from edgeport.validate.board.profiles import load_board
 
 pytestmark = pytest.mark.slow
@@ -59,7 +59,7 @@ def _convert(ckpt, tmp_path, passes, **cfg):
     cfg.setdefault("repair", False)  # what is injected is to be caught and located, not repaired (its own tests: test_tflite_passes)
     config = ConvertConfig(checkpoint=ckpt, work_dir=tmp_path, imgsz=cfg.pop("imgsz", 96), max_calib=8, max_validate=2, **cfg)
     validated, _ = run_pipeline(config, passes)
-    prepared = validated.gated.converted.prepared
+    prepared = validated.gated.tflite.prepared
     return build_report(validated.parity, model=prepared.describe(), board=validated.gated.board, artifacts={}).to_dict()
 
 

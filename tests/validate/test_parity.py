@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from edgeport.validate.parity.result import Verdict
+from edgeport.validate.parity.result import ResultRow, Verdict
 from edgeport.validate.parity.run import ParitySubject, PlannedRow, run_parity
 from edgeport.validate.parity.runners import Runner
-from edgeport.validate.report.schema import failures
+from edgeport.validate.report.schema import Report, failures
 
 
 class Doubler(torch.nn.Module):
@@ -40,6 +40,11 @@ def _run(subject: ParitySubject, rows) -> dict:
             "board_runtime": result.board_runtime}
 
 
+def _failures(report: dict) -> list:
+    """``failures`` of what ``_run`` returns, its rows read as a report reads them."""
+    return failures(Report(tuple(ResultRow.from_dict(r, f"results[{i}]") for i, r in enumerate(report["results"]))))
+
+
 def _subject(tmp_path: Path, **kw) -> ParitySubject:
     rng = np.random.default_rng(0)
     return ParitySubject(reference_module=Doubler(), folded_module=None, onnx_path=None, tflite={}, output_names=("y",),
@@ -56,8 +61,8 @@ def test_rows_pass_and_fail_on_what_the_runners_compute(tmp_path):
     assert by["exact"]["passed"] and by["exact"]["outputs"][0]["max_abs"] == 0.0
     assert not by["off"]["passed"] and "max_abs" in by["off"]["outputs"][0]["reasons"][0]
     assert by["noisy-int8"]["passed"], "int8 is judged on cosine only, and a 1% gain keeps the angle"
-    assert not report["passed"] and [f.what for f in failures(report)] == ["float32/off"]
-    assert failures(report)[0].reasons[0].startswith("y max_abs 0.1 > 0.0001 x max|ref|")
+    assert not report["passed"] and [f.what for f in _failures(report)] == ["float32/off"]
+    assert _failures(report)[0].reasons[0].startswith("y max_abs 0.1 > 0.0001 x max|ref|")
     assert report["inputs"]["count"] == 2 and report["inputs"]["random"] == 2
 
 
@@ -165,7 +170,7 @@ def test_a_variant_the_converter_did_not_write_is_a_failed_row_that_says_why(tmp
     assert by[("float32", "tflite")]["passed"]
     row = by[("int8", "converter")]
     assert row["passed"] is False and row["outputs"] == [] and row["verdict"]["reasons"] == [why]
-    assert not report["passed"] and [str(f) for f in failures(report)] == [f"int8/converter: {why}"]
+    assert not report["passed"] and [str(f) for f in _failures(report)] == [f"int8/converter: {why}"]
 
 
 def test_a_file_the_runtime_cannot_prepare_is_its_refusal_not_a_crash(tmp_path):

@@ -1,4 +1,4 @@
-"""The renderers only render: every number they show comes from the report dictionary."""
+"""The renderers only render: every number they show comes from the ``Report``."""
 
 from __future__ import annotations
 
@@ -8,10 +8,15 @@ import math
 import pytest
 
 from edgeport.validate.report.render import divergence_lines, render_html, render_json, render_markdown, rows, write_reports
-from edgeport.validate.report.schema import SCHEMA, ResultRow
+from edgeport.validate.report.schema import SCHEMA, Report, ResultRow
 
 
-def _report(passed=True, divergence=None) -> dict:
+def _report(passed=True, divergence=None) -> Report:
+    return Report.from_dict(_data(passed, divergence))
+
+
+def _data(passed=True, divergence=None) -> dict:
+    """The report as its file holds it: the tests below change it there, then read it (``Report.from_dict``)."""
     out = {"name": "p3", "max_abs": 1.5e-6, "mean_abs": 1e-7, "rmse": 2e-7, "cosine": 0.9999991, "snr_db": math.inf,
            "p99_abs": 1e-6, "ref_max_abs": 3.0, "max_abs_rel": 5e-7, "passed": passed, "reasons": [] if passed else ["cosine 0.9 < 0.99999"],
            "tolerance": {"max_abs_rel": 1e-4, "min_cosine": 0.99999}}
@@ -111,7 +116,7 @@ def test_both_reports_explain_the_columns_ms_per_image_and_the_extra_boxes():
 
 
 def _with_board_rows(same_run: bool) -> dict:
-    report = _report()
+    report = _data()
     ref = dict(report["results"][1], runtime="tflite-ref", ms_per_image=7.5)
     board = dict(ref, runtime="board:default", verdict={"judge": "emulator", "runnable": True, "reasons": [], "differences": {},
                                                         "arena_bytes": None, "model_bytes": 1})
@@ -122,15 +127,15 @@ def _with_board_rows(same_run: bool) -> dict:
 
 
 def test_a_board_row_that_reuses_the_reference_kernels_run_says_so():
-    shared = _with_board_rows(same_run=True)
+    shared = Report.from_dict(_with_board_rows(same_run=True))
     md, page = render_markdown(shared), render_html(shared)
     assert "| float32 | board:default \u2020 | PASS |" in md and "| float32 | tflite-ref | PASS |" in md
     assert "\u2020 same run as tflite-ref" in md and "\u2020 same run as tflite-ref" in page
-    apart = _with_board_rows(same_run=False)
+    apart = Report.from_dict(_with_board_rows(same_run=False))
     assert "\u2020" not in render_markdown(apart) and "same run as" not in render_html(apart)
-    said = _report()  # a report whose row names the run it shares is taken at its word
+    said = _data()  # a report whose row names the run it shares is taken at its word
     said["results"][1]["same_run_as"] = "tflite-ref"
-    assert "float32 | tflite \u2020 |" in render_markdown(said)
+    assert "float32 | tflite \u2020 |" in render_markdown(Report.from_dict(said))
 
 
 def test_a_row_judged_on_a_sample_says_so_in_every_rendering():
@@ -140,9 +145,10 @@ def test_a_row_judged_on_a_sample_says_so_in_every_rendering():
 
     from edgeport.validate.report.render import print_table
 
-    report = _with_board_rows(same_run=False)
-    report["results"][-2]["images"] = 2  # the reference kernels' row, a diagnostic (run.DIAGNOSTIC_IMAGES)
-    report["inputs"].update(count=8, random=2)
+    data = _with_board_rows(same_run=False)
+    data["results"][-2]["images"] = 2  # the reference kernels' row, a diagnostic (run.DIAGNOSTIC_IMAGES)
+    data["inputs"].update(count=8, random=2)
+    report = Report.from_dict(data)
     md, page = render_markdown(report), render_html(report)
     assert "| float32 | tflite-ref \u2021 | PASS |" in md and "| float32 | board:default | PASS |" in md
     said = "\u2021 judged on the first 2 images of the 10 inputs only"
@@ -150,12 +156,12 @@ def test_a_row_judged_on_a_sample_says_so_in_every_rendering():
     console = Console(file=io.StringIO(), width=240)
     print_table(report, console)
     assert "tflite-ref (first 2 images)" in console.file.getvalue()
-    assert "\u2021" not in render_markdown(_with_board_rows(same_run=False))
+    assert "\u2021" not in render_markdown(Report.from_dict(_with_board_rows(same_run=False)))
     # the legend names the kinds of sampled row the report has, and no other
     assert "reference kernels where no board row runs them" in md and "folded model" not in md
-    report["results"][-2].pop("images")
-    report["results"][0].update(variant="folded", runtime="pytorch", images=2)
-    md = render_markdown(report)
+    data["results"][-2].pop("images")
+    data["results"][0].update(variant="folded", runtime="pytorch", images=2)
+    md = render_markdown(Report.from_dict(data))
     assert "the folded model and the ONNX graph" in md and "reference kernels where" not in md
 
 
@@ -170,8 +176,8 @@ def test_a_sample_image_without_boxes_says_no_detections(reference, candidate, s
 
     from edgeport.validate.report.render import make_figures
 
-    report = _report()
-    report["sample"] = {"row": "int8 / board:default", "image": 0, "reference": reference, "candidate": candidate}
+    report = Report.from_dict({**_data(), "sample": {"row": "int8 / board:default", "image": 0, "reference": reference,
+                                                     "candidate": candidate}})
     figures = make_figures(report, np.zeros((3, 8, 8), np.float32))
     (title,) = [name for name in figures if name.startswith("sample image")]
     assert title == says and figures[title].startswith(b"\x89PNG")
@@ -187,7 +193,7 @@ def test_control_bytes_from_files_reach_neither_report(tmp_path):
     show each as its escape (as stdout does), never the byte."""
     import re
 
-    report = _report(passed=False)
+    report = _data(passed=False)
     out = report["results"][1]["outputs"][0]
     out["name"] = f"p3{CONTROL}red{BELL}\x9b"
     out["reasons"] = [f"cosine 0.9 < 0.99999 {CONTROL}{BELL}"]
@@ -198,7 +204,7 @@ def test_control_bytes_from_files_reach_neither_report(tmp_path):
     report["sample"] = {"row": f"float32 / tflite{BELL}", "image": 0, "reference": [], "candidate": []}
     import numpy as np
 
-    write_reports(report, tmp_path, np.zeros((3, 8, 8), np.float32))
+    write_reports(Report.from_dict(report), tmp_path, np.zeros((3, 8, 8), np.float32))
     unsafe = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # every C0 (but tab and newline) and C1 control
     for name in ("report.html", "report.md"):
         text = (tmp_path / name).read_text()
@@ -208,18 +214,18 @@ def test_control_bytes_from_files_reach_neither_report(tmp_path):
     assert "p3\\x1b[31mred\\x07\\x9b cosine 0.9 &lt; 0.99999" in page
 
 
-def test_a_report_the_gate_would_refuse_is_never_written(tmp_path):
-    """Every report edgeport writes passes ``check R --baseline R``: it is read back as the gate reads
-    it and checked against itself first. One that claims a pass its own output does not earn (a bug,
-    never the user's input) is an internal error, and no file is written."""
-    report = _report()
-    report["results"][1]["outputs"][0]["cosine"] = 0.5  # under its own min_cosine, while the row says passed
-    with pytest.raises(RuntimeError, match="regression of itself: float32/tflite"):
-        write_reports(report, tmp_path)
-    assert not list(tmp_path.iterdir())
-    over = _report()
-    over["results"][1]["outputs"][0]["cosine"] = 1.0000000000000002  # what an unclamped cosine wrote
-    with pytest.raises(RuntimeError, match="outside"):
-        write_reports(over, tmp_path)
-    write_reports(_report(), tmp_path)
-    assert (tmp_path / "report.json").is_file()
+def test_each_repair_tried_is_said_with_what_it_did():
+    from edgeport.validate.report.render import repair_lines
+
+    from .test_report_sections import REPAIRS
+
+    repaired, not_repaired = repair_lines(Report.from_dict({**_data(), "repairs": REPAIRS}))
+    assert repaired.startswith("`int8` failed its gate; `model_int8_repaired.tflite` runs 2 of 3 ops in float (RELU 1, RESHAPE 1)"
+                               ", the float32 file's, fed where the tail begins and PASSES every row: worst cosine 0.9000 -> "
+                               "0.9999; it takes 1.20x the pure file's time on board:default (1.50 vs 1.25 ms/img). Tried: ")
+    tried = repaired.split("Tried: ")[1].split("; ")
+    assert tried[:3] == ["calibration ranges: no grid the float values show wrong",
+                         "equalisation: 2 convolution pairs, converted again, worst cosine -, not kept",
+                         "bias correction could not run (ValueError: x)"]
+    assert tried[-1] == "float tails of the pure file (worst cosine): 1 ops -, 2 ops -, 3 ops pass"
+    assert not_repaired == f"`uint8` failed its gate and was not repaired ({REPAIRS['uint8']['why']}); tried: nothing"

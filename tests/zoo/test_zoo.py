@@ -227,15 +227,17 @@ def _convert(cli, ckpt: Path, name: str, out: Path, *extra: str):
 
 
 def _failures(folder: Path) -> list[str]:
+    from edgeport.validate.gate.check import load_report
     from edgeport.validate.report.schema import failures
 
-    return [f.what for f in failures(json.loads((folder / "report.json").read_text()))]
+    return [f.what for f in failures(load_report(folder / "report.json", "report"))]
 
 
 def _reasons(folder: Path) -> str:
+    from edgeport.validate.gate.check import load_report
     from edgeport.validate.report.schema import failures
 
-    return " ".join(r for f in failures(json.loads((folder / "report.json").read_text())) for r in f.reasons)
+    return " ".join(r for f in failures(load_report(folder / "report.json", "report")) for r in f.reasons)
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))

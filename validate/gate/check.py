@@ -40,6 +40,7 @@ while the gate says it passed.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from edgeport.jsonfile import DuplicateKey, Refused, clip, read_json
 from edgeport.text import for_terminal
 from edgeport.userfiles import read_bounded
 from edgeport.validate.parity.result import FINITE_METRICS, OUTPUT_METRICS, ResultRow, sections, steps_label, stricter
+from edgeport.validate.report.render import render_json
 from edgeport.validate.report.schema import SCHEMA, Report
 
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # a report is kilobytes; anything near this is not one
@@ -120,7 +122,7 @@ def _metrics(o: dict) -> dict:
 
 
 def _board_runnable(report: Report) -> dict:
-    return {v: c["runnable"] for v, c in report.board.checks.items()} if report.board else {}
+    return {v: c.runnable for v, c in report.board.checks.items()} if report.board else {}
 
 
 def load_report(path: Path, what: str) -> Report:
@@ -297,14 +299,12 @@ def _laxer_tolerances(now: Report, base: Report) -> list[Regression]:
     """Each tolerance the report holds its outputs to that is laxer than the baseline's: a row
     judged by a laxer rule proves less, whatever it says of itself."""
     out = []
-    for variant, b in base.tolerances.items():
-        n = now.tolerances.get(variant)
-        if not isinstance(b, dict) or not any(b.get(m) is not None for m in ("max_abs_rel", "min_cosine")):
-            continue
-        n = n if isinstance(n, dict) else {}
+    for variant, tol in base.tolerances.items():
+        b = tol.limits
+        n = now.tolerances[variant].limits if variant in now.tolerances else {}
         both = stricter(b, n)
         for metric in ("max_abs_rel", "min_cosine"):
-            if b.get(metric) is not None and n.get(metric) != both[metric]:
+            if b[metric] is not None and n.get(metric) != both[metric]:
                 out.append(Regression(f"tolerances.{variant}", metric, b[metric], "ungated" if n.get(metric) is None else n[metric]))
     return out
 
@@ -351,3 +351,17 @@ def compare_reports(report: dict | Report, baseline: dict | Report, tol: CheckTo
     if n_now < n_base:
         out.append(Regression("all", "passing rows", n_base, n_now))
     return out
+
+
+def check_written(report: Report) -> None:
+    """Every report edgeport writes is one ``edgeport check`` reads, and no worse than itself: its JSON
+    read back as the gate reads it, then checked against itself. The commands that write a report call
+    this first (the gate reads reports; the report never imports the gate). A report that fails it is
+    edgeport's bug (an internal error, exit 3), never a file left for the user's gate to refuse."""
+    try:
+        read = Report.from_dict(json.loads(render_json(report)), "the report edgeport is writing")
+    except BadInputError as exc:
+        raise RuntimeError(str(exc)) from None
+    regressions = compare_reports(read, read, CheckTolerance())
+    if regressions:
+        raise RuntimeError(f"the report edgeport is writing is a regression of itself: {'; '.join(map(str, regressions[:3]))}")

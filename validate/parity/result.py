@@ -169,7 +169,7 @@ def _section(value, section: str, where: str) -> dict | None:
     for f in DETECTION_COUNTS if section == "detections" else ():
         if f in read and not math.isfinite(read[f]):
             raise Malformed(f"{where}.{f} is {read[f]!r}: a count of boxes is a finite number")
-    return {**value, **read}
+    return {**value, **{f: v for f, v in read.items() if not isinstance(value[f], int)}}  # a count stays an integer, as written
 
 
 def _repeat(value, where: str) -> dict | None:

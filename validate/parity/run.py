@@ -28,6 +28,7 @@ import numpy as np
 
 from edgeport.models.decode import COCO_EVAL, DETECT, Detections
 from edgeport.models.heads import Head, Hints, resolve_head
+from edgeport.models.outputs import output_shapes
 from edgeport.process import usable_cores as _workers  # (tests set it)
 from edgeport.validate.parity.compare import (
     DETECTION_TOLERANCES,
@@ -146,7 +147,14 @@ def diagnostic(runner: Runner) -> Runner:
     return runner
 
 
+def reference_runner(module) -> TorchRunner:
+    """The reference's run: the checkpoint's model as loaded, on every input."""
+    return TorchRunner(module)
+
+
 def plan_rows(subject: ParitySubject, expected_shapes) -> list[PlannedRow]:
+    """The rows parity judges besides the reference, each with the run that makes it: what the
+    conversion starts early (``convert/passes/to_tflite_pass.py``) is planned here too."""
     from edgeport.validate.board.runtime import transport_for
     from edgeport.validate.parity.board_runner import BoardRunner
     from edgeport.validate.parity.emulator import emulate
@@ -552,7 +560,7 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, plan=plan_row
     (tests pass fakes)."""
     inputs = parity_inputs(subject.inputs, subject.seed)
     n_real = subject.inputs.shape[0]
-    ref_runner = TorchRunner(subject.reference_module)
+    ref_runner = reference_runner(subject.reference_module)
     started = subject.early.taken(ref_runner, inputs) if subject.early is not None else None
     ref_run = started.result() if started is not None else ref_runner.run(inputs)
     head = subject.head if isinstance(subject.head, Head) else \
@@ -562,7 +570,7 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, plan=plan_row
     ref = made if isinstance(made, _Reference) and made.head == head and made.n_real == n_real else \
         _Reference(ref_run.outputs, n_real, head.decode(ref_real), head)
     results = [ResultRow("reference", "pytorch", True, ms_per_image=ref_run.ms_per_image, map=_map_vs_truth(subject, head, ref_real))]
-    expected = [(1, *o.shape[1:]) for o in ref_run.outputs]
+    expected = output_shapes(ref_run.outputs)
     rows = plan(subject, expected)
     twins = _twin_runners(subject, expected)
     runs = execute([r.runner for r in rows if r.runner is not None] + list(twins.values()), inputs, subject.early)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from edgeport._lazy import installed_versions
 from edgeport.validate.parity.compare import CHANNEL, DETECTION_TOLERANCES, NOISE_BOUNDS, TOLERANCES
 from edgeport.validate.parity.run import ParityResult
-from edgeport.validate.report.schema import BoardSection, Report
+from edgeport.validate.report.schema import BoardSection, Report, read_sections
 
 VERSION_PACKAGES = ("edgeport", "torch", "onnx", "onnxruntime", "onnxslim", "onnx2tf", "tensorflow", "ai-edge-litert",
                     "tflite-micro", "numpy")
@@ -24,20 +26,12 @@ def build_report(parity: ParityResult, *, model: dict, board: BoardSection | Non
                  upsample: dict | None = None, int8_normalised: list | None = None, converter: dict | None = None,
                  repairs: dict | None = None) -> Report:
     """``model``: checkpoint, layout, arch, config, imgsz, weights_sha256, outputs, strides (and what the
-    command adds); the head parity resolved joins it."""
-    return Report(
-        model=dict(model, head=parity.head.name, head_detail=parity.head.describe()),
-        inputs=parity.inputs,
-        results=parity.rows,
-        tolerances=tolerances(),
-        versions=installed_versions(VERSION_PACKAGES),
-        artifacts=artifacts,
-        board=board,
-        board_runtime=parity.board_runtime,
-        sample=parity.sample,
-        upsample=upsample,
-        int8_normalised=int8_normalised,
-        converter=converter,
-        repairs=repairs,
-        stages=tuple(stages),
-    )
+    command adds); the head parity resolved joins it. What the phases hand it (dicts, the board gate's
+    ``BoardSection``, stage records' ``to_dict``) is read into the report's types by the reader a
+    report file is read by (``schema.read_sections``)."""
+    given = {"model": dict(model, head=parity.head.name, head_detail=parity.head.describe()), "inputs": parity.inputs,
+             "tolerances": tolerances(), "versions": installed_versions(VERSION_PACKAGES), "artifacts": artifacts,
+             "board": asdict(board) if board is not None else None, "board_runtime": parity.board_runtime,
+             "sample": parity.sample, "upsample": upsample, "int8_normalised": int8_normalised, "converter": converter,
+             "stages": list(stages), "repairs": repairs}
+    return Report(parity.rows, **read_sections(given))

@@ -1,4 +1,4 @@
-"""Figures for the HTML report, as PNG bytes: drawn from the report's own numbers, plus one
+"""Figures for the HTML report, as PNG bytes: drawn from the report's own rows, plus one
 sample image with PyTorch's and the board's boxes. Only drawing happens here."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import io
 import numpy as np
 
 from edgeport.text import for_terminal
+from edgeport.validate.parity.result import ResultRow
 
 
 def _plain(value) -> str:
@@ -49,34 +50,34 @@ def _figure(figsize: tuple[float, float]):
     return fig, fig.subplots()
 
 
-def error_histograms(report: dict) -> bytes | None:
-    rows = [r for r in report["results"] if r.get("error_histogram")]
+def error_histograms(results: tuple[ResultRow, ...]) -> bytes | None:
+    rows = [r for r in results if r.error_histogram]
     if not rows:
         return None
     fig, ax = _figure((7.5, 3.2))
     fig.subplots_adjust(left=0.1, right=0.98, bottom=0.17, top=0.9)
     for r in rows:
-        h = r["error_histogram"]
+        h = r.error_histogram
         edges = np.asarray(h["log10_edges"])
         centers = (edges[:-1] + edges[1:]) / 2
-        ax.plot(centers, h["counts"], marker=".", label=_plain(f"{r['variant']} / {r['runtime']}"))
+        ax.plot(centers, h["counts"], marker=".", label=_plain(f"{r.variant} / {r.runtime}"))
     ax.set(xlabel="log10 |output error| vs PyTorch", ylabel="elements", title="error distribution per runtime", yscale="symlog")
     plain_log_ticks(ax.yaxis)
     ax.legend(fontsize=7)
     return _png(fig)
 
 
-def layer_curves(report: dict) -> bytes | None:
-    rows = [r for r in report["results"] if r.get("divergence") and r["divergence"]["curve"]]
+def layer_curves(results: tuple[ResultRow, ...]) -> bytes | None:
+    rows = [r for r in results if r.divergence and r.divergence["curve"]]
     if not rows:
         return None
     fig, ax = _figure((7.5, 3.2))
     fig.subplots_adjust(left=0.1, right=0.98, bottom=0.17, top=0.9)
     for r in rows:
-        curve = r["divergence"]["curve"]
-        y = [max(c["max_abs_rel"], 1e-9) if r["variant"] != "int8" else max(1 - c["cosine"], 1e-9) for c in curve]
-        ax.plot([c["index"] for c in curve], y, marker=".", label=_plain(f"{r['variant']} / {r['runtime']}"))
-        first = r["divergence"]["first"]
+        curve = r.divergence["curve"]
+        y = [max(c["max_abs_rel"], 1e-9) if r.variant != "int8" else max(1 - c["cosine"], 1e-9) for c in curve]
+        ax.plot([c["index"] for c in curve], y, marker=".", label=_plain(f"{r.variant} / {r.runtime}"))
+        first = r.divergence["first"]
         if first:
             ax.annotate(_plain(first["reference"]), (first["index"], y[[c["index"] for c in curve].index(first["index"])]), fontsize=7, color="red")
     ax.set(xlabel="reference layer (graph order)", ylabel="max|err|/max|ref|  (int8: 1 - cosine)", yscale="log",

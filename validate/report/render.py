@@ -1,6 +1,6 @@
 """Renderers: the parity report as JSON, Markdown, HTML and a console table.
 
-They only render: every number is already in the report dictionary. Text from files (tensor
+They only render: every number is already in the ``Report``. Text from files (tensor
 names, reasons, runtime names) is escaped at the edge: ``text.for_markdown`` for Markdown,
 ``_h`` (control characters shown as escapes, then ``html.escape``) for HTML.
 """
@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from edgeport.text import for_markdown, for_terminal
-from edgeport.validate.report.schema import failures
+from edgeport.validate.report.schema import REFERENCE, SCHEMA, Report, failures
+from edgeport.validate.report.sections import CrossCheck, RepairStep, Sample, SampleBox
 
 
 def _fmt(x, spec: str = ".3g") -> str:
@@ -35,55 +36,52 @@ def _json_safe(obj):
     return obj
 
 
-def render_json(report: dict) -> str:
-    return json.dumps(_json_safe(report), indent=2, sort_keys=False) + "\n"
+def json_text(data) -> str:
+    """JSON as edgeport writes it: non-finite numbers as the strings ``jsonfile.number`` reads back."""
+    return json.dumps(_json_safe(data), indent=2, sort_keys=False) + "\n"
 
 
-def rows(report: dict) -> list[dict]:
+def render_json(report: Report) -> str:
+    return json_text(report.to_dict())
+
+
+def rows(report: Report) -> list[dict]:
     """One row per (variant, runtime): the worst output's metrics; ``same_run_as``: the row whose
-    run this one reuses (``same_runs``), else None."""
+    run this one reuses (the row says so: parity runs a board emulator that changes nothing in the
+    file once, with ``tflite-ref``, and both rows hold that one run's numbers), else None."""
     out = []
-    shared = same_runs(report)
-    for r in report["results"]:
-        outputs = r["outputs"]
-        det = r.get("detections") or {}
+    for r in report.results:
+        outputs = r.outputs
+        det = r.detections or {}
         out.append(
             {
-                "variant": r["variant"],
-                "runtime": r["runtime"],
-                "status": "PASS" if r["passed"] else "FAIL",
+                "variant": r.variant,
+                "runtime": r.runtime,
+                "status": "PASS" if r.passed else "FAIL",
                 "max_abs": max((o["max_abs"] for o in outputs), default=None),
                 "max_abs_rel": max((o["max_abs_rel"] for o in outputs), default=None),
                 "cosine": min((o["cosine"] for o in outputs), default=None),
                 "snr_db": min((o["snr_db"] for o in outputs), default=None),
                 "boxes": f"{det['matched']}/{det['reference_boxes']} (+{det['extra']})" if det else "-",
-                "map50": (r.get("map") or {}).get("map50"),
-                "ms": r.get("ms_per_image"),
-                "bytes": _artifact_bytes(report, r["variant"]),
-                "same_run_as": shared.get((r["variant"], r["runtime"])),
-                "images": r.get("images"),
+                "map50": (r.map or {}).get("map50"),
+                "ms": r.ms_per_image,
+                "bytes": _artifact_bytes(report, r.variant),
+                "same_run_as": r.same_run_as,
+                "images": r.images,
             }
         )
     return out
 
 
-def same_runs(report: dict) -> dict[tuple[str, str], str]:
-    """(variant, runtime) -> the runtime of the row whose run it reuses, as the row says
-    (``same_run_as``: parity runs a board emulator that changes nothing in the file once, with
-    ``tflite-ref``, and both rows hold that one run's numbers)."""
-    return {(r["variant"], r["runtime"]): r["same_run_as"] for r in report["results"] if r.get("same_run_as")}
-
-
-def _artifact_bytes(report: dict, variant: str):
-    name = {"onnx": "model.onnx"}.get(variant, f"model_{variant.replace('-', '_')}.tflite")
-    entry = report.get("artifacts", {}).get(name)
-    return entry["bytes"] if entry else None
+def _artifact_bytes(report: Report, variant: str):
+    entry = report.artifacts.get({"onnx": "model.onnx"}.get(variant, f"model_{variant.replace('-', '_')}.tflite"))
+    return entry.bytes if entry else None
 
 
 HEADER = ["variant", "runtime", "status", "size KiB", "max_abs", "max_abs rel", "cosine", "SNR dB", "boxes matched", "mAP@.5", "ms/img"]
 
 
-SAME_RUN = "\u2020"  # the dagger: this row is another row's run (``same_runs``)
+SAME_RUN = "\u2020"  # the dagger: this row is another row's run (``ResultRow.same_run_as``)
 SAMPLED = "\u2021"  # the double dagger: this row was judged on the first images only (``ResultRow.images``)
 
 
@@ -128,7 +126,7 @@ MARKDOWN = Quoting(code=for_markdown, text=for_markdown)
 PLAIN = Quoting(code=str, text=str)
 
 
-def legend(report: dict) -> list[str]:
+def legend(report: Report) -> list[str]:
     """What the summary table's columns and marks mean (both report files say it under the table)."""
     lines = [
         "status: the row against PyTorch as loaded (the reference), by every check it carries; what failed is listed "
@@ -139,21 +137,21 @@ def legend(report: dict) -> list[str]:
         "ms/img: median per image, warm: the second invoke of each image (the first may load the runtime), on one "
         "thread; the runtimes run side by side, one per core. A row from the board's own runtime shows the time it reports.",
     ]
-    shared = sorted(set(same_runs(report).values()))
+    shared = sorted({r.same_run_as for r in report.results if r.same_run_as})
     if shared:
         lines.append(f"{SAME_RUN} same run as {', '.join(shared)}: the board's emulator runs this file unchanged on the "
                      "kernels its profile names, so parity ran it once; the row repeats that run's numbers, it is no second "
                      "measurement.")
-    rows = [r for r in report["results"] if r.get("images") is not None]
-    sampled = sorted({r["images"] for r in rows})
+    rows = [r for r in report.results if r.images is not None]
+    sampled = sorted({r.images for r in rows})
     if sampled:
-        total = report.get("inputs", {})
-        of = f" of the {total['count'] + total['random']} inputs" if {"count", "random"} <= set(total) else ""
+        total = report.inputs
+        of = f" of the {total.count + total.random} inputs" if None not in (total.count, total.random) else ""
         which = []
-        if any(r["variant"] in ("folded", "onnx") for r in rows):
+        if any(r.variant in ("folded", "onnx") for r in rows):
             which.append("the folded model and the ONNX graph (where an error entered: every file made from them is judged "
                          "on every input)")
-        if any(r["runtime"] == "tflite-ref" for r in rows):
+        if any(r.runtime == "tflite-ref" for r in rows):
             which.append("the reference kernels where no board row runs them (which op parts from the optimised kernels' "
                          "arithmetic; each image invoked once, its ms/img that invoke's, as the kernels load nothing on a "
                          "first invoke; the rows on every input check repeats)")
@@ -162,28 +160,28 @@ def legend(report: dict) -> list[str]:
     return lines
 
 
-def _sample_title(sample: dict) -> str:
+def _sample_title(sample: Sample) -> str:
     """The sample figure's caption: whose boxes are drawn, and whose are none."""
-    row = sample["row"]
-    if not sample["reference"] and not sample["candidate"]:
+    row = sample.row
+    if not sample.reference and not sample.candidate:
         return f"sample image: no detections, from PyTorch or from {row}"
     def who(name, boxes, colour):
         return f"{name} ({colour})" if boxes else f"{name}: no detections"
 
-    return f"sample image: {who('PyTorch', sample['reference'], 'green')} vs {who(row, sample['candidate'], 'red')}"
+    return f"sample image: {who('PyTorch', sample.reference, 'green')} vs {who(row, sample.candidate, 'red')}"
 
 
-def render_markdown(report: dict) -> str:
+def render_markdown(report: Report) -> str:
     md = for_markdown
-    model = report["model"]
+    model = report.model
     lines = [
         "# edgeport parity report",
         "",
-        f"**{verdict(report)}** — schema {md(report['schema'])}, created {md(report['created'])}",
+        f"**{verdict(report)}** — schema {md(SCHEMA)}, created {md(report.created)}",
         "",
-        f"Model: {md(model.get('arch'))} from {md(model.get('checkpoint'))} ({md(model.get('layout'))}), "
-        f"input {md(report['inputs']['shape'])}; inputs: {md(report['inputs']['source'])}.",
-        f"Reference: {md(report['reference']['what'])}.",
+        f"Model: {md(model.arch)} from {md(model.checkpoint)} ({md(model.layout)}), "
+        f"input {md(list(report.inputs.shape))}; inputs: {md(report.inputs.source)}.",
+        f"Reference: {md(REFERENCE)}.",
     ]
     failed = failures(report)
     if failed:
@@ -207,51 +205,53 @@ def render_markdown(report: dict) -> str:
     lines += _section(OP_ERRORS_TITLE, op_error_lines(report, MARKDOWN))
     lines += _section(REPAIRS_TITLE, repair_lines(report, MARKDOWN))
     lines += _section(_upsample_title(report), _upsample_items(report, MARKDOWN))
-    if report.get("stages"):
+    if report.stages:
         lines += ["", "## Stages", "", "| stage | seconds | changed | summary |", "|---|---|---|---|"]
-        lines += [f"| {md(s['name'])} | {s['seconds']:.2f} | {s['changed']} | {md(s['summary'])} |" for s in report["stages"]]
-    converter = report.get("converter")
+        lines += [f"| {md(s.name)} | {s.seconds:.2f} | {s.changed} | {md(s.summary)} |" for s in report.stages]
+    converter = report.converter
     if converter:
-        notes = "; ".join(f"{k}: {v}" for k, v in (converter.get("notes") or {}).items())
-        lines += ["", f"Converter: {md(converter['name'])} {md(converter['version'])} ({md(converter['writer'])})"
+        notes = "; ".join(f"{k}: {v}" for k, v in converter.notes.items())
+        lines += ["", f"Converter: {md(converter.name)} {md(converter.version)} ({md(converter.writer)})"
                   + (f"; {md(notes)}" if notes else "")]
-        lowered = "; ".join(f"{k}: {v}" for k, v in (converter.get("lowered") or {}).items())
+        lowered = "; ".join(f"{k}: {v}" for k, v in converter.lowered.items())
         if lowered:
             lines += ["", f"Lowered for the board: {md(lowered)}"]
-        if converter.get("cross_check"):
-            lines += ["", f"Cross-check: {md(cross_check_line(converter['cross_check']))}"]
-    lines += ["", "Versions: " + ", ".join(f"{md(k)} {md(v)}" for k, v in report["versions"].items()), ""]
+        if converter.cross_check:
+            lines += ["", f"Cross-check: {md(cross_check_line(converter.cross_check))}"]
+    lines += ["", "Versions: " + ", ".join(f"{md(k)} {md(v)}" for k, v in report.versions.items()), ""]
     return "\n".join(lines)
 
 
-def cross_check_line(c: dict) -> str:
+def cross_check_line(c: CrossCheck | dict) -> str:
     """The other converter's float32 file against the shipped one, in one sentence."""
-    who = f"{c['name']} {c['version']}"
-    if not c.get("ran"):
-        return f"{who}: not compared: {c.get('reason')}"
-    if c["agree"]:
-        return (f"{who}'s float32 file agrees with this one: largest difference {c['max_abs_rel']:.2g} x max|output| "
-                f"(tolerance {c['tolerance']:g}, {c['images']} images, reference kernels)")
-    first = c.get("first_parting")
-    where = (f"; they first part at {first['op']} `{first['tensor']}` (its closest: {first['other_op']} `{first['other_tensor']}`, "
-             f"{first['max_abs_rel']:.2g} x its range)" if first else "; no intermediate tensor pairs up to say where")
-    return f"{who}'s float32 file PARTS from this one by {c['max_abs_rel']:.2g} x max|output| (tolerance {c['tolerance']:g}){where}"
+    if isinstance(c, dict):  # as convert's cross-check pass hands it, for its summary
+        c = CrossCheck.from_dict(c, "cross_check")
+    who = f"{c.name} {c.version}"
+    if not c.ran:
+        return f"{who}: not compared: {c.reason}"
+    if c.agree:
+        return (f"{who}'s float32 file agrees with this one: largest difference {c.max_abs_rel:.2g} x max|output| "
+                f"(tolerance {c.tolerance:g}, {c.images} images, reference kernels)")
+    first = c.first_parting
+    where = (f"; they first part at {first.op} `{first.tensor}` (its closest: {first.other_op} `{first.other_tensor}`, "
+             f"{first.max_abs_rel:.2g} x its range)" if first else "; no intermediate tensor pairs up to say where")
+    return f"{who}'s float32 file PARTS from this one by {c.max_abs_rel:.2g} x max|output| (tolerance {c.tolerance:g}){where}"
 
 
 def _section(title: str | None, items: list[str]) -> list[str]:
     return ["", f"## {title}", ""] + [f"- {item}" for item in items] if title and items else []
 
 
-def divergence_lines(report: dict, q: Quoting = TERMINAL) -> list[str]:
+def divergence_lines(report: Report, q: Quoting = TERMINAL) -> list[str]:
     """One line per row whose first divergence was found."""
     out = []
-    for r in report["results"]:
-        d = r.get("divergence")
+    for r in report.results:
+        d = r.divergence
         if d and d.get("found"):
             f = d["first"]
             cand = f"{q.text(f['candidate_type'])} {q.code(f['candidate'])}" if f["candidate"] else "nothing"
             where = f" (located on {q.text(d['located_on'])})" if d.get("located_on") else ""
-            out.append(f"{q.code(r['variant'])} on {q.text(r['runtime'])}: first divergence at reference node {q.code(f['reference'])} "
+            out.append(f"{q.code(r.variant)} on {q.text(r.runtime)}: first divergence at reference node {q.code(f['reference'])} "
                        f"({q.text(f['reference_type'])}); closest {cand}: max_abs {f['max_abs_rel']:.3g} x max|ref|, "
                        f"cosine {f['cosine']:.6f} (needs {q.text(d['criterion'])}){where}")
     return out
@@ -260,20 +260,20 @@ def divergence_lines(report: dict, q: Quoting = TERMINAL) -> list[str]:
 OP_ERRORS_TITLE = "Which ops carry the quantisation error"
 
 
-def op_error_lines(report: dict, q: Quoting = TERMINAL) -> list[str]:
+def op_error_lines(report: Report, q: Quoting = TERMINAL) -> list[str]:
     """One line per quantised file that failed: its ops with the largest error of their own."""
     out, seen = [], set()
-    for r in report["results"]:
-        e = r.get("op_errors")
-        if not e or r["variant"] in seen:
+    for r in report.results:
+        e = r.op_errors
+        if not e or r.variant in seen:
             continue
-        seen.add(r["variant"])
+        seen.add(r.variant)
         if "error" in e:
-            out.append(f"{q.code(r['variant'])}: not measured ({q.text(e['error'])})")
+            out.append(f"{q.code(r.variant)}: not measured ({q.text(e['error'])})")
             continue
         worst = "; ".join(f"{q.text(o['op'])} {q.code(o['tensor'])} {_pct(o['own'])} of its own ({_pct(o['reached'])} reached it)"
                           for o in e["worst"])
-        out.append(f"{q.code(r['variant'])}, {e['judged']} ops each run alone ({q.text(e['on'])}), largest own error "
+        out.append(f"{q.code(r.variant)}, {e['judged']} ops each run alone ({q.text(e['on'])}), largest own error "
                    f"(rms error / rms value) first: {worst or 'none judged'}")
     return out
 
@@ -281,59 +281,55 @@ def op_error_lines(report: dict, q: Quoting = TERMINAL) -> list[str]:
 REPAIRS_TITLE = "Repairs"
 
 
-def verdict(report: dict) -> str:
+def verdict(report: Report) -> str:
     """PASSED, FAILED, or PASSED with the quantised files a repaired twin stands in for (ship that one)."""
-    if not report["passed"]:
+    if not report.passed:
         return "FAILED"
-    stood = report.get("repaired") or []
+    stood = report.repaired
     return f"PASSED (repaired: ship {', '.join(f'model_{v}_repaired.tflite' for v in stood)})" if stood else "PASSED"
 
 
-def repair_lines(report: dict, q: Quoting = TERMINAL) -> list[str]:
+def _step_line(a: RepairStep, q: Quoting) -> str:
+    """What one repair tried did, in words."""
+    if a.error is not None:
+        return f"{q.text(a.repair)} could not run ({q.text(a.error)})"
+    not_kept = "" if a.kept else ", not kept"
+    if a.repair in ("equalisation", "bias correction"):
+        what = f"{a.pairs} convolution pairs" if a.pairs is not None else f"{a.biases} biases"
+        return f"{a.repair}: nothing to change" if not (a.pairs or a.biases) else \
+            f"{a.repair}: {what}, converted again, worst cosine {_fmt(a.worst_cosine, '.4f')}{not_kept}"
+    if a.repair == "calibration ranges":
+        return "calibration ranges: no grid the float values show wrong" if not a.tensors else \
+            (f"calibration ranges: {a.tensors} grids set again from the float32 file's values (e.g. "
+             f"{', '.join(q.code(t) for t in a.examples)}), worst cosine {_fmt(a.worst_cosine, '.4f')}{not_kept}")
+    steps = ", ".join(f"{t.float_ops} ops {'pass' if t.passed else _fmt(t.worst_cosine, '.4f')}" for t in a.tried)
+    return f"float tails of {q.text(a.on)} (worst cosine): {steps or 'none possible'}"
+
+
+def repair_lines(report: Report, q: Quoting = TERMINAL) -> list[str]:
     """One line per quantised file that failed: each repair tried and what it did, the file and its cost."""
     out = []
-    for variant, r in (report.get("repairs") or {}).items():
-        if not isinstance(r, dict):
-            continue
-        tried = []
-        for a in r.get("applied") or ():
-            if not isinstance(a, dict):
-                continue
-            if "error" in a:
-                tried.append(f"{q.text(a.get('repair'))} could not run ({q.text(a['error'])})")
-            elif a.get("repair") in ("equalisation", "bias correction"):
-                what = (f"{a['pairs']} convolution pairs" if "pairs" in a else f"{a.get('biases')} biases")
-                tried.append(f"{a['repair']}: nothing to change" if not (a.get("pairs") or a.get("biases")) else
-                             f"{a['repair']}: {what}, converted again, worst cosine {_fmt(a.get('worst_cosine'), '.4f')}"
-                             f"{'' if a.get('kept') else ', not kept'}")
-            elif a.get("repair") == "calibration ranges":
-                tried.append("calibration ranges: no grid the float values show wrong" if not a.get("tensors") else
-                             f"calibration ranges: {a['tensors']} grids set again from the float32 file's values (e.g. "
-                             f"{', '.join(q.code(t) for t in a.get('examples') or ())}), worst cosine {_fmt(a.get('worst_cosine'), '.4f')}"
-                             f"{'' if a.get('kept') else ', not kept'}")
-            else:
-                steps = ", ".join(f"{t['float_ops']} ops {'pass' if t['passed'] else _fmt(t.get('worst_cosine'), '.4f')}"
-                                  for t in a.get("tried") or ())
-                tried.append(f"float tails of {q.text(a.get('on'))} (worst cosine): {steps or 'none possible'}")
-        if not r.get("repaired"):
-            out.append(f"{q.code(variant)} failed its gate and was not repaired ({q.text(r.get('why'))}); tried: "
+    for variant, r in (report.repairs or {}).items():
+        tried = [_step_line(a, q) for a in r.applied]
+        if not r.repaired:
+            out.append(f"{q.code(variant)} failed its gate and was not repaired ({q.text(r.why)}); tried: "
                        f"{'; '.join(tried) or 'nothing'}")
             continue
-        eq = r.get("equalised") if isinstance(r.get("equalised"), dict) else {}
-        changed = ", ".join(([f"{r['reranged']} grids re-calibrated"] if r.get("reranged") else [])
-                            + ([f"{eq['pairs']} convolution pairs equalised"] if eq.get("pairs") else [])
-                            + ([f"{eq['biases']} biases corrected"] if eq.get("biases") else [])
-                            + ([f"runs {r['float_ops']} of {r.get('ops')} ops in float ("
-                                + ", ".join(f"{q.text(k)} {v}" for k, v in (r.get("float_op_names") or {}).items())
-                                + "), the float32 file's, fed where the tail begins"] if r.get("float_ops") else []))
-        lat = r.get("latency") or {}
-        cost = (f"it takes {lat['ratio']:.2f}x the pure file's time on {q.text(lat['runtime'])} ({lat['ms_per_image']:.2f} vs "
-                f"{lat['pure_ms_per_image']:.2f} ms/img)" + (f", {lat['tflite_ratio']:.2f}x on today's optimised kernels (XNNPACK)"
-                                                              if isinstance(lat.get("tflite_ratio"), (int, float)) else "")
+        eq = r.equalised
+        changed = ", ".join(([f"{r.reranged} grids re-calibrated"] if r.reranged else [])
+                            + ([f"{eq.pairs} convolution pairs equalised"] if eq and eq.pairs else [])
+                            + ([f"{eq.biases} biases corrected"] if eq and eq.biases else [])
+                            + ([f"runs {r.float_ops} of {r.ops} ops in float ("
+                                + ", ".join(f"{q.text(k)} {v}" for k, v in r.float_op_names.items())
+                                + "), the float32 file's, fed where the tail begins"] if r.float_ops else []))
+        lat = r.latency
+        cost = (f"it takes {lat.ratio:.2f}x the pure file's time on {q.text(lat.runtime)} ({lat.ms_per_image:.2f} vs "
+                f"{lat.pure_ms_per_image:.2f} ms/img)" + (f", {lat.tflite_ratio:.2f}x on today's optimised kernels (XNNPACK)"
+                                                           if lat.tflite_ratio is not None else "")
                 if lat else "its time against the pure file was not measured on the same runtime")
-        out.append(f"{q.code(variant)} failed its gate; {q.code(r.get('file'))} {changed or 'changes nothing'} and "
-                   f"{'PASSES every row' if r.get('passed') else 'still FAILS'}: worst cosine {_fmt(r.get('pure_worst_cosine'), '.4f')} "
-                   f"-> {_fmt(r.get('worst_cosine'), '.4f')}; {cost}. Tried: {'; '.join(tried)}")
+        out.append(f"{q.code(variant)} failed its gate; {q.code(r.file)} {changed or 'changes nothing'} and "
+                   f"{'PASSES every row' if r.passed else 'still FAILS'}: worst cosine {_fmt(r.pure_worst_cosine, '.4f')} "
+                   f"-> {_fmt(r.worst_cosine, '.4f')}; {cost}. Tried: {'; '.join(tried)}")
     return out
 
 
@@ -341,60 +337,59 @@ def _pct(value) -> str:
     return f"{value:.2%}" if isinstance(value, (int, float)) and value == value else str(value)
 
 
-def _board_title(report: dict, q: Quoting) -> str | None:
-    board = report.get("board")
+def _board_title(report: Report, q: Quoting) -> str | None:
+    board = report.board
     if not board:
         return None
-    return f"Board {q.code(board['name'])} ({q.text(board['runtime'])} {q.text(board['version'])}, {q.text(', '.join(board['dtypes']))})"
+    return f"Board {q.code(board.name)} ({q.text(board.runtime)} {q.text(board.version)}, {q.text(', '.join(board.dtypes))})"
 
 
-def _board_items(report: dict, q: Quoting) -> list[str]:
-    board = report.get("board")
+def _board_items(report: Report, q: Quoting) -> list[str]:
+    board = report.board
     if not board:
         return []
     lines = []
-    for variant, check in (board.get("checks") or {}).items():
-        status = "runnable" if check["runnable"] else "NOT runnable: " + q.text("; ".join(check["reasons"]))
-        lines.append(f"{q.code(variant)}: {status} (min_runtime_version {q.text(check.get('min_runtime_version'))}, "
-                     f"{check['size_bytes']:,} bytes)")
-    for r in report["results"]:
-        v = r.get("verdict")
-        if v and v["judge"] == "converter":
-            lines.append(f"the converter wrote no {q.code(r['variant'])} file: {q.text('; '.join(v['reasons']))}")
+    for variant, check in board.checks.items():
+        status = "runnable" if check.runnable else "NOT runnable: " + q.text("; ".join(check.reasons))
+        lines.append(f"{q.code(variant)}: {status} (min_runtime_version {q.text(check.min_runtime_version)}, "
+                     f"{check.size_bytes:,} bytes)")
+    for r in report.results:
+        v = r.verdict
+        if v and v.judge == "converter":
+            lines.append(f"the converter wrote no {q.code(r.variant)} file: {q.text('; '.join(v.reasons))}")
         elif v:
-            arena = f", arena {v['arena_bytes']:,} of {board['ram_bytes']:,} bytes" if v.get("arena_bytes") else ""
-            diffs = f", differences {q.text(v['differences'])}" if v.get("differences") else ""
-            why = "" if v["runnable"] else ": " + q.text("; ".join(v["reasons"]))
-            lines.append(f"{v['judge']} ({q.text(r['runtime'])}), {q.code(r['variant'])}: {'ran' if v['runnable'] else 'cannot run'}"
+            arena = f", arena {v.arena_bytes:,} of {board.ram_bytes:,} bytes" if v.arena_bytes else ""
+            diffs = f", differences {q.text(v.differences)}" if v.differences else ""
+            why = "" if v.runnable else ": " + q.text("; ".join(v.reasons))
+            lines.append(f"{v.judge} ({q.text(r.runtime)}), {q.code(r.variant)}: {'ran' if v.runnable else 'cannot run'}"
                          f"{arena}{diffs}{why}")
     return lines + board_runtime_lines(report, q)
 
 
-def board_runtime_lines(report: dict, q: Quoting = TERMINAL) -> list[str]:
+def board_runtime_lines(report: Report, q: Quoting = TERMINAL) -> list[str]:
     """Whose word the board rows are."""
-    real = report.get("board_runtime")
+    real = report.board_runtime
     if not real:
         return []
-    if real["real"]:
-        refused = real.get("refused") or []
-        if refused:
-            return [f"the board's own runtime ({q.text(real['via'])}) refused {q.text(', '.join(refused))}: its rows are the verdict"]
-        return [f"the board's own runtime ran every file ({q.text(real['via'])}); its rows are the verdict"]
-    how = f": {q.code(real['install'])} installs it" if real.get("install") else ""
+    if real.real:
+        if real.refused:
+            return [f"the board's own runtime ({q.text(real.via)}) refused {q.text(', '.join(real.refused))}: its rows are the verdict"]
+        return [f"the board's own runtime ran every file ({q.text(real.via)}); its rows are the verdict"]
+    how = f": {q.code(real.install)} installs it" if real.install else ""
     return [f"emulated only: the board's real runtime is not installed here{how}, and its rows then come from it"]
 
 
-def _upsample_title(report: dict) -> str | None:
-    up = report.get("upsample")
-    if not up or not up.get("sites"):
+def _upsample_title(report: Report) -> str | None:
+    up = report.upsample
+    if not up or not up.sites:
         return None
-    return "Upsampling" + (" (--legacy-resize)" if up.get("legacy_resize") else "")
+    return "Upsampling" + (" (--legacy-resize)" if up.legacy_resize else "")
 
 
-def _upsample_items(report: dict, q: Quoting) -> list[str]:
-    up = report.get("upsample") or {}
-    return [f"{q.code(s['where'])}: {q.text(s['mode'])} x{s['scale'][0]:g}, align_corners={s['align_corners']} -> {q.text(s['rule'])}"
-            f"{' (rewritten)' if s['rewritten'] else ' (native)'}" for s in up.get("sites") or ()]
+def _upsample_items(report: Report, q: Quoting) -> list[str]:
+    sites = report.upsample.sites if report.upsample else ()
+    return [f"{q.code(s.where)}: {q.text(s.mode)} x{s.scale[0]:g}, align_corners={s.align_corners} -> {q.text(s.rule)}"
+            f"{' (rewritten)' if s.rewritten else ' (native)'}" for s in sites]
 
 
 def _h(value) -> str:
@@ -403,7 +398,7 @@ def _h(value) -> str:
     return html.escape(for_terminal(value))
 
 
-def _failures_html(report: dict) -> str:
+def _failures_html(report: Report) -> str:
     failed = failures(report)
     if not failed:
         return ""
@@ -413,7 +408,7 @@ def _failures_html(report: dict) -> str:
     return f'<h2 id="failures">Failures</h2>\n<ul class="failures">{items}</ul>\n'
 
 
-def render_html(report: dict, figures: dict[str, bytes] | None = None) -> str:
+def render_html(report: Report, figures: dict[str, bytes] | None = None) -> str:
     import base64
 
     head = "".join(f"<th>{_h(h)}</th>" for h in HEADER)
@@ -422,18 +417,18 @@ def render_html(report: dict, figures: dict[str, bytes] | None = None) -> str:
         cls = "pass" if row["status"] == "PASS" else "fail"
         body += f'<tr class="{cls}">' + "".join(f"<td>{_h(c)}</td>" for c in _cells(row, marks=True)) + "</tr>\n"
     per_output = ""
-    for r in report["results"]:
-        for o in r["outputs"]:
+    for r in report.results:
+        for o in r.outputs:
             per_output += (
-                f'<tr class="{"pass" if o["passed"] else "fail"}"><td>{_h(r["variant"])}</td><td>{_h(r["runtime"])}</td>'
+                f'<tr class="{"pass" if o["passed"] else "fail"}"><td>{_h(r.variant)}</td><td>{_h(r.runtime)}</td>'
                 f'<td>{_h(o["name"])}</td>'
                 f"<td>{_fmt(o['max_abs'])}</td><td>{_fmt(o['mean_abs'])}</td><td>{_fmt(o['rmse'])}</td>"
                 f"<td>{_fmt(o['cosine'], '.6f')}</td><td>{_fmt(o['snr_db'], '.1f')}</td><td>{_fmt(o['p99_abs'])}</td>"
                 f'<td class="text">{"PASS" if o["passed"] else _h("; ".join(o["reasons"]))}</td></tr>\n'
             )
     stages = "".join(
-        f'<tr><td>{_h(s["name"])}</td><td>{s["seconds"]:.2f}</td><td class="text">{_h(s["summary"])}</td></tr>'
-        for s in report.get("stages", [])
+        f'<tr><td>{_h(s.name)}</td><td>{s.seconds:.2f}</td><td class="text">{_h(s.summary)}</td></tr>'
+        for s in report.stages
     )
     said = verdict(report)
     figs = "".join(
@@ -450,7 +445,7 @@ def render_html(report: dict, figures: dict[str, bytes] | None = None) -> str:
         if title and items
     )
     notes = "".join(f"<li>{_h(item)}</li>" for item in legend(report))
-    model = report["model"]
+    model = report.model
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>edgeport parity report</title>
 <style>
@@ -464,13 +459,13 @@ tr.fail td {{ background: #fde8e8; }} #summary tr.pass td:nth-child(3) {{ color:
 ul.failures {{ background: #fde8e8; padding: .6rem 2rem; border-left: 4px solid #b42318; }}
 ul.legend {{ font-size: .85rem; color: #555; }}
 figure {{ display: inline-block; margin: .5rem; }} figcaption {{ font-size: .8rem; color: #555; }}
-.verdict {{ font-size: 1.4rem; font-weight: 700; color: {'#1a7f37' if report['passed'] else '#b42318'}; }}
+.verdict {{ font-size: 1.4rem; font-weight: 700; color: {'#1a7f37' if report.passed else '#b42318'}; }}
 </style></head><body>
 <h1>edgeport parity report</h1>
 <p class="verdict" id="verdict">{_h(said)}</p>
-<p>Model <code>{_h(model.get('arch'))}</code> from <code>{_h(model.get('checkpoint'))}</code>,
-input {_h(report['inputs']['shape'])}; inputs: {_h(report['inputs']['source'])}.<br>
-Reference: {_h(report['reference']['what'])}.</p>
+<p>Model <code>{_h(model.arch)}</code> from <code>{_h(model.checkpoint)}</code>,
+input {_h(list(report.inputs.shape))}; inputs: {_h(report.inputs.source)}.<br>
+Reference: {_h(REFERENCE)}.</p>
 {_failures_html(report)}<h2>Summary</h2>
 <div class="scroll"><table id="summary"><tr>{head}</tr>
 {body}</table></div>
@@ -484,56 +479,39 @@ Reference: {_h(report['reference']['what'])}.</p>
 {per_output}</table></div>
 <h2>Stages</h2>
 <div class="scroll"><table><tr><th>stage</th><th>seconds</th><th>summary</th></tr>{stages}</table></div>
-<p><small>schema {_h(report['schema'])}, created {_h(report['created'])}; {_h(', '.join(f'{k} {v}' for k, v in report['versions'].items()))}</small></p>
+<p><small>schema {_h(SCHEMA)}, created {_h(report.created)}; {_h(', '.join(f'{k} {v}' for k, v in report.versions.items()))}</small></p>
 </body></html>
 """
 
 
-def write_reports(report: dict, folder: Path, sample_image=None) -> None:
-    text = render_json(report)
-    _check_identity(text)
-    (folder / "report.json").write_text(text)
+def write_reports(report: Report, folder: Path, sample_image=None) -> None:
+    """report.json, report.md and report.html into ``folder``. A command checks the report first
+    (``validate.gate.check.check_written``: every report edgeport writes is one ``edgeport check`` passes)."""
+    (folder / "report.json").write_text(render_json(report))
     (folder / "report.md").write_text(render_markdown(report))
     (folder / "report.html").write_text(render_html(report, make_figures(report, sample_image)))
 
 
-def _check_identity(text: str) -> None:
-    """Every report edgeport writes is one ``edgeport check`` reads, and no worse than itself: read
-    back as the gate reads it, then checked against itself. A report that fails this is edgeport's
-    bug (an internal error, exit 3), never a file left for the user's gate to refuse."""
-    from edgeport.errors import BadInputError
-    from edgeport.validate.gate.check import CheckTolerance, compare_reports
-    from edgeport.validate.report.schema import Report
-
-    try:
-        data = Report.from_dict(json.loads(text), "the report edgeport is writing")
-    except BadInputError as exc:
-        raise RuntimeError(str(exc)) from None
-    regressions = compare_reports(data, data, CheckTolerance())
-    if regressions:
-        raise RuntimeError(f"the report edgeport is writing is a regression of itself: {'; '.join(map(str, regressions[:3]))}")
-
-
-def make_figures(report: dict, sample_image=None) -> dict[str, bytes]:
+def make_figures(report: Report, sample_image=None) -> dict[str, bytes]:
     from edgeport.models.decode import Detections
     from edgeport.validate.report import figures
 
-    out = {"error distribution per runtime": figures.error_histograms(report),
-           "per-layer error curve": figures.layer_curves(report)}
-    sample = report.get("sample")
+    out = {"error distribution per runtime": figures.error_histograms(report.results),
+           "per-layer error curve": figures.layer_curves(report.results)}
+    sample = report.sample
     if sample is not None and sample_image is not None:
-        def dets(boxes):
+        def dets(boxes: tuple[SampleBox, ...]):
             import numpy as np
 
-            return Detections(np.asarray([b["box"] for b in boxes], np.float32).reshape(-1, 4),
-                              np.asarray([b["score"] for b in boxes], np.float32), np.asarray([b["class"] for b in boxes]))
+            return Detections(np.asarray([b.box for b in boxes], np.float32).reshape(-1, 4),
+                              np.asarray([b.score for b in boxes], np.float32), np.asarray([b.class_ for b in boxes]))
 
         out[_sample_title(sample)] = figures.boxes_overlay(
-            sample_image, dets(sample["reference"]), dets(sample["candidate"]), ("PyTorch", sample["row"]))
+            sample_image, dets(sample.reference), dets(sample.candidate), ("PyTorch", sample.row))
     return out
 
 
-def print_table(report: dict, console) -> None:
+def print_table(report: Report, console) -> None:
     from rich.table import Table
     from rich.text import Text
 

@@ -1,31 +1,54 @@
 """The ``edgeport.parity/2`` report: typed records, assembled once, serialised once.
 
 Parity returns typed rows (``ResultRow``); ``Report`` gathers them with what the other phases
-found (the model, the board's verdict on each file, the converter, the stages) and decides
-``passed`` in one place. ``to_dict`` is what ``report.json`` holds; the renderers and
-``edgeport check`` read that. This module imports neither torch nor numpy, so ``edgeport check``
-starts in a fraction of a second. (Fields documented in ``validate/report/SCHEMA.md``.)
+found (the model, the board's verdict on each file, the converter, the stages: typed parts,
+``sections.py``) and decides ``passed`` in one place. ``to_dict`` is what ``report.json`` holds; the
+renderers render a ``Report``, and ``edgeport check`` reads the file back into one. This module
+imports neither torch nor numpy, so ``edgeport check`` starts in a fraction of a second. (Fields
+documented in ``validate/report/SCHEMA.md``.)
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import math
+import typing
 from dataclasses import dataclass, field
 
 from edgeport.errors import BadInputError, ParityGateError
 from edgeport.jsonfile import Malformed, clip, expect, number, shown, strings
 from edgeport.text import for_terminal
 from edgeport.validate.parity.result import QUANTISED_FILES, REPAIRED, ResultRow, row_failures, sections
+from edgeport.validate.report.sections import (
+    Artifact,
+    Board,
+    BoardRuntime,
+    ConverterSection,
+    InputsSection,
+    ModelSection,
+    Normalised,
+    Repair,
+    Sample,
+    Stage,
+    Tolerance,
+    Upsample,
+    read,
+    written,
+)
 
 SCHEMA = "edgeport.parity/2"
 # what says which model a report is about
 IDENTITY = (("model", "arch"), ("model", "weights_sha256"), ("model", "outputs"), ("inputs", "shape"))
+REFERENCE = "the checkpoint's model as loaded, before SyncBN revert and BN fold"  # what every row is compared with
+# the report's typed parts (``sections.py``), read alike from a file and from what the phases hand ``build_report``
+SECTIONS = ("model", "inputs", "tolerances", "versions", "artifacts", "board", "board_runtime", "sample", "upsample",
+            "int8_normalised", "converter", "stages", "repairs")
 
 
 @dataclass(frozen=True)
 class BoardSection:
-    """The board the files are for, and the board gate's verdict on each file."""
+    """The board gate's verdict on each file as convert's passes hand it on (``checks``: variant ->
+    ``validate.board.profiles.board_verdict``'s dict); ``build_report`` reads it into the report's ``Board``."""
 
     name: str
     runtime: str
@@ -33,50 +56,31 @@ class BoardSection:
     dtypes: tuple[str, ...]
     ram_bytes: int
     flash_bytes: int
-    checks: dict  # variant -> {runnable, reasons, min_runtime_version, size_bytes, ops, activation_dtypes}
-
-    @property
-    def runnable(self) -> bool:
-        return all(c["runnable"] for c in self.checks.values())
+    checks: dict
 
     @classmethod
     def of(cls, board, checks: dict) -> "BoardSection":
         return cls(board.name, board.runtime, board.version, tuple(board.dtypes), board.ram_bytes, board.flash_bytes, dict(checks))
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "runtime": self.runtime, "version": self.version, "dtypes": list(self.dtypes),
-                "ram_bytes": self.ram_bytes, "flash_bytes": self.flash_bytes, "checks": self.checks, "runnable": self.runnable}
-
-    @classmethod
-    def from_dict(cls, board) -> "BoardSection | None":
-        """As ``to_dict`` wrote it (null: none); each check's ``runnable`` read, the rest kept as written."""
-        if board is None:
-            return None
-        checks = expect(expect(board, dict, "board").get("checks"), dict, "board.checks")
-        for variant, check in checks.items():
-            expect(expect(check, dict, f"board.checks.{variant}").get("runnable"), bool, f"board.checks.{variant}.runnable")
-        return cls(board.get("name"), board.get("runtime"), board.get("version"), strings(board.get("dtypes") or [], "board.dtypes"),
-                   board.get("ram_bytes"), board.get("flash_bytes"), dict(checks))
 
 
 @dataclass(frozen=True)
 class Report:
     """Everything a run found. ``passed``: every row passed and the board can run every file."""
 
-    model: dict
-    inputs: dict
     results: tuple[ResultRow, ...]
-    tolerances: dict
-    versions: dict
-    artifacts: dict
-    board: BoardSection | None = None
-    board_runtime: dict | None = None  # {real, via, install}: whose word the board rows are
-    sample: dict | None = None
-    upsample: dict | None = None  # convert: {legacy_resize, sites}
-    int8_normalised: list | None = None  # convert: per output, [axis, first, end, factor]
-    converter: dict | None = None  # convert: {name, version, writer, notes}
-    stages: tuple[dict, ...] = ()
-    repairs: dict | None = None  # convert: per quantised variant that failed, its repair (convert/passes/repair_pass.py)
+    model: ModelSection = field(default_factory=ModelSection)
+    inputs: InputsSection = field(default_factory=InputsSection)
+    tolerances: dict[str, Tolerance] = field(default_factory=dict)  # variant (or ``channels``) -> its tolerance
+    versions: dict[str, str] = field(default_factory=dict)  # package -> version
+    artifacts: dict[str, Artifact] = field(default_factory=dict)  # file name -> its size
+    board: Board | None = None
+    board_runtime: BoardRuntime | None = None  # whose word the board rows are
+    sample: Sample | None = None
+    upsample: Upsample | None = None  # convert
+    int8_normalised: Normalised | None = None  # convert
+    converter: ConverterSection | None = None  # convert
+    stages: tuple[Stage, ...] = ()
+    repairs: dict[str, Repair] | None = None  # convert: per quantised variant that failed, its repair
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     claimed: bool | None = None  # read back (``from_dict``): the ``passed`` the file says, earned or not
 
@@ -93,12 +97,12 @@ class Report:
         stands_in = set(self.repaired)
         checks = self.board.checks.items() if self.board is not None else ()
         return all(self.earned(r) for r in self.results if r.variant not in stands_in) and \
-            all(c["runnable"] for v, c in checks if v not in stands_in)
+            all(c.runnable for v, c in checks if v not in stands_in)
 
     def tolerance(self, variant: str, output: str) -> dict | None:
         """The report's tolerance for one output of a variant: each channel's, or the variant's."""
         tol = self.tolerances.get("channels" if output.endswith("[channels]") else variant)
-        return tol if isinstance(tol, dict) else None
+        return tol.limits if tol is not None else None
 
     def failures(self, row: ResultRow) -> list[str]:
         """Each of the row's own checks that fails, in words: every output held to the stricter of
@@ -134,7 +138,8 @@ class Report:
             failed += self.failures(t)
             if failed:
                 return f"{t.key} fails: {clip(failed[0])}"
-        if self.board is not None and not self.board.checks.get(twin, {}).get("runnable", False):
+        check = self.board.checks.get(twin) if self.board is not None else None
+        if self.board is not None and (check is None or not check.runnable):
             return f"{self.board.name} cannot run {twin}"
         return None
 
@@ -146,21 +151,20 @@ class Report:
     @property
     def identity(self) -> dict:
         """What says which model a report is about: reports of two models are never compared."""
-        return {f"{section}.{f}": getattr(self, section)[f] for section, f in IDENTITY}
+        return {f"{section}.{f}": written(getattr(getattr(self, section), f)) for section, f in IDENTITY}
 
     @property
     def boxes(self) -> dict:
         """variant -> (fraction, slack): how many stable boxes a row may miss (``tolerances``; older reports: none)."""
-        return {v: (t["boxes"]["fraction"], t["boxes"]["slack"]) for v, t in self.tolerances.items()
-                if isinstance(t, dict) and t.get("boxes") is not None}
+        return {v: (t.boxes.fraction, t.boxes.slack) for v, t in self.tolerances.items() if t.boxes is not None}
 
     @classmethod
     def from_dict(cls, data, what: str = "report") -> "Report":
         """A report as ``to_dict`` wrote it, read back strictly (``ResultRow.from_dict``: every row's
         numbers in range, each check consistent with its own numbers; one row per variant and runtime;
-        what says which model it is about; the box tolerance its rows are held to). ``BadInputError``
-        (exit 2), one line naming the first problem. Fields it does not read are allowed (new ones come
-        within a schema version) and kept as written."""
+        what says which model it is about; the box tolerance its rows are held to; the other parts read
+        into their types, ``read_sections``). ``BadInputError`` (exit 2), one line naming the first
+        problem. Fields no type names are allowed (new ones come within a schema version)."""
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             schema = data.get("schema") if isinstance(data, dict) else None
             raise BadInputError(f"{what} is not an {SCHEMA} report (schema: {for_terminal(repr(schema))[:80]}); pass a "
@@ -191,11 +195,7 @@ class Report:
                     raise Malformed(f"results[{i}] counts boxes above the noise floor, and tolerances.{row.variant}.boxes is "
                                     f"missing: nothing says how many it may miss")
             claimed = expect(data.get("passed"), bool, "passed")
-            report = cls(data["model"], data["inputs"], tuple(rows), tolerances, data.get("versions") or {},
-                       data.get("artifacts") or {}, board=BoardSection.from_dict(data.get("board")),
-                       **{f: data.get(f) for f in ("board_runtime", "sample", "upsample", "int8_normalised", "converter", "repairs")},
-                       stages=tuple(expect(data.get("stages") or [], list, "stages")), created=data.get("created", ""),
-                       claimed=claimed)
+            report = cls(tuple(rows), **read_sections(data), created=data.get("created", ""), claimed=claimed)
             for variant in strings(data.get("repaired") or [], "repaired"):  # (absent: an older report)
                 refused = report.stand_in_refusal(variant)
                 if refused:
@@ -206,15 +206,23 @@ class Report:
                                 f"restore it, or write it again (edgeport validate)") from None
 
     def to_dict(self) -> dict:
+        part = {name: written(getattr(self, name)) for name in SECTIONS}
         return {
-            "schema": SCHEMA, "created": self.created, "passed": self.passed, "model": self.model, "inputs": self.inputs,
-            "reference": {"runtime": "pytorch", "what": "the checkpoint's model as loaded, before SyncBN revert and BN fold"},
-            "tolerances": self.tolerances, "versions": self.versions, "artifacts": self.artifacts,
-            "results": [r.to_dict() for r in self.results], "sample": self.sample,
-            "board": self.board.to_dict() if self.board else None, "board_runtime": self.board_runtime,
-            "upsample": self.upsample, "int8_normalised": self.int8_normalised, "converter": self.converter,
-            "stages": list(self.stages), "repairs": self.repairs, "repaired": self.repaired,
+            "schema": SCHEMA, "created": self.created, "passed": self.passed, "model": part["model"], "inputs": part["inputs"],
+            "reference": {"runtime": "pytorch", "what": REFERENCE}, "tolerances": part["tolerances"],
+            "versions": part["versions"], "artifacts": part["artifacts"], "results": [r.to_dict() for r in self.results],
+            "sample": part["sample"], "board": part["board"], "board_runtime": part["board_runtime"],
+            "upsample": part["upsample"], "int8_normalised": part["int8_normalised"], "converter": part["converter"],
+            "stages": part["stages"], "repairs": part["repairs"], "repaired": self.repaired,
         }
+
+
+def read_sections(data: dict) -> dict:
+    """The report's typed parts (``SECTIONS``) from a dict holding them as ``to_dict`` writes them: a
+    file, or what the phases hand ``build_report``; a part null or absent takes its default.
+    ``jsonfile.Malformed`` naming the first field of the wrong type."""
+    kinds = typing.get_type_hints(Report)
+    return {name: read(kinds[name], data[name], name) for name in SECTIONS if data.get(name) is not None}
 
 
 def _images(n: int | None) -> str:
@@ -232,8 +240,8 @@ class Failure:
         return f"{self.what}: {'; '.join(self.reasons)}" if self.reasons else self.what
 
 
-def failures(report: dict) -> list[Failure]:
-    """Every failed row and every file the board cannot run, from a report dictionary.
+def failures(report: Report) -> list[Failure]:
+    """Every failed row and every file the board cannot run.
 
     The one place the failed rows are listed: the pipeline's summary, the gate's error and
     the renderers all read this. A row's reasons name every check it failed, each with its value
@@ -242,39 +250,37 @@ def failures(report: dict) -> list[Failure]:
     already say, and why the file does not run.
     """
 
-    def said(r: dict) -> list[str]:
-        out = [f"{o['name']} {why}" for o in r.get("outputs") or () if not o.get("passed", True)
-               for why in (o.get("reasons") or ["failed"])]
-        own = list(r.get("reasons") or ())
+    def said(r: ResultRow) -> list[str]:
+        out = [f"{o['name']} {why}" for o in r.outputs if not o.get("passed", True) for why in (o.get("reasons") or ["failed"])]
+        own = list(r.reasons)
         out += own
-        for c in r.get("steps") or ():
+        for c in r.steps:
             if not c.get("passed", True) and not any(str(c.get("against")) in why for why in own):
                 out.append(f"computes {c['max_steps']} steps apart from {c.get('against')} (allowed {c.get('allowed')})"
                            if c.get("max_steps") is not None else f"{c.get('against')} did not run: nothing to check it against")
-        repeat = r.get("repeat") or {}
+        repeat = r.repeat or {}
         if repeat and not repeat.get("passed", True) and not any("second invoke" in why for why in own):
             diff = repeat.get("max_abs")
             out.append(f"a second invoke of the same image answers differently (max |difference| "
                        f"{format(diff, '.3g') if isinstance(diff, (int, float)) else diff})")
-        verdict = r.get("verdict") or {}
-        if verdict and not verdict.get("runnable", True):
-            out += list(verdict.get("reasons") or ()) or [f"the {verdict.get('judge')} says it cannot run"]
+        if r.verdict is not None and not r.verdict.runnable:
+            out += list(r.verdict.reasons) or [f"the {r.verdict.judge} says it cannot run"]
         return out
 
-    out = [Failure(f"{r['variant']}/{r['runtime']}", tuple(said(r))) for r in report["results"] if not r["passed"]]
-    board = report.get("board") or {}
-    for variant, check in (board.get("checks") or {}).items():
-        if not check["runnable"]:
-            out.append(Failure(f"{variant} not runnable on {board['name']}", tuple(check["reasons"])))
+    out = [Failure(r.key, tuple(said(r))) for r in report.results if not r.passed]
+    board = report.board
+    for variant, check in (board.checks if board is not None else {}).items():
+        if not check.runnable:
+            out.append(Failure(f"{variant} not runnable on {board.name}", check.reasons))
     return out
 
 
-def gate(out, report: dict, *, what: str = "artifacts and report") -> None:
+def gate(out, report: Report, *, what: str = "artifacts and report") -> None:
     """Raise ``ParityGateError`` (exit 1) naming what failed -- each check with its value and its
     threshold -- when the report did not pass. One line, bounded: three reasons a failure and five
     failures, then how many more (the report lists them all). ``what``: the files in ``out``
     ("report" for ``edgeport validate``, which writes no artifacts)."""
-    if report["passed"]:
+    if report.passed:
         return
     shown_reasons, shown_failures = 3, 5
 

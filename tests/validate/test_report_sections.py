@@ -1,0 +1,84 @@
+"""The report's typed parts (``validate/report/sections.py``) write back exactly what they were given:
+a committed baseline, and what the phases hand ``build_report`` (absent fields stay absent, nulls stay null)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from edgeport.validate.report.render import render_json
+from edgeport.validate.report.schema import BoardSection, Report, read_sections
+from edgeport.validate.report.sections import written
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _keys(value, at: str = "") -> set[str]:
+    """Every key path in a JSON value (list items share their list's path)."""
+    if isinstance(value, dict):
+        return {k for key, v in value.items() for k in {f"{at}.{key}"} | _keys(v, f"{at}.{key}")}
+    if isinstance(value, list):
+        return {k for v in value for k in _keys(v, f"{at}[]")}
+    return set()
+
+
+@pytest.mark.parametrize("name", ["parity-baseline.json", "parity-baseline-py312.json"])
+def test_a_committed_baseline_is_written_back_as_it_is(name):
+    data = json.loads((ROOT / "ci" / name).read_text())
+    again = json.loads(render_json(Report.from_dict(data)))
+    assert _keys(again) == _keys(data)
+    assert {k: again[k] for k in data if k != "results"} == {k: data[k] for k in data if k != "results"}
+
+
+# the repair pass's record (convert/passes/repair_pass.py): each entry of its log holds its own fields, and
+# a float tail's ``worst_cosine`` is absent where no file was written, null where judging it broke
+REPAIRS = {
+    "int8": {"repaired": True, "passed": True, "file": "model_int8_repaired.tflite", "from": "model_int8.tflite", "ops": 3,
+             "float_ops": 2, "reranged": 0, "equalised": None, "fed_at": ["a"], "float_op_names": {"RELU": 1, "RESHAPE": 1},
+             "int8_normalised": None, "worst_cosine": 0.9999, "pure_worst_cosine": 0.9,
+             "latency": {"runtime": "board:default", "ms_per_image": 1.5, "pure_ms_per_image": 1.25, "ratio": 1.2},
+             "applied": [{"repair": "calibration ranges", "tensors": 0, "kept": False},
+                         {"repair": "equalisation", "pairs": 2, "passed": False, "worst_cosine": None, "kept": False},
+                         {"repair": "bias correction", "error": "ValueError: x", "kept": False},
+                         {"repair": "judging a candidate on every row", "passed": False, "failed": ["int8-repaired/tflite"],
+                          "float_ops": 1},
+                         {"repair": "float tail", "ops": 3, "on": "the pure file", "tried": [
+                             {"float_ops": 1, "passed": False, "worst_op": "RELU", "worst_tensor": "b"},
+                             {"float_ops": 2, "passed": False, "worst_op": "RELU", "worst_tensor": "b", "worst_cosine": None},
+                             {"float_ops": 3, "passed": True, "worst_op": "RESHAPE", "worst_tensor": "y", "worst_cosine": 0.9999}]}],
+             "seconds": 1.5},
+    "uint8": {"repaired": False, "why": "the float32 file fails or was not written: a float tail would carry its error"},
+}
+CONVERTER = {"name": "onnx2tf", "version": "1.28.8", "writer": "tensorflow", "notes": {"int8": "per-tensor"},
+             "lowered": {}, "lowered_rules": {"uint8": {"hard_swish": 2}},
+             "cross_check": {"name": "litert-torch", "version": "0.10.0", "ran": True, "images": 2, "max_abs_rel": 3e-7,
+                             "per_output": [3e-7, 0.0], "tolerance": 1e-5, "agree": True, "first_parting": None}}
+SAMPLE = {"row": "int8 / board:default", "image": 0, "reference": [{"box": [1.5, 2.0, 30.25, 40.0], "score": 0.9, "class": 0}],
+          "candidate": []}
+
+
+@pytest.mark.parametrize("name, given", [
+    ("repairs", REPAIRS), ("converter", CONVERTER), ("sample", SAMPLE),
+    ("converter", {"name": "onnx2tf", "cross_check": {"name": "litert-torch", "version": "0.10.0", "ran": False,
+                                                       "reason": "it wrote no float32 file: x"}}),
+    ("int8_normalised", [[[1, 0, 4, 0.25], [1, 4, 5, 1.0]], []]),
+])
+def test_what_a_phase_hands_the_report_is_written_as_it_was_given(name, given):
+    assert written(read_sections({name: given})[name]) == given
+
+
+def test_the_board_gates_record_becomes_the_reports_board():
+    """convert's passes hold the board gate's checks as dicts, in a ``BoardSection``; the report reads them."""
+    check = {"runnable": False, "reasons": ["MEAN v2 needs runtime 1.14.0"], "min_runtime_version": "1.14.0",
+             "size_bytes": 2048, "ops": [{"name": "MEAN", "version": 2, "count": 1, "notes": (), "needs": None, "dtype": "int8"}],
+             "activation_dtypes": ["int8"]}
+    section = BoardSection("old", "tflite", "1.13.1", ("float32",), 1 << 20, 1 << 22, {"int8": check})
+    board = read_sections({"board": asdict(section)})["board"]
+    assert not board.checks["int8"].runnable and board.checks["int8"].ops[0].name == "MEAN"
+    assert board.to_dict() == {"name": "old", "runtime": "tflite", "version": "1.13.1", "dtypes": ["float32"],
+                               "ram_bytes": 1 << 20, "flash_bytes": 1 << 22,
+                               "checks": {"int8": {**check, "ops": [{**check["ops"][0], "notes": []}]}}, "runnable": False}
+
