@@ -11,8 +11,12 @@ file says two things.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from edgeport.userfiles import Refused, read_bounded
@@ -115,3 +119,79 @@ def count(value, where: str, *, nullable: bool = False) -> int | None:
 
 def strings(value, where: str) -> tuple[str, ...]:
     return tuple(expect(s, str, f"{where}[{i}]") for i, s in enumerate(expect(value, list, where)))
+
+
+# -- a typed record as JSON: the report's sections, the board gate's verdict -----------------------
+# A field is read by its annotation: a ``Section``, ``X | None``, ``tuple[X, ...]`` (a list),
+# ``dict[str, X]``, ``str``, ``int``, ``float`` (a JSON number, or "inf", "-inf", "nan"), ``bool``, or a
+# bare ``dict`` kept as it is. A wrong type is ``Malformed`` naming the field
+# (``repairs.int8.latency.ratio``); a field without a default must be there; one the file does not
+# hold takes its default (an older file lacks some), and one it holds that no field names is allowed
+# (new ones come within a schema version).
+
+
+@dataclass(frozen=True, kw_only=True)
+class Section:
+    """A part of the report, read (``from_dict``) and written (``to_dict``) by its fields' annotations."""
+
+    # the fields the dict it was read from did not hold: ``to_dict`` leaves them out, so a section
+    # is written as it was given (the repair log's entries each hold their own fields; a field one
+    # holds as null another does not hold at all)
+    absent: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        return {_key(f.name): written(getattr(self, f.name)) for f in _fields(type(self)) if f.name not in self.absent}
+
+    @classmethod
+    def from_dict(cls, value, where: str):
+        expect(value, dict, where)
+        hints, given = _hints(cls), {}
+        for f in _fields(cls):
+            key = _key(f.name)
+            if key in value:
+                given[f.name] = read(hints[f.name], value[key], f"{where}.{key}")
+            elif f.default is MISSING and f.default_factory is MISSING:
+                raise Malformed(f"{where}.{key} is missing")
+        return cls(**given, absent=frozenset(f.name for f in _fields(cls) if f.name not in given))
+
+
+_hints = functools.cache(typing.get_type_hints)
+
+
+@functools.cache
+def _fields(cls) -> tuple:
+    return tuple(f for f in fields(cls) if f.name != "absent")
+
+
+def _key(name: str) -> str:
+    """A field's key in the file: its name, less the underscore that keeps a keyword a name (``from_``)."""
+    return name.removesuffix("_")
+
+
+def read(kind, value, where: str):
+    """``value`` as the annotation ``kind`` says (the module's docstring); ``Malformed`` naming ``where``."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is types.UnionType:  # X | None
+        return None if value is None else read(next(a for a in args if a is not type(None)), value, where)
+    if origin is tuple:  # a phase may hand a tuple where the file holds a list
+        items = list(value) if isinstance(value, tuple) else expect(value, list, where)
+        return tuple(read(args[0], v, f"{where}[{i}]") for i, v in enumerate(items))
+    if origin is dict:
+        return {k: read(args[1], v, f"{where}.{k}") for k, v in expect(value, dict, where).items()}
+    if isinstance(kind, type) and issubclass(kind, Section):
+        return kind.from_dict(value, where)
+    if kind is float:
+        number(value, where)
+        return value if isinstance(value, (int, float)) else float(value)  # an integer stays one, as written
+    return expect(value, kind, where)
+
+
+def written(value):
+    """A section's value as the file holds it: sections as dicts, tuples as lists."""
+    if isinstance(value, Section):
+        return value.to_dict()
+    if isinstance(value, (tuple, list)):
+        return [written(v) for v in value]
+    if isinstance(value, dict):
+        return {k: written(v) for k, v in value.items()}
+    return value

@@ -53,9 +53,9 @@ def check(model: Path, *, board_name: str) -> int:
     if not model.is_file():
         raise BadInputError(f"model {str(model)!r} does not exist; pass a .tflite file")
     verdict = board_verdict(model, profile)
-    reasons = verdict["reasons"]
-    ops = ", ".join(f"{o['name']} v{o['version']}" + (f" ({', '.join(o['notes'])})" if o["notes"] else "") for o in verdict["ops"])
-    print(for_terminal(f"{model}: {verdict['size_bytes']:,} bytes, min_runtime_version {verdict['min_runtime_version']}, ops: {ops}"))
+    reasons = verdict.reasons
+    ops = ", ".join(f"{o.name} v{o.version}" + (f" ({', '.join(o.notes)})" if o.notes else "") for o in verdict.ops)
+    print(for_terminal(f"{model}: {verdict.size_bytes:,} bytes, min_runtime_version {verdict.min_runtime_version}, ops: {ops}"))
     if not reasons:
         print(for_terminal(f"runnable on {profile.name}"))
         return 0

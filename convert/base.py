@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from edgeport.validate.board.profiles import BoardProfile
     from edgeport.validate.parity.early import EarlyRuns
     from edgeport.validate.parity.run import ParityResult
-    from edgeport.validate.report.schema import BoardSection
+    from edgeport.validate.report.sections import Board
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -209,10 +209,10 @@ class Given:
 
 @dataclass(frozen=True)
 class Gated:
-    """board_gate: the board's verdict on every file (``report.schema.BoardSection``), converted or given."""
+    """board_gate: the board's verdict on every file (the report's ``Board``), converted or given."""
 
     tflite: Converted | Given
-    board: BoardSection
+    board: Board
 
 
 @dataclass(frozen=True)

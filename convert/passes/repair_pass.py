@@ -119,7 +119,7 @@ class Job:
             self.applied.append({"repair": "judging a candidate on every row", "error": f"{type(exc).__name__}: {exc}"[:300]})
             return None
         rows, check = validated.parity.rows[1:], validated.gated.board.checks[self.name]
-        failed = [r.key for r in rows if not r.passed] + ([] if check["runnable"] else ["the board gate"])
+        failed = [r.key for r in rows if not r.passed] + ([] if check.runnable else ["the board gate"])
         if failed:
             self.applied.append({"repair": "judging a candidate on every row", "passed": False, "failed": failed[:4],
                                  "float_ops": len(c.tail.float_ops) if c.tail is not None else 0})

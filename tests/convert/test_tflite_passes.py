@@ -151,8 +151,8 @@ def test_board_gate_names_what_the_board_lacks(tmp_path):
     f32 = _file(tmp_path, "model_float32.tflite", unary("GELU", (1, 4, 4, 3)))
     gated = BoardGatePass().run(_converted({"float32": f32}), config(tmp_path, board=load_board(OLD))).value
     check = gated.board.checks["float32"]
-    assert not check["runnable"] and any("GELU" in r for r in check["reasons"])
-    assert BoardGatePass().run(_converted({"float32": f32}), config(tmp_path)).value.board.checks["float32"]["runnable"]
+    assert not check.runnable and any("GELU" in r for r in check.reasons)
+    assert BoardGatePass().run(_converted({"float32": f32}), config(tmp_path)).value.board.checks["float32"].runnable
 
 
 def _gated(tmp_path, tflite: bytes, int8: bytes | None = None) -> Gated:
@@ -239,7 +239,7 @@ def _repaired(tmp_path, int8: bytes, float32: bytes):
     after = result.value
     assert after.gated.tflite.files["int8"].read_bytes() == int8  # the pure file, as it was
     repaired = after.gated.tflite.files["int8-repaired"]
-    assert repaired.name == "model_int8_repaired.tflite" and after.gated.board.checks["int8-repaired"]["runnable"]
+    assert repaired.name == "model_int8_repaired.tflite" and after.gated.board.checks["int8-repaired"].runnable
     rows = {(r.variant, r.runtime): r for r in after.parity.rows}
     assert rows[("int8-repaired", "tflite")].passed and rows[("int8-repaired", "tflite-ref")].passed
     assert not rows[("int8", "tflite")].passed

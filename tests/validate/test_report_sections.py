@@ -4,14 +4,13 @@ a committed baseline, and what the phases hand ``build_report`` (absent fields s
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
+from edgeport.jsonfile import written
 from edgeport.validate.report.render import render_json
-from edgeport.validate.report.schema import BoardSection, Report, read_sections
-from edgeport.validate.report.sections import written
+from edgeport.validate.report.schema import Report, read_sections
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,15 +69,19 @@ def test_what_a_phase_hands_the_report_is_written_as_it_was_given(name, given):
     assert written(read_sections({name: given})[name]) == given
 
 
-def test_the_board_gates_record_becomes_the_reports_board():
-    """convert's passes hold the board gate's checks as dicts, in a ``BoardSection``; the report reads them."""
-    check = {"runnable": False, "reasons": ["MEAN v2 needs runtime 1.14.0"], "min_runtime_version": "1.14.0",
-             "size_bytes": 2048, "ops": [{"name": "MEAN", "version": 2, "count": 1, "notes": (), "needs": None, "dtype": "int8"}],
-             "activation_dtypes": ["int8"]}
-    section = BoardSection("old", "tflite", "1.13.1", ("float32",), 1 << 20, 1 << 22, {"int8": check})
-    board = read_sections({"board": asdict(section)})["board"]
-    assert not board.checks["int8"].runnable and board.checks["int8"].ops[0].name == "MEAN"
-    assert board.to_dict() == {"name": "old", "runtime": "tflite", "version": "1.13.1", "dtypes": ["float32"],
-                               "ram_bytes": 1 << 20, "flash_bytes": 1 << 22,
-                               "checks": {"int8": {**check, "ops": [{**check["ops"][0], "notes": []}]}}, "runnable": False}
+def test_the_board_gates_verdict_is_the_reports_board_check():
+    """The board gate's verdict on a file (``board_verdict``) is the record the report holds and reads back."""
+    from edgeport.validate.board.profiles import load_board
+    from edgeport.validate.board.verdict import BoardCheck, BoardOp
+    from edgeport.validate.report.sections import Board
+
+    check = BoardCheck(runnable=False, reasons=("MEAN v2 needs runtime 1.14.0",), min_runtime_version="1.14.0", size_bytes=2048,
+                       ops=(BoardOp(name="MEAN", version=2, count=1, notes=(), needs=None, dtype="int8"),), activation_dtypes=("int8",))
+    board = Board.of(load_board("tflite-1.13"), {"int8": check})
+    read = read_sections({"board": board.to_dict()})["board"]
+    assert read == board and not read.runnable and read.checks["int8"].ops[0].name == "MEAN"
+    assert board.to_dict()["checks"]["int8"] == {"runnable": False, "reasons": ["MEAN v2 needs runtime 1.14.0"],
+                                                 "min_runtime_version": "1.14.0", "size_bytes": 2048,
+                                                 "ops": [{"name": "MEAN", "version": 2, "count": 1, "notes": [], "needs": None,
+                                                          "dtype": "int8"}], "activation_dtypes": ["int8"]}
 

@@ -335,7 +335,7 @@ def _the_gate_and_the_board_agree_on(tflite: Path, work: Path) -> None:
     shutil.copy2(tflite, work / "model.tflite")
     np.save(work / "inputs" / "0000.npy", np.zeros(summary.input_shape, np.float32))
     ran = transport.execute(work, "run")
-    assert gate["runnable"] == ran["ok"], (gate["reasons"], ran)
+    assert gate.runnable == ran["ok"], (gate.reasons, ran)
 
 
 def _real_runtime() -> bool:

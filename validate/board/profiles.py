@@ -29,6 +29,7 @@ from edgeport.errors import BadInputError
 from edgeport.ops.tflite_model import OpUse, TFLiteSummary, read_tflite
 from edgeport.userfiles import Refused, read_bounded
 from edgeport.validate.board import uint8_probe
+from edgeport.validate.board.verdict import BoardCheck, BoardOp
 
 BOARDS_DIR = Path(__file__).parents[1] / "board_profiles"  # validate/board_profiles/: the profiles and op tables (data)
 RUNTIMES = ("tflite", "tflm")
@@ -532,7 +533,7 @@ def check_model(summary: TFLiteSummary, board: BoardProfile) -> list[str]:
     return reasons
 
 
-def board_verdict(path: Path, board: BoardProfile) -> dict:
+def board_verdict(path: Path, board: BoardProfile) -> BoardCheck:
     """The board gate's verdict on one file, computed once and passed on (the report's
     ``board.checks``, the emulator's row, ``edgeport boards check``): whether it runs, every reason
     it does not, and what it holds."""
@@ -540,6 +541,6 @@ def board_verdict(path: Path, board: BoardProfile) -> dict:
 
     summary = read_tflite(path)
     reasons = check_model(summary, board)
-    return {"runnable": not reasons, "reasons": reasons, "min_runtime_version": summary.min_runtime_version,
-            "size_bytes": summary.size_bytes, "ops": [asdict(o) for o in summary.ops],
-            "activation_dtypes": list(summary.activation_dtypes)}
+    return BoardCheck(runnable=not reasons, reasons=tuple(reasons), min_runtime_version=summary.min_runtime_version,
+                      size_bytes=summary.size_bytes, ops=tuple(BoardOp(**asdict(o)) for o in summary.ops),
+                      activation_dtypes=tuple(summary.activation_dtypes))

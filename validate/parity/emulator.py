@@ -16,6 +16,7 @@ from pathlib import Path
 
 from edgeport.validate.board.differences import get_difference
 from edgeport.validate.board.profiles import BoardProfile, board_verdict
+from edgeport.validate.board.verdict import BoardCheck
 from edgeport.validate.parity.result import Verdict
 from edgeport.validate.parity.runners import Runner
 
@@ -33,11 +34,11 @@ class Emulation:
     file: Path  # the model as the board runs it (for the divergence analysis)
 
 
-def emulate(path: Path, board: BoardProfile, expected_nchw, workdir: Path, gate: dict | None = None) -> Emulation:
+def emulate(path: Path, board: BoardProfile, expected_nchw, workdir: Path, gate: BoardCheck | None = None) -> Emulation:
     """What ``board`` computes on the file at ``path``, or the reasons it cannot run it. ``gate``:
     the board gate's verdict on the file (``profiles.board_verdict``), where it ran already."""
     gate = gate if gate is not None else board_verdict(path, board)
-    reasons = list(gate["reasons"])
+    reasons = list(gate.reasons)
     label = emulator_label(board)
     if board.runtime == "tflm":
         from edgeport.validate.parity.tflm_runner import ArenaTooSmall, TFLMRunner, measure_arena
@@ -49,11 +50,11 @@ def emulate(path: Path, board: BoardProfile, expected_nchw, workdir: Path, gate:
             reasons.append(f"TFLite Micro cannot allocate this model at all ({exc})")
         if arena is not None and arena > board.ram_bytes:
             reasons.append(f"tensor arena needs {arena:,} bytes; {board.name} has {board.ram_bytes:,} bytes of RAM")
-        verdict = Verdict("emulator", not reasons, tuple(reasons), arena_bytes=arena, model_bytes=gate["size_bytes"])
+        verdict = Verdict("emulator", not reasons, tuple(reasons), arena_bytes=arena, model_bytes=gate.size_bytes)
         runner = None if reasons else TFLMRunner(path, expected_nchw, arena_bytes=board.ram_bytes, runtime=label)
         return Emulation(runner, verdict, Path(path))
     if reasons:
-        return Emulation(None, Verdict("emulator", False, tuple(reasons), model_bytes=gate["size_bytes"]), Path(path))
+        return Emulation(None, Verdict("emulator", False, tuple(reasons), model_bytes=gate.size_bytes), Path(path))
     from edgeport.validate.parity.tflite_runner import TFLiteRunner
 
     model = Path(path).read_bytes()
@@ -65,5 +66,5 @@ def emulate(path: Path, board: BoardProfile, expected_nchw, workdir: Path, gate:
     os.close(fd)
     emulated = Path(name)
     emulated.write_bytes(model)
-    verdict = Verdict("emulator", True, (), differences=differences, model_bytes=gate["size_bytes"])
+    verdict = Verdict("emulator", True, (), differences=differences, model_bytes=gate.size_bytes)
     return Emulation(TFLiteRunner(emulated, expected_nchw, kernels=board.kernels, runtime=label), verdict, emulated)

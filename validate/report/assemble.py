@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from edgeport._lazy import installed_versions
 from edgeport.validate.parity.compare import CHANNEL, DETECTION_TOLERANCES, NOISE_BOUNDS, TOLERANCES
 from edgeport.validate.parity.run import ParityResult
-from edgeport.validate.report.schema import BoardSection, Report, read_sections
+from edgeport.validate.report.schema import Report, read_sections
+from edgeport.validate.report.sections import Board
 
 VERSION_PACKAGES = ("edgeport", "torch", "onnx", "onnxruntime", "onnxslim", "onnx2tf", "tensorflow", "ai-edge-litert",
                     "tflite-micro", "numpy")
@@ -22,16 +21,16 @@ def tolerances() -> dict:
     return out
 
 
-def build_report(parity: ParityResult, *, model: dict, board: BoardSection | None, artifacts: dict, stages=(),
+def build_report(parity: ParityResult, *, model: dict, board: Board | None, artifacts: dict, stages=(),
                  upsample: dict | None = None, int8_normalised: list | None = None, converter: dict | None = None,
                  repairs: dict | None = None) -> Report:
     """``model``: checkpoint, layout, arch, config, imgsz, weights_sha256, outputs, strides (and what the
-    command adds); the head parity resolved joins it. What the phases hand it (dicts, the board gate's
-    ``BoardSection``, stage records' ``to_dict``) is read into the report's types by the reader a
-    report file is read by (``schema.read_sections``)."""
+    command adds); the head parity resolved joins it. What the phases hand it as dicts (stage records'
+    ``to_dict`` too) is read into the report's types by the reader a report file is read by
+    (``schema.read_sections``); the board gate's ``Board`` is one already."""
     given = {"model": dict(model, head=parity.head.name, head_detail=parity.head.describe()), "inputs": parity.inputs,
              "tolerances": tolerances(), "versions": installed_versions(VERSION_PACKAGES), "artifacts": artifacts,
-             "board": asdict(board) if board is not None else None, "board_runtime": parity.board_runtime,
+             "board_runtime": parity.board_runtime,
              "sample": parity.sample, "upsample": upsample, "int8_normalised": int8_normalised, "converter": converter,
              "stages": list(stages), "repairs": repairs}
-    return Report(parity.rows, **read_sections(given))
+    return Report(parity.rows, board=board, **read_sections(given))

@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass, field
 
 from edgeport.errors import BadInputError, ParityGateError
-from edgeport.jsonfile import Malformed, clip, expect, number, shown, strings
+from edgeport.jsonfile import Malformed, clip, expect, number, read, shown, strings, written
 from edgeport.text import for_terminal
 from edgeport.validate.parity.result import QUANTISED_FILES, REPAIRED, ResultRow, row_failures, sections
 from edgeport.validate.report.sections import (
@@ -32,8 +32,6 @@ from edgeport.validate.report.sections import (
     Stage,
     Tolerance,
     Upsample,
-    read,
-    written,
 )
 
 SCHEMA = "edgeport.parity/2"
@@ -43,24 +41,6 @@ REFERENCE = "the checkpoint's model as loaded, before SyncBN revert and BN fold"
 # the report's typed parts (``sections.py``), read alike from a file and from what the phases hand ``build_report``
 SECTIONS = ("model", "inputs", "tolerances", "versions", "artifacts", "board", "board_runtime", "sample", "upsample",
             "int8_normalised", "converter", "stages", "repairs")
-
-
-@dataclass(frozen=True)
-class BoardSection:
-    """The board gate's verdict on each file as convert's passes hand it on (``checks``: variant ->
-    ``validate.board.profiles.board_verdict``'s dict); ``build_report`` reads it into the report's ``Board``."""
-
-    name: str
-    runtime: str
-    version: str
-    dtypes: tuple[str, ...]
-    ram_bytes: int
-    flash_bytes: int
-    checks: dict
-
-    @classmethod
-    def of(cls, board, checks: dict) -> "BoardSection":
-        return cls(board.name, board.runtime, board.version, tuple(board.dtypes), board.ram_bytes, board.flash_bytes, dict(checks))
 
 
 @dataclass(frozen=True)
