@@ -12,9 +12,9 @@ import pytest
 
 from edgeport.models.synth import make_scene
 from edgeport.ops.tflite_model import read_tflite
-from edgeport.train.data import write_dataset
 from edgeport.validate.board.differences import IgnoreHalfPixelCenters
 from edgeport.validate.board.profiles import load_board
+from edgeport.validate.datasets import write_dataset
 from edgeport.validate.parity.emulator import emulate
 
 pytestmark = pytest.mark.slow

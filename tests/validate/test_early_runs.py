@@ -171,8 +171,8 @@ def test_the_pipeline_closes_what_no_parity_took(tmp_path):
     started (the run's context owns them), so none outlives it; a run asked for after that never starts."""
     from types import SimpleNamespace
 
+    from edgeport.convert.base import run_pipeline
     from edgeport.convert.context import RunContext
-    from edgeport.convert.pipeline import run_pipeline
     from edgeport.errors import PassCheckError
 
     subject = _subject(tmp_path)

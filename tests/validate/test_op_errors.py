@@ -8,7 +8,9 @@ import numpy as np
 
 from edgeport.ops.tflite_graph import Graph, Quant
 from edgeport.validate.parity.op_errors import op_errors
+from edgeport.validate.parity.result import ResultRow
 from edgeport.validate.report.render import MARKDOWN, op_error_lines
+from edgeport.validate.report.schema import Report
 
 from ..ops.test_lowering import finish
 
@@ -42,8 +44,9 @@ def test_the_op_that_rounds_coarsely_is_named_and_the_ops_after_it_inherit_witho
     # c reads b's coarse values in the whole run (reached), not when it runs alone (own)
     assert by_tensor["c"].own < 0.01 < by_tensor["c"].reached and by_tensor["a"].own < 0.01
     assert "scaled" not in by_tensor and "after" not in by_tensor  # not in the float32 file: other units
-    line = op_error_lines({"results": [{"variant": "int8", "runtime": "tflite", "op_errors": {
-        "judged": len(found), "worst": [e.to_dict() for e in found], "on": "the reference kernels"}}]}, MARKDOWN)
+    row = ResultRow("int8", "tflite", False, op_errors={"judged": len(found), "worst": [e.to_dict() for e in found],
+                                                         "on": "the reference kernels"})
+    line = op_error_lines(Report((row,)), MARKDOWN)
     assert len(line) == 1 and line[0].startswith("int8, 3 ops each run alone") and "RELU b" in line[0]
 
 
