@@ -1,10 +1,12 @@
-"""Corrections applied to a converter's int8 TFLite output, where it broke what TFLite's kernels require.
+"""Corrections applied to a converter's int8 TFLite output: where it broke what TFLite's kernels
+require, and where it rounds a constant it could hold exactly.
 
-Two kinds, both written through ``ops/tflite_graph.Graph``, in every subgraph. A resize's output
+Three kinds, each written through ``ops/tflite_graph.Graph``, in every subgraph. A resize's output
 can simply take its input's quantisation (exact, since a resize never leaves its input's range). Everywhere else
 the broken quantisation is one the graph relies on (a Concat's shared scale, a sigmoid's
 fixed 1/256), so ``requantize_int8_constraints`` inserts QUANTIZE ops instead, as
-TensorFlow's converter does.
+TensorFlow's converter does. And ``exact_constants`` gives a constant of an elementwise op the
+grid that holds its values exactly, where one exists.
 
 ``share_resize_quantization``: onnx2tf 2.x (``flatbuffer_direct``) calibrates the int8 output
 of RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR apart from its input, so the two get slightly
@@ -15,6 +17,8 @@ TensorFlow's own converter writes it: the same bytes then mean what the kernel c
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from edgeport.ops.tflite_graph import Graph, Quant
 
@@ -154,3 +158,69 @@ def requantize_int8_constraints(model: bytes) -> tuple[bytes, int]:
             ops.append(op)
         view.sg.operators = ops
     return (g.to_bytes(), inserted) if inserted else (model, 0)
+
+
+# Elementwise ops whose int8 kernels take each input on its own grid (TFLite's reference kernels and
+# XNNPACK rescale both inputs to the output's): a constant input may take any scale and zero point.
+ELEMENTWISE_OPS = ("ADD", "SUB", "MUL")
+
+
+def exact_grid(values: np.ndarray) -> Quant | None:
+    """An int8 grid on which every one of ``values`` lies exactly: a step that divides each of them
+    (the smallest nonzero magnitude over 1, 2, ... 255) and a zero point that fits them all; None
+    where no such grid exists."""
+    v = np.unique(np.asarray(values, np.float64))
+    nonzero = np.abs(v[v != 0])
+    if nonzero.size == 0 or not np.all(np.isfinite(v)):
+        return None
+    for n in range(1, 256):
+        step = float(nonzero.min()) / n
+        k = v / step
+        if np.all(np.abs(k - np.round(k)) <= 1e-6 * np.maximum(1.0, np.abs(k))):
+            k = np.round(k)
+            low = min(float(k.min()), 0.0)
+            if float(k.max()) - low <= 255:
+                return Quant(step, int(-128 - low))
+    return None
+
+
+def exact_constants(model: bytes, float_file: bytes, factors=()) -> tuple[bytes, int]:
+    """The int8 file with each quantised constant of an elementwise op put on a grid that holds its
+    values exactly, where one exists, and how many changed (a model that needs none is returned byte
+    for byte). A converter gives a constant the grid of its range, 255 steps across it, where no value
+    but the ends may lie: YOLOv8's anchor centres (0.5, 1.5, ...) and strides (8, 16, 32) round by up
+    to half a step, and every box shifts with them, a bias of up to 0.4 % of its position. The
+    constant's values come from the float32 file of the same conversion: the one constant there of as
+    many values that the int8 constant is the quantisation of, to the bit -- or that constant divided
+    by one of ``factors`` (the output groups' normalisation, ``convert/converters/int8_groups.py``: the
+    int8 file is converted from the graph with its groups divided, and a converter may fuse the
+    division into a constant). No match, two, or no exact grid: the constant stays as it is."""
+    g, views = _subgraphs(model)
+    f = Graph(float_file, what="the float32 file")
+    known = [c.astype(np.float64) for c in (f.const(i) for i in sorted({i for op in f.ops for i in op.inputs if i >= 0}))
+             if c is not None and c.dtype == np.float32]
+    known += [c / factor for c in list(known) for factor in factors if factor not in (0, 1)]
+    changed = 0
+    for view in views:
+        done = set()
+        for op in view.ops:
+            if view.name(op) not in ELEMENTWISE_OPS:
+                continue
+            for i in op.inputs:
+                q = _int8_quant(view, i) if i >= 0 and i not in done else None
+                held = view.const(i) if q is not None else None
+                if held is None:
+                    continue
+                quantised = [c for c in known if c.size == held.size and np.array_equal(
+                    np.clip(np.round(c.reshape(held.shape) / q.scale) + q.zero_point, -128, 127), held)]
+                values = {c.tobytes(): c for c in quantised}
+                grid = exact_grid(next(iter(values.values()))) if len(values) == 1 else None
+                if grid is None or grid == q:
+                    continue
+                exact = next(iter(values.values())).reshape(held.shape)
+                view.set_const(i, (np.round(exact / grid.scale) + grid.zero_point).astype(np.int8))
+                quant = view.tensor(i).quantization
+                quant.scale, quant.zeroPoint = [grid.scale], [grid.zero_point]
+                done.add(i)
+                changed += 1
+    return (g.to_bytes(), changed) if changed else (model, 0)

@@ -1,40 +1,31 @@
-"""TensorFlow's calibrator, its ranges computed on the optimised kernels (onnx2tf 1.28's int8 run).
+"""TensorFlow's calibrator, its ranges each tensor's own, computed on the optimised kernels (onnx2tf 1.28's int8 run).
 
 onnx2tf 1.28 quantises through TensorFlow's converter, whose calibrator runs the float model image
-by image on one core, on kernels that log every tensor: 12 s for YOLOv8n's 32 images at 640 px,
-about 3 s an image for MobileViT-xxs (TensorFlow holds Python's lock meanwhile, so a thread beside
-it gains nothing). TFLite's optimised kernels (XNNPACK, the default board's) run the same images
-in about 3 s, keeping every tensor when each op's output is made a graph output
-(``every_tensor_as_output``), on two threads, each half of the images (an invoke runs without
-Python's lock). The cost: two interpreters that each keep every tensor of an image, as on 2.x
-(``onnx2tf_lean.collect_on_optimised_kernels``).
+by image on one core, on kernels that log every tensor. TFLite's optimised kernels (XNNPACK, the
+default board's) run the same images faster, keeping every tensor when each op's output is made a
+graph output (``every_tensor_as_output``), on two threads, each half of the images (an invoke runs
+without Python's lock), as on 2.x (``onnx2tf_lean.collect_on_optimised_kernels``).
 
-What TensorFlow records is not quite each tensor's range. Its calibrator
+What TensorFlow records is not each tensor's range. Its calibrator
 (``tensorflow/lite/tools/optimize/calibration/calibrator.cc``) logs each op's inputs again after the
 op has run, and where TFLite's memory planner lets an op write its output over an input (in place:
 MUL, ADD, LOGISTIC, RESHAPE ...), that input is recorded with the output's values too
-(tensorflow/tensorflow#127842, open): on YOLOv8n at 640 px, 70 of the 252 tensors it records, each
-SiLU's sigmoid down to -0.278 (the SiLU's own minimum). Its logger also starts each maximum at the
-smallest positive float, so a tensor below zero everywhere is recorded up to 1.2e-38. The int8 file
-onnx2tf ships is quantised with those records, and edgeport ships that file (parity judges it): so
-each record here is TensorFlow's, computed.
+(tensorflow/tensorflow#127842, open). The int8 file then gives such an input its reader's grid: on
+YOLOv8 the boxes in grid cells, multiplied in place by the strides, get the pixels' grid, a step of
+a few cells, and the file's boxes land tens of pixels off where ai-edge-quantizer's land within a
+few. Here every tensor gets its own range over every image instead.
 
 ``calibrate_measured`` (installed over ``Calibrator.calibrate``): TensorFlow's calibrator runs the
 first image alone -- which tensors it records, in what form, and what it records on that image --
-then the optimised kernels run every image (``tensorflows_ranges``). A tensor whose record on the
-first image is its own range there gets its own range over every image; one whose record is its
-range joined with that of the output of its one reader, the same size as it (an op that may write
-over it), gets the two joined over every image. On YOLOv8n the ranges are within 5e-5 of a range of
-TensorFlow's records (the kernels round their own way; MobileViT-xxs 6e-6), every other byte of the
-calibrated model is TensorFlow's (``ops.tflite_file.set_ranges``), and the int8 file is plain
-onnx2tf's but for the last bits of some scales (``tests/convert/test_tf_calibration.py``,
-``test_onnx2tf_lean.py``).
+then the optimised kernels run every image (``measured_ranges``). Each record on the first image is
+checked to be the tensor's: its own range there, or that joined with the output of its one reader,
+the same size as it (an op that may write over it); then the tensor gets its own range over every
+image. Every other byte of the calibrated model is TensorFlow's (``ops.tflite_file.set_ranges``).
 
 TensorFlow's own calibration over every image, as onnx2tf runs it (said on stderr), where: a record
-is explained by neither, or two ways that differ by more than rounding; a recorded tensor is no op's
-output, or empty; the model has more than one subgraph or input, or carries statistics per channel;
-a sample is not one array of the input's shape and type; the optimised kernels refuse the model; or
-an image gives a value that is not finite.
+is explained by neither; a recorded tensor is no op's output, or empty; the model has more than one
+subgraph or input, or carries statistics per channel; a sample is not one array of the input's shape
+and type; the optimised kernels refuse the model; or an image gives a value that is not finite.
 """
 
 from __future__ import annotations
@@ -80,8 +71,8 @@ def one_input(sample):
 
 
 def calibrate_measured(calibrate, calibrator, dataset_gen) -> bytes:
-    """``calibrate(calibrator, dataset_gen)``, TensorFlow's, on its first image only, its ranges
-    then computed over every image (module docstring)."""
+    """``calibrate(calibrator, dataset_gen)``, TensorFlow's, on its first image only, each tensor's
+    own range then computed over every image (module docstring)."""
     samples = list(dataset_gen())
     model = getattr(calibrator, "_model_content", None)
     if len(samples) < 2 or model is None:
@@ -95,20 +86,19 @@ def calibrate_measured(calibrate, calibrator, dataset_gen) -> bytes:
             recorded = recorded_ranges(first)
         except (ValueError, DamagedModel) as exc:  # TensorFlow's own file, never the user's
             raise Unmeasured(str(exc)) from exc
-        ranges = tensorflows_ranges(bytes(model), [np.asarray(x) for x in inputs], recorded)
+        ranges = measured_ranges(bytes(model), [np.asarray(x) for x in inputs], recorded)
     except Unmeasured as exc:
         print(f"edgeport: TensorFlow's own calibration ({exc})", file=sys.stderr)
         return calibrate(calibrator, lambda: iter(samples[1:]))  # it goes on counting: every image, as onnx2tf runs it
     return set_ranges(first, ranges)
 
 
-def tensorflows_ranges(model: bytes, inputs: list[np.ndarray], first: dict[int, Range]) -> dict[int, Range]:
-    """What TensorFlow's calibrator would record over ``inputs`` (one array an image, the model's
-    one input) for each tensor of ``first``, its record on the first image: the tensor's own range
-    where that is its record on the first image, or its range joined with that of an output the
-    same size as it, of an op that reads it (one that could write over it), where that is. A record
-    explained by neither, or two ways that differ over the images by more than rounding:
-    ``Unmeasured``."""
+def measured_ranges(model: bytes, inputs: list[np.ndarray], first: dict[int, Range]) -> dict[int, Range]:
+    """Each tensor of ``first`` (TensorFlow's records on the first image) with its own range over
+    ``inputs`` (one array an image, the model's one input), once its record is checked to be the
+    tensor's: its own range on the first image, or that joined with the range of an output the same
+    size as it, of its one reader (one that could write over it: TensorFlow's in-place record). A
+    record explained by neither: ``Unmeasured``."""
     from edgeport.ops.tflite_graph import Graph
     from edgeport.validate.parity.divergence import every_tensor_as_output
 
@@ -139,19 +129,13 @@ def tensorflows_ranges(model: bytes, inputs: list[np.ndarray], first: dict[int, 
                         if len(ops) == 1 and t not in outputs else [] for t, ops in readers.items()}
     measured = sorted(({t for t in first if t != given} | {y for ys in could_write_over.values() for y in ys}))
     own_first, own = ({t: _as_logged(r) for t, r in ranges.items()} for ranges in _measure(made, given, inputs, measured))
-    ranges = {}
     for t, recorded in first.items():
         if t not in own_first:
             raise Unmeasured(f"{graph.tensor_name(t)} is empty")
-        ways = [own[t]] if _close(recorded, own_first[t]) else []
-        ways += [_join(own[t], own[y]) for y in could_write_over[t]
-                 if y in own_first and _close(recorded, _join(own_first[t], own_first[y]))]
-        if not ways:
+        if not _close(recorded, own_first[t]) and not any(
+                y in own_first and _close(recorded, _join(own_first[t], own_first[y])) for y in could_write_over[t]):
             raise Unmeasured(f"TensorFlow's record of {graph.tensor_name(t)} is explained by no op that reads it")
-        if any(not _close(a, b) for a in ways for b in ways):  # (an ADD of 1e-5 to a variance: the same, to rounding)
-            raise Unmeasured(f"TensorFlow's record of {graph.tensor_name(t)} is explained two ways that differ over the images")
-        ranges[t] = (min(w[0] for w in ways), max(w[1] for w in ways))
-    return ranges
+    return {t: own[t] for t in first}
 
 
 def _as_logged(r: Range) -> Range:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeport.convert.tflite_fixes import requantize_int8_constraints, share_resize_quantization
+from edgeport.convert.tflite_fixes import exact_constants, requantize_int8_constraints, share_resize_quantization
 from edgeport.ops.tflite_graph import Graph, Quant
 from edgeport.ops.tflite_run import load_interpreter, run_tflite
 
@@ -121,3 +121,58 @@ def test_a_split_output_quantised_apart_from_its_input_is_written_at_the_inputs_
     first, second = run_tflite(_check_fix(g.to_bytes(), tmp_path, None), X)
     assert np.array_equal(first, X[..., :1])
     assert np.abs(second.astype(np.int32) - want).max() <= 1
+
+
+# -- exact constants: an elementwise op's constant on a grid that holds its values --------------------
+
+ANCHORS = np.repeat((np.arange(40, dtype=np.float32) + 0.5), 16).reshape(1, 40, 1, 16)  # YOLOv8's anchor centres, 0.5 to 39.5
+QA = Quant(39.5 / 255, -128)  # the grid a converter gives them: 255 steps over their range
+C = 2  # the constant's tensor in ``_add_constant``'s model
+
+
+def _add_constant(values: np.ndarray, q: Quant | None) -> bytes:
+    """x + c: ``c`` quantised on ``q`` (int8), or float (``q`` None: the float32 file of the same conversion)."""
+    g = Graph.empty()
+    dtype = "int8" if q is not None else "float32"
+    qx, qy = (Quant(0.25, 0), Quant(0.3, -128)) if q is not None else (None, None)
+    x = g.add_tensor("x", values.shape, dtype, qx)
+    y = g.add_tensor("y", values.shape, dtype, qy)
+    c = values if q is None else np.clip(np.round(values / q.scale) + q.zero_point, -128, 127).astype(np.int8)
+    g.add(g.new_op("ADD", [x, g.constant("anchors", c, dtype, q)], [y], "AddOptions"))
+    g.set_io([x], [y])
+    return g.to_bytes()
+
+
+def test_a_constant_a_grid_holds_exactly_is_put_on_it_and_the_sum_lands_on_the_exact_values(tmp_path):
+    rounded, float_file = _add_constant(ANCHORS, QA), _add_constant(ANCHORS, None)
+    g = Graph(rounded)
+    off = (g.const(C).astype(np.float64) - QA.zero_point) * QA.scale - ANCHORS.ravel().reshape(g.const(C).shape)
+    assert np.abs(off).max() > 0.03, "the converter's grid moves an anchor by a tenth of a cell"
+    fixed, n = exact_constants(rounded, float_file)
+    assert n == 1
+    f = Graph(fixed)
+    q = f.quant(C)
+    assert q == Quant(0.5, -128) and np.array_equal((f.const(C).astype(np.float64) - q.zero_point) * q.scale, ANCHORS)
+    x = np.random.default_rng(2).integers(0, 64, size=ANCHORS.shape).astype(np.int8)  # 0 to 16: the sum within the output's range
+    want = (x.astype(np.float64) - 0) * 0.25 + ANCHORS  # x on its grid (0.25, 0), plus each anchor exactly
+
+    def error(model: bytes, name: str) -> float:  # |the file's sum - the exact sum|, in output steps
+        got = run_tflite(_write(tmp_path, name, model), x)[0].astype(np.float64)
+        return float(np.abs((got + 128) * 0.3 - want).max()) / 0.3
+
+    assert error(fixed, "fixed.tflite") <= 0.5 + 1e-9 < error(rounded, "rounded.tflite"), "the exact sum, rounded once"
+    assert exact_constants(fixed, float_file) == (fixed, 0), "a constant on its exact grid already is left as it is"
+
+
+def test_a_constant_divided_by_the_outputs_normalisation_is_found_and_one_without_an_exact_grid_stays():
+    """onnx2tf 2.x fuses the output groups' division (by the input size) into the stride constant:
+    the float32 file holds 8, 16, 32, the int8 file 8/320, 16/320, 32/320 -- found through the factor.
+    A constant no grid holds exactly (a third), or one the float32 file does not say, stays."""
+    strides = np.repeat(np.array([8.0, 16.0, 32.0], np.float32), [16, 4, 1]).reshape(1, 21, 1, 1)
+    fused = strides / 320
+    rounded = _add_constant(fused, Quant(float(fused.max()) / 255, -128))
+    fixed, n = exact_constants(rounded, _add_constant(strides, None), factors=[320.0])
+    assert n == 1 and Graph(fixed).quant(C) == Quant(float(np.float32(8 / 320)), -128)
+    assert exact_constants(rounded, _add_constant(strides, None))[1] == 0, "without the factor, nothing says its values"
+    third = np.full((1, 3, 1, 1), 1 / 3, np.float32) * np.array([1, 2, 7], np.float32).reshape(1, 3, 1, 1) ** 0.5
+    assert exact_constants(_add_constant(third, Quant(float(third.max()) / 255, -128)), _add_constant(third, None))[1] == 0
