@@ -22,6 +22,9 @@ INF = math.inf
 OUTPUT_METRICS = {"max_abs": (0.0, INF), "mean_abs": (0.0, INF), "rmse": (0.0, INF), "p99_abs": (0.0, INF),
                   "max_abs_rel": (0.0, INF), "ref_max_abs": (0.0, INF), "cosine": (-1.0, 1.0), "snr_db": (-INF, INF)}
 REQUIRED_OUTPUT_METRICS = ("cosine", "max_abs_rel")
+# a float file's output may lie from PyTorch's by what float32 itself errs by there (``compare.FLOAT32_ERROR``):
+# never more than this share of the output's largest value, which no rounding of float32's comes near
+FLOAT32_ERROR_BOUND = 1e-3
 # the fields of a section that are read (others are allowed and kept as they are), and those it must have
 SECTIONS = {"detections": {"recall": (0.0, 1.0), "precision": (0.0, 1.0), "reference_boxes": (0.0, INF),
                            "matched": (0.0, INF), "missed": (0.0, INF), "extra": (0.0, INF), "stable_boxes": (0.0, INF),
@@ -153,7 +156,12 @@ def _output(o, where: str) -> dict:
     metrics = {m: number(o[m], f"{where}.{m}", lo, hi) for m, (lo, hi) in OUTPUT_METRICS.items() if m in o}
     tol = expect(o.get("tolerance"), dict, f"{where}.tolerance")
     tolerance = {k: None if tol.get(k) is None else number(tol[k], f"{where}.tolerance.{k}", lo, hi)
-                 for k, lo, hi in (("max_abs_rel", 0.0, INF), ("min_cosine", -1.0, 1.0))}
+                 for k, lo, hi in (("max_abs_rel", 0.0, INF), ("min_cosine", -1.0, 1.0), ("float32_error", 0.0, INF))
+                 if k in tol or k != "float32_error"}  # (float32_error: a float file's, where measured)
+    bound = FLOAT32_ERROR_BOUND * metrics.get("ref_max_abs", 0.0)
+    if tolerance.get("float32_error") is not None and not tolerance["float32_error"] <= bound:
+        raise Malformed(f"{where}.tolerance.float32_error is {tolerance['float32_error']!r}, more than float32 errs by on an "
+                        f"output ({FLOAT32_ERROR_BOUND:g} x its max|ref|, {bound!r})")
     return {**o, **metrics, "tolerance": tolerance, "passed": expect(o.get("passed"), bool, f"{where}.passed"),
             "reasons": strings(o["reasons"], f"{where}.reasons") if "reasons" in o else ()}
 
@@ -214,24 +222,29 @@ def sections(row: ResultRow) -> dict:
 
 
 def stricter(*tolerances: dict | None) -> dict:
-    """The strictest of ``{"max_abs_rel", "min_cosine"}`` tolerances (None: that metric ungated there):
-    the smallest relative error and the largest cosine any of them asks."""
+    """The strictest of ``{"max_abs_rel", "min_cosine", "float32_error"}`` tolerances (None: that
+    metric ungated there, or no float32 error measured): the smallest relative error, the largest
+    cosine and the smallest float32 error any of them asks."""
     given = [t for t in tolerances if t]
-    rel = [t["max_abs_rel"] for t in given if t.get("max_abs_rel") is not None]
-    cos = [t["min_cosine"] for t in given if t.get("min_cosine") is not None]
-    return {"max_abs_rel": min(rel) if rel else None, "min_cosine": max(cos) if cos else None}
+
+    def each(key: str) -> list:
+        return [t[key] for t in given if t.get(key) is not None]
+
+    rel, cos, own = each("max_abs_rel"), each("min_cosine"), each("float32_error")
+    return {"max_abs_rel": min(rel) if rel else None, "min_cosine": max(cos) if cos else None,
+            "float32_error": min(own) if own else None}
 
 
 def own_tolerance_failure(o: dict, tolerance: dict | None = None) -> str | None:
     """How an output's metrics fail the tolerance it states -- or ``tolerance`` where that is
     stricter (the report's for its variant) -- in words (NaN fails); None: they pass."""
     tol = stricter(o["tolerance"], tolerance)
-    rel, cos = tol["max_abs_rel"], tol["min_cosine"]
+    rel, cos, own = tol["max_abs_rel"], tol["min_cosine"], tol["float32_error"]
     for m in FINITE_METRICS:
         if m in o and not math.isfinite(o[m]):
             return f"{m} {o[m]!r}"
-    if rel is not None and not o["max_abs_rel"] <= rel:
-        return f"max_abs_rel {o['max_abs_rel']!r} > {rel!r}"
+    if rel is not None and not o["max_abs_rel"] <= rel and not (own is not None and o.get("max_abs", math.inf) <= own):
+        return f"max_abs_rel {o['max_abs_rel']!r} > {rel!r}" + (f" and max_abs {o['max_abs']!r} > {own!r}" if own is not None else "")
     if cos is not None and not o["cosine"] >= cos:
         return f"cosine {o['cosine']!r} < {cos!r}"
     return None

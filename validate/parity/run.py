@@ -32,9 +32,12 @@ from edgeport.models.outputs import output_shapes
 from edgeport.process import usable_cores as _workers  # (tests set it)
 from edgeport.validate.parity.compare import (
     DETECTION_TOLERANCES,
+    FLOAT32_ERROR,
+    FLOAT_VARIANTS,
     NOISE_BOUNDS,
     QUANTISED,
     TOLERANCES,
+    Tolerance,
     align_rows,
     compare_channels,
     compare_tensors,
@@ -293,17 +296,26 @@ def _helped(fs: list[Future], runner: Runner, x: np.ndarray, shares: Shares) -> 
 # -- 3. judging each run -----------------------------------------------------------------------------
 
 
-def comparisons(names, head: Head, refs: list[np.ndarray], gots: list[np.ndarray], variant: str) -> list:
+def comparisons(names, head: Head, refs: list[np.ndarray], gots: list[np.ndarray], variant: str,
+                errors: list[np.ndarray] | None = None) -> list:
     """Per output; per channel group where one output mixes scales (box pixels against scores);
     and, for a quantised file, per channel: a collapsed score or visibility channel then fails by
-    name instead of hiding in a larger channel's range."""
+    name instead of hiding in a larger channel's range. ``errors``: float32's own error on each
+    output, element by element, which a float file may lie from the reference by (``FLOAT32_ERROR``)."""
     tol = TOLERANCES[variant]
+
+    def within(tensor_errors) -> Tolerance:
+        if errors is None:
+            return tol
+        return replace(tol, float32_error=FLOAT32_ERROR * float(np.max(tensor_errors, initial=0.0)))
+
     out = []
     for k, (name, r, g) in enumerate(zip(names, refs, gots, strict=True)):
-        out.append(compare_tensors(name, r, g, tol))
+        out.append(compare_tensors(name, r, g, within(errors[k] if errors else None)))
         for group in head.groups(k, r.shape):
             if len(head.groups(k, r.shape)) > 1:
-                out.append(compare_tensors(f"{name}[{group.name}]", group.take(r), group.take(g), tol))
+                out.append(compare_tensors(f"{name}[{group.name}]", group.take(r), group.take(g),
+                                           within(group.take(errors[k]) if errors else None)))
         axis = head.channel_axis(k, r.shape)
         if variant in QUANTISED and axis is not None:
             groups = tuple((grp.name, grp.channels) for grp in head.groups(k, r.shape))
@@ -340,6 +352,7 @@ class _Reference:
     tensors: object = None  # every intermediate of the reference ONNX, on the first image, when a row fails
     floors: dict = field(default_factory=dict)  # NoiseBound -> Stability, measured once per bound
     samples: dict = field(default_factory=dict)  # n -> the reference on the first n inputs (``first``)
+    errors: object = None  # float32's own error on each output (``float32_errors``), once measured; False: not measurable
 
     def first(self, n: int) -> "_Reference":
         """The reference on the first ``n`` inputs only: what a row judged on a sample is held to."""
@@ -348,8 +361,18 @@ class _Reference:
         if n not in self.samples:
             real = min(n, self.n_real)
             self.samples[n] = _Reference([o[:n] for o in self.outputs], real,
-                                         self.detections[:real] if self.detections is not None else None, self.head)
+                                         self.detections[:real] if self.detections is not None else None, self.head,
+                                         errors=[e[:n] for e in self.errors] if self.errors else self.errors)
         return self.samples[n]
+
+    def float32_errors(self, module, inputs: np.ndarray) -> list[np.ndarray] | None:
+        """Per output, float32's own error element by element (``models.inference.float32_error``) on
+        the inputs these outputs are of (the first of ``inputs``); None where the model cannot say."""
+        if self.errors is None:
+            from edgeport.models.inference import float32_error
+
+            self.errors = float32_error(module, inputs[: self.outputs[0].shape[0]], self.outputs) or False
+        return self.errors or None
 
     def floor(self, variant: str) -> Stability | None:
         """The reference's boxes under changes that mean nothing for ``variant`` (``NOISE_BOUNDS``)."""
@@ -397,7 +420,7 @@ def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, r
     # a second row of the same run as this variant (a board that runs the file as tflite does): compared once
     same = ("compared", row.runner.cache_key if row.runner is not None else id(run), row.variant)
     if same not in located:
-        located[same] = _compared(run, row.variant, subject, head, ref, whole=ref is full)
+        located[same] = _compared(run, row.variant, subject, head, ref, whole=ref is full, inputs=inputs)
     outputs, compared, real, dets, agreement, histogram, mapped = located[same]
     reasons = _detection_reasons(row.variant, agreement) if agreement is not None else []
     repeat = None
@@ -453,7 +476,8 @@ def _content(path) -> bytes | str:
         return str(path)
 
 
-def _compared(run: RunOutput, variant: str, subject: ParitySubject, head: Head, ref: _Reference, *, whole: bool) -> tuple:
+def _compared(run: RunOutput, variant: str, subject: ParitySubject, head: Head, ref: _Reference, *, whole: bool,
+              inputs: np.ndarray | None = None) -> tuple:
     """A run's outputs as ``variant`` against the reference: the outputs (multiplied back where
     the file divides them), each output's comparison, the real images' outputs and boxes, the
     boxes' agreement, the error histogram and the mAP (``whole``: ``ref`` is every input, not a sample; else None)."""
@@ -465,6 +489,11 @@ def _compared(run: RunOutput, variant: str, subject: ParitySubject, head: Head, 
     if head.unordered_rows:  # top-k rows: a set, compared in the reference's order
         outputs = [align_rows(r, o) for r, o in zip(ref.outputs, outputs)]
     compared = comparisons(subject.output_names, head, ref.outputs, outputs, variant)
+    if variant in FLOAT_VARIANTS and any(not c.passed for c in compared) and inputs is not None:
+        # beyond its relative tolerance: a float file is judged against float32's own error there too
+        errors = ref.float32_errors(subject.reference_module, inputs)
+        if errors is not None:
+            compared = comparisons(subject.output_names, head, ref.outputs, outputs, variant, errors)
     real = [o[: ref.n_real] for o in outputs]
     dets = head.decode(real)
     agreement = (compare_detections(ref.detections, dets, ref.floor(variant))
