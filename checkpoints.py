@@ -21,10 +21,7 @@ from edgeport.errors import CheckpointError
 # Where training scripts keep the weights, in the order they are looked up.
 # ``ema`` first: scripts that save both keep the EMA weights as the ones to deploy.
 STATE_DICT_KEYS = ("ema", "model", "state_dict", "model_state_dict")
-TRUST_HINT = (
-    "unpickling it can run arbitrary code; if you trust its source, rerun with "
-    "--trust-checkpoint, or re-save it as a state_dict (torch.save(model.state_dict(), path))"
-)
+TRUST_HINT = "unpickling runs code: if you trust its source, pass --trust-checkpoint, or save its state_dict"
 # A model a TFLite file can hold is under 2 GB (a flatbuffer's 32-bit offsets); with an optimizer's
 # state and an EMA copy beside its weights, its checkpoint is a few times that at most.
 MAX_CHECKPOINT_BYTES = 8 << 30
@@ -136,9 +133,7 @@ def torch_load(path: Path, *, trust: bool) -> Any:
         culprit = _unsupported_global(str(exc))
         if not trust and culprit:
             raise CheckpointError(
-                f"checkpoint {str(path)!r} holds pickled Python objects ({culprit}: a whole module or "
-                f"custom classes) that safe loading refuses; "
-                + TRUST_HINT
+                f"checkpoint {str(path)!r} holds pickled objects ({culprit}) that safe loading refuses; " + TRUST_HINT
             ) from exc
         raise CheckpointError(f"checkpoint {str(path)!r} cannot be unpickled ({_first_line(exc)}); re-save it") from exc
     except (EOFError, RuntimeError, zipfile.BadZipFile, ValueError) as exc:

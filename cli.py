@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from edgeport import __version__
-from edgeport.cliargs import Parser, int_range, positive_int
+from edgeport.cliargs import SEED_RANGE, Parser, int_range, positive_int, seed
 from edgeport.convert.converters.base import NAMES as CONVERTERS  # (it imports nothing heavy)
 from edgeport.errors import report
 from edgeport.process import Terminated, exit_now, handle_sigterm
@@ -132,7 +132,7 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
     synth.add_argument("--n", type=positive_int, default=500, help="training images (validation gets a fifth as many, at least 10)")
     synth.add_argument("--n-val", type=positive_int, help="validation images (default: n/5)")
     synth.add_argument("--imgsz", type=int_range(32, 4096), default=160, help="image size in pixels (32-4096)")
-    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--seed", type=seed, default=0, help=f"seed of the scenes ({SEED_RANGE[0]}-{SEED_RANGE[1]}; default 0)")
     synth.add_argument("--force", action="store_true", help="replace an earlier `data synth` dataset in --out (never other files)")
     return parser
 
@@ -150,7 +150,7 @@ def run_convert(args: argparse.Namespace) -> int:
                           trust_checkpoint=args.trust_checkpoint, opset=args.opset, int8=not args.no_int8,
                           legacy_resize=args.legacy_resize, head=args.head, outputs=args.outputs, converter=args.converter,
                           cross_check=args.cross_check, repair=not args.no_repair)
-    return output.finish(out, report.to_dict(), "artifacts and report")
+    return output.finish(out, report, "artifacts and report")
 
 
 def run_validate(args: argparse.Namespace) -> int:
@@ -164,7 +164,7 @@ def run_validate(args: argparse.Namespace) -> int:
     out, report = validate(args.checkpoint, args.tflite, board=board(args.board, args.runner), out=args.out, force=args.force,
                            arch=args.arch, imgsz=args.imgsz, data=args.data, trust_checkpoint=args.trust_checkpoint,
                            console=output.console(), head=args.head, outputs=args.outputs)
-    return output.finish(out, report.to_dict(), "report")
+    return output.finish(out, report, "report")
 
 
 def run_check(args: argparse.Namespace) -> int:

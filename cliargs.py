@@ -15,7 +15,10 @@ class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (what was wrong, where to look), exit 2."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
+        from edgeport.errors import error_line
+
+        # argparse quotes the value it refused, which may be megabytes (an --arch choice, an unknown argument)
+        self.exit(2, error_line(self.prog, message, tail=f"; see `{self.prog} --help`") + "\n")
 
 
 def whole_number(value, lo: int | None = None, hi: int | None = None) -> bool:
@@ -82,6 +85,15 @@ def int_range(lo: int, hi: int):
 
     parse.__name__ = f"int in [{lo}, {hi}]"
     return parse
+
+
+# numpy's legacy seeding (``np.random.seed``) takes 32 bits; every seed edgeport takes is one
+SEED_RANGE = (0, 2**32 - 1)
+
+
+def seed(text: str) -> int:
+    """A seed: a whole number in ``SEED_RANGE``."""
+    return int_range(*SEED_RANGE)(text)
 
 
 def explicit_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:

@@ -19,6 +19,7 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
+from edgeport.text import shown
 from edgeport.userfiles import Refused, read_bounded
 
 # objects and lists a file may hold, per byte of its limit, unless its reader says otherwise:
@@ -73,16 +74,6 @@ def _one_of_each_key(pairs: list[tuple[str, object]]) -> dict:
 
 class Malformed(ValueError):
     """A field missing, of the wrong type or out of range; the message names it (``results[1].passed``)."""
-
-
-def clip(text: str, limit: int = 200) -> str:
-    """Text from a file, bounded: a reason may be long, a line of edgeport's output may not."""
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def shown(value) -> str:
-    """A value from a file as an error shows it: exactly (``repr``), bounded."""
-    return clip(repr(value), 80)
 
 
 def expect(value, kind, where: str):

@@ -492,6 +492,33 @@ def make_parents(path: Path) -> list[Path]:
     return created
 
 
+def _remove_empty(created: list[Path]) -> None:
+    """Remove the parent folders ``make_parents`` made, deepest first, each only while still empty."""
+    for folder in reversed(created):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+@contextlib.contextmanager
+def creating(path: Path, flag: str = "--out"):
+    """Making an output folder (its parents, the folder, its marker and lock, a staging folder
+    beside it): an OS error there is the place the user named -- a folder that takes no new
+    entries (``/proc``), one without write permission, a read-only or full disk -- so it is bad
+    input naming ``flag``, whatever its errno."""
+    try:
+        yield
+    except OSError as exc:
+        # a parent it could not make is named; edgeport's own files inside (a staging folder, a marker) are not
+        failed = Path(os.path.abspath(os.fsdecode(exc.filename))) if exc.filename else None
+        what = f" ({str(failed)!r})" if failed is not None and failed in Path(os.path.abspath(path)).parents else ""
+        why = exc.strerror or str(exc)
+        if exc.errno == errno.ENOENT:  # its folder exists (make_parents made it): the file system there takes nothing new
+            why += " (the file system there makes no new entries)"
+        hint = ("free some disk space or choose another folder" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+                else "choose a folder you can write")
+        raise BadInputError(f"{flag} {str(path)!r} cannot be created or written{what}: {why}; {hint}") from exc
+
+
 class OutputConflict(BadInputError):
     """The output folder changed during the run; the results were kept elsewhere."""
 
@@ -625,45 +652,51 @@ def staged_output(out: Path | None, *, command: str, force: bool, default_root: 
     the staging folder, a claimed run folder, and parent folders it made. A staging folder
     that a killed run (SIGKILL, a power cut) left beside the output is removed by the next run.
     """
+    created: list[Path] = []
+    claimed = out is None
     if out is None:
-        created = make_parents(default_root / "x")
-        target = claim_run_dir(default_root, command)
-        claimed = True
+        with creating(default_root, "the default run folder"):
+            created = make_parents(default_root / "x")
+            try:
+                target = claim_run_dir(default_root, command)
+            except BaseException:
+                _remove_empty(created)
+                raise
     else:
         target = check_out(out, command=command, force=force, inputs=inputs)
-        created = make_parents(target)
-        claimed = False
-    tmp = None
+        with creating(out):
+            created = make_parents(target)
+    tmp = owner = None
     try:
-        reclaimed = tuple(reclaim_staging(target.parent))
-        if reclaimed:
-            from edgeport.text import for_terminal
+        with creating(out if out is not None else target, "--out" if out is not None else "the run folder"):
+            reclaimed = tuple(reclaim_staging(target.parent))
+            if reclaimed:
+                from edgeport.text import for_terminal
 
-            print(for_terminal(f"edgeport: removed {len(reclaimed)} staging folder(s) that killed runs left in {target.parent}: "
-                               f"{', '.join(reclaimed[:3])}"), file=sys.stderr)
-        tmp = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target.parent)).resolve()
-        owner = _try_lock(tmp / STAGING_MARKER)  # held for this run's life: the folder is not stale
-        if owner is not None:
-            _mark_staging(owner, command)  # whose it is, so that only a provably stale one is ever removed
-        stage = Staging(out=target, work=tmp / "work", result=tmp / "result", reclaimed=reclaimed)
-        try:
+                print(for_terminal(f"edgeport: removed {len(reclaimed)} staging folder(s) that killed runs left in "
+                                   f"{target.parent}: {', '.join(reclaimed[:3])}"), file=sys.stderr)
+            tmp = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target.parent)).resolve()
+            owner = _try_lock(tmp / STAGING_MARKER)  # held for this run's life: the folder is not stale
+            if owner is not None:
+                _mark_staging(owner, command)  # whose it is, so that only a provably stale one is ever removed
+            stage = Staging(out=target, work=tmp / "work", result=tmp / "result", reclaimed=reclaimed)
             stage.work.mkdir()
             stage.result.mkdir()
             write_marker(stage.result, command)
-            yield stage
-            _place(stage.result, target, tmp, command, force)
-        finally:
-            if owner is not None:
-                os.close(owner)
+        yield stage
+        _place(stage.result, target, tmp, command, force)
     except BaseException:
+        if owner is not None:
+            os.close(owner)
+            owner = None
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         if claimed:
             release_claim(target)
-        for folder in reversed(created):
-            with contextlib.suppress(OSError):
-                folder.rmdir()  # only if still empty
+        _remove_empty(created)
         raise
     finally:
+        if owner is not None:
+            os.close(owner)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -42,3 +42,15 @@ def for_markdown(value: object) -> str:
     """``value`` as literal Markdown text: control characters escaped as for the terminal,
     then every character Markdown (or the HTML it may carry) would interpret."""
     return _MARKDOWN.sub(r"\\\1", for_terminal(value))
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """Text from a file, bounded: a reason may be long, a line of edgeport's output may not."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """A value from a file or the command line as an error shows it: exactly (``repr``), bounded
+    (a name may be megabytes long), with its length where cut."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value)):,} characters)"

@@ -1,6 +1,6 @@
 """Environments edgeport installs for itself, at setup time: a board's runtime (``edgeport boards
 install``, ``validate/board/install.py``) and the second converter (``edgeport converters install
-litert-torch``, ``convert/litert.py``). Each is a venv under edgeport's home with a marker file
+litert-torch``, ``convert/converters/litert.py``). Each is a venv under edgeport's home with a marker file
 saying what was installed; nothing in them downloads at run time.
 """
 

@@ -176,8 +176,7 @@ class _Walk:
         self.budget = 2 * self.n + EXTRA_BYTES
 
     def refuse(self, why: str):
-        raise DamagedModel(f"{self.what} is a damaged TFLite flatbuffer: {why}; edgeport reads only files whose "
-                           f"tables lie inside the file and unpack within bounds set by its size (re-export it from its converter)")
+        raise DamagedModel(f"{self.what} is a damaged TFLite flatbuffer: {why}; re-export it from its converter")
 
     def charge(self, nbytes: int, where: str) -> None:
         self.bytes += nbytes

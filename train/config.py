@@ -11,9 +11,11 @@ import argparse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from edgeport.cliargs import int_range, non_negative_float, positive_float, positive_int, real_number, whole_number
+from edgeport.cliargs import SEED_RANGE, int_range, non_negative_float, positive_float, positive_int, real_number, seed, whole_number
 from edgeport.errors import BadInputError
 from edgeport.models.registry import DEFAULT_ARCH
+from edgeport.text import shown
+from edgeport.train.rendezvous import dist_url
 
 DEFAULT_EPOCHS = 30
 AMP_DTYPES = ("bf16", "fp16")
@@ -107,7 +109,7 @@ class TrainConfig:
             ("float64", isinstance(self.float64, bool), "true or false"),
             ("workers", self.workers is None or whole(self.workers, 0, MAX_WORKERS), f"a whole number in 0..{MAX_WORKERS} or none"),
             ("imgsz", whole(self.imgsz, 32, MAX_IMGSZ), f"a whole number in 32..{MAX_IMGSZ}"),
-            ("seed", whole(self.seed, -(2**63), 2**63 - 1), "a 64-bit whole number"),
+            ("seed", whole(self.seed, *SEED_RANGE), f"a whole number in {SEED_RANGE[0]}..{SEED_RANGE[1]}"),
             ("eval_every", whole(self.eval_every, 1, MAX_EPOCHS), f"a whole number in 1..{MAX_EPOCHS}"),
             ("amp", self.amp is None or self.amp in AMP_DTYPES, f"one of {', '.join(AMP_DTYPES)} or none"),
             ("device", self.device in DEVICES, f"one of {', '.join(DEVICES)}"),
@@ -115,7 +117,7 @@ class TrainConfig:
         )
         for name, ok, valid in checks:
             if not ok:
-                return f"{name}={getattr(self, name)!r} (valid: {valid})"
+                return f"{name}={shown(getattr(self, name))} (valid: {valid})"
         return None
 
     def resumed(self, saved: dict, start_epoch: int) -> "TrainConfig":
@@ -180,14 +182,16 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--world-size", type=positive_int, default=1,
                    help="processes to start on this machine, one per GPU with --device cuda (ignored under torchrun and mpirun; "
                         "default 1)")
-    p.add_argument("--dist-url", default="env://",
-                   help="process-group rendezvous for the ranks of this machine: env:// (MASTER_ADDR/PORT), tcp://127.0.0.1:PORT or "
-                        "file://path (default env://). Several machines: launch with torchrun --nnodes (docs/training.md, "
+    p.add_argument("--dist-url", type=dist_url, default="env://",
+                   help="process-group rendezvous for the ranks of this machine: env:// (MASTER_ADDR/PORT), tcp://127.0.0.1:PORT "
+                        "(1-65535) or file:///path/to/a/new/file in an existing folder (default env://); the ranks wait for each "
+                        "other at most 5 minutes. Several machines: launch with torchrun --nnodes (docs/training.md, "
                         "'Several machines')")
     p.add_argument("--backend", choices=BACKENDS, help="default: nccl on cuda, gloo on cpu")
     p.add_argument("--imgsz", type=int_range(32, MAX_IMGSZ), default=160, help="square training size in pixels, recorded in the "
                    "checkpoint: convert uses it unless told otherwise (default 160)")
-    p.add_argument("--seed", type=int, default=0, help="seed for initialisation, shuffling and augmentation (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help=f"seed for initialisation, shuffling and augmentation "
+                   f"({SEED_RANGE[0]}-{SEED_RANGE[1]}; default 0)")
     p.add_argument("--deterministic", action="store_true", help="no shuffling, no augmentation, fixed seeds")
     p.add_argument("--resume", type=Path, help="continue from a last.pt where it stopped; options given with it (--lr, --epochs, "
                    "--device, --world-size ...) override the saved run's and are recorded in args.json")

@@ -29,7 +29,7 @@ from typing import NoReturn
 from urllib.parse import urlparse
 
 from edgeport.cliargs import Parser, explicit_options
-from edgeport.errors import BadInputError, EdgeportError, report
+from edgeport.errors import BadInputError, EdgeportError, error_line, report
 from edgeport.process import Terminated, die_with, exit_now, handle_sigterm
 from edgeport.runs import (
     MARKER,
@@ -38,6 +38,7 @@ from edgeport.runs import (
     check_out,
     claim_run_dir,
     clear_owned,
+    creating,
     discard_run,
     lock_folder,
     make_parents,
@@ -48,11 +49,12 @@ from edgeport.runs import (
     remove_transient,
     write_marker,
 )
-from edgeport.text import for_terminal
+from edgeport.text import shown
 from edgeport.train.config import TrainConfig, add_train_args, config_from_args
+from edgeport.train.rendezvous import RendezvousError, check_store_folder, env_seconds, join, new_store_file, remove_store_file
 
 DEFAULT_RUNS = Path("runs/train")
-PG_TIMEOUT = _dt.timedelta(seconds=int(os.environ.get("EDGEPORT_PG_TIMEOUT_S", "300")))
+PG_TIMEOUT = _dt.timedelta(seconds=env_seconds("EDGEPORT_PG_TIMEOUT_S", 300.0))
 STOP_GRACE_S = 5.0
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", ""}
 # (rank, world size, local rank) variables of the launchers edgeport runs under
@@ -77,9 +79,14 @@ def launched_rank(env=None) -> tuple[int, int, int, str] | None:
     for name, rank, world, local in LAUNCHER_ENV:
         if rank in env and world in env:
             try:
-                return int(env[rank]), int(env[world]), int(env.get(local, "0")), name
+                got = int(env[rank]), int(env[world]), int(env.get(local, "0")), name
             except ValueError:
-                raise BadInputError(f"{name} variables {rank}={env[rank]!r} {world}={env[world]!r} are not integers") from None
+                raise BadInputError(f"{name} variables {rank}={shown(env[rank])} {world}={shown(env[world])} "
+                                    f"{local}={shown(env.get(local, '0'))} are not whole numbers") from None
+            if not (got[1] >= 1 and 0 <= got[0] < got[1] and got[2] >= 0):
+                raise BadInputError(f"{name} variables {rank}={got[0]} {world}={got[1]}: a rank is 0..{world}-1 and "
+                                    f"{world} at least 1")
+            return got
     return None
 
 
@@ -87,8 +94,8 @@ def validate_inputs(cfg: TrainConfig, *, local_world: int | None = None, preflig
     """Fail fast, once, before any process starts: on the run as it will go on (a resumed run's
     saved options merged with this command line's, as each rank merges them)."""
     from edgeport.models.registry import REGISTRY, arch_names
-    from edgeport.train.data import load_split
-    from edgeport.train.data import preflight as scan_images
+    from edgeport.validate.datasets import load_split
+    from edgeport.validate.datasets import preflight as scan_images
 
     for path, flag in ((cfg.weights, "--weights"), (cfg.resume, "--resume")):
         if path is not None and not path.is_file():
@@ -99,7 +106,8 @@ def validate_inputs(cfg: TrainConfig, *, local_world: int | None = None, preflig
         saved = load_resume(cfg.resume)
         cfg = cfg.resumed(saved["args"], saved["epoch"])  # refuses what a resumed run cannot change
     if cfg.arch not in REGISTRY:
-        raise BadInputError(f"unknown architecture {cfg.arch!r}; valid: {', '.join(arch_names())}")
+        raise BadInputError(f"unknown architecture {shown(cfg.arch)}; valid: {', '.join(arch_names())}")
+    check_store_folder(cfg.dist_url)  # before any rank waits on it
     stride = max(REGISTRY[cfg.arch].config.strides)
     if cfg.imgsz % stride:
         raise BadInputError(f"--imgsz {cfg.imgsz} is not a multiple of the model's stride {stride}")
@@ -132,11 +140,16 @@ def validate_inputs(cfg: TrainConfig, *, local_world: int | None = None, preflig
         scan_images(train + val)
 
 
-def _check_spawn_url(cfg: TrainConfig) -> None:
+def _check_spawn_url(cfg: TrainConfig) -> Path | None:
+    """Where the ranks this process starts will meet, checked before any starts; returns the file
+    store the run makes (None for a TCP store), to be removed when it ends."""
+    store_file = new_store_file(cfg.dist_url)
     url = urlparse(cfg.dist_url)
     if cfg.world_size > 1 and url.scheme == "tcp" and (url.hostname or "") not in LOCAL_HOSTS:
-        raise BadInputError(f"--dist-url {cfg.dist_url}: `edgeport train --world-size N` starts ranks 0..N-1 on this machine "
-                            f"only; to train on several machines launch every node with torchrun --nnodes (docs/training.md, 'Several machines')")
+        raise BadInputError(f"--dist-url {shown(cfg.dist_url, 120)}: `edgeport train --world-size N` starts ranks 0..N-1 on "
+                            f"this machine only; to train on several machines launch every node with torchrun --nnodes "
+                            f"(docs/training.md, 'Several machines')")
+    return store_file
 
 
 def prepare_out(cfg: TrainConfig, *, force: bool) -> tuple[TrainConfig, bool, FolderLock]:
@@ -150,9 +163,14 @@ def prepare_out(cfg: TrainConfig, *, force: bool) -> tuple[TrainConfig, bool, Fo
     inputs = (cfg.data, cfg.weights)
     claimed = False
     if cfg.out is None and cfg.resume is None:
-        target = claim_run_dir(DEFAULT_RUNS, "train")
+        with creating(DEFAULT_RUNS, "the default run folder"):
+            target = claim_run_dir(DEFAULT_RUNS, "train")
+            try:
+                lock = lock_folder(target, "train")
+            except BaseException:
+                release_claim(target)
+                raise
         claimed = True
-        lock = lock_folder(target, "train")
     elif cfg.resume is not None and (cfg.out is None or Path(cfg.out).resolve() == cfg.resume.resolve().parent):
         target = cfg.resume.resolve().parent  # continuing the run in its own folder
         marker = read_marker(target)
@@ -168,16 +186,21 @@ def prepare_out(cfg: TrainConfig, *, force: bool) -> tuple[TrainConfig, bool, Fo
     else:
         target = check_out(cfg.out, command="train", force=force, inputs=inputs)
         existed = target.is_dir()
-        created = make_parents(target)
-        target.mkdir(exist_ok=True)
+        created: list[Path] = []
+        lock = None
         try:
-            if not (target / MARKER).exists():
-                write_marker(target, "train")
-            lock = lock_folder(target, "train")
+            with creating(cfg.out):  # /proc, a read-only or full disk: the --out given, exit 2
+                created = make_parents(target)
+                target.mkdir(exist_ok=True)
+                if not (target / MARKER).exists():
+                    write_marker(target, "train")
+                lock = lock_folder(target, "train")
             if force and existed and owned(target, "train"):
                 remove_transient(target)
                 clear_owned(target, "train")
         except BaseException:
+            if lock is not None:
+                lock.release()
             if not existed:
                 release_claim(target)
                 for folder in reversed(created):
@@ -207,16 +230,21 @@ def worker_main(cfg: TrainConfig, rank: int, world: int, local_rank: int, *, pre
 
     from edgeport.train.trainer import run_worker
 
+    global _mpi_started
     bind_device(cfg, local_rank)
-    if cfg.resolved_backend == "mpi":
-        global _mpi_started
-        _mpi_started = True
-        dist.init_process_group("mpi", timeout=PG_TIMEOUT)  # MPI itself knows rank and size
-        rank, world = dist.get_rank(), dist.get_world_size()
-    else:
-        dist.init_process_group(cfg.resolved_backend, init_method=cfg.dist_url, timeout=PG_TIMEOUT, rank=rank, world_size=world)
     claimed, lock, ok = False, None, False
     try:
+        if cfg.resolved_backend == "mpi":
+            _mpi_started = True
+            dist.init_process_group("mpi", timeout=PG_TIMEOUT)  # MPI itself knows rank and size
+            rank, world = dist.get_rank(), dist.get_world_size()
+        else:
+            # every rank has arrived (or this raised, naming the address) before torch's own rendezvous,
+            # which waits inside C++, deaf to signals
+            store = join(cfg.dist_url, rank, world)
+            store.set_timeout(PG_TIMEOUT)
+            dist.init_process_group(cfg.resolved_backend, store=dist.PrefixStore("default_pg", store), timeout=PG_TIMEOUT,
+                                    rank=rank, world_size=world)
         if prepare:
             # launched by torchrun/mpirun: rank 0 claims or checks the folder (and holds its lock for
             # the run), every rank learns the verdict
@@ -234,9 +262,10 @@ def worker_main(cfg: TrainConfig, rank: int, world: int, local_rank: int, *, pre
         run_worker(cfg, rank, world, local_rank)
         ok = True
     except EdgeportError as exc:
-        if rank == 0 or not isinstance(exc, BadInputError):
+        # bad input is the same on every rank: rank 0 says it; a rendezvous each rank waited out alone
+        if rank == 0 or not isinstance(exc, BadInputError) or isinstance(exc, RendezvousError):
             where = f" (rank {rank} of {world})" if world > 1 else ""
-            print(f"edgeport train: error: {for_terminal(exc)}{where}", file=sys.stderr, flush=True)
+            print(error_line("edgeport train", exc, tail=where), file=sys.stderr, flush=True)
         return exc.exit_code
     finally:
         if dist.is_initialized():
@@ -320,11 +349,11 @@ def _run(argv: list[str], args: argparse.Namespace, cfg: TrainConfig) -> int:
                 validate_inputs(cfg, local_world=local_world, preflight=rank == 0)
             except BadInputError as exc:
                 if rank == 0:
-                    print(f"edgeport train: error: {for_terminal(exc)}", file=sys.stderr)
+                    print(error_line("edgeport train", exc), file=sys.stderr)
                 return exc.exit_code
         return worker_main(cfg, rank, world, local_rank, prepare=not spawned, force=args.force)
     validate_inputs(cfg)
-    _check_spawn_url(cfg)
+    store_file = _check_spawn_url(cfg)
     cfg, claimed, lock = prepare_out(cfg, force=args.force)
     code = None
     try:
@@ -336,6 +365,7 @@ def _run(argv: list[str], args: argparse.Namespace, cfg: TrainConfig) -> int:
                 code = worker_main(cfg, 0, 1, 0)
         return code
     finally:
+        remove_store_file(store_file)  # every rank has ended
         if claimed and code != 0:
             discard_failed(Path(cfg.out))
 

@@ -16,8 +16,9 @@ import numpy as np
 
 from edgeport.cliargs import real_number, whole_number
 from edgeport.errors import BadInputError
-from edgeport.jsonfile import Refused, read_json, shown
+from edgeport.jsonfile import Refused, read_json
 from edgeport.models.preprocess import image_size, list_images, load_image
+from edgeport.text import shown
 from edgeport.userfiles import read_bounded
 
 # A label file: one line of about 40 bytes a box; the densest published sets (crowds, shop

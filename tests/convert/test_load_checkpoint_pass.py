@@ -103,7 +103,7 @@ def test_pickled_module_needs_trust(tmp_path, pdet_n):
     torch.save(pdet_n, path)
     with pytest.raises(CheckpointError, match="--trust-checkpoint") as info:
         torch_load(path, trust=False)
-    assert "pickled Python objects" in str(info.value) and "PDet" in str(info.value)
+    assert "pickled objects" in str(info.value) and "PDet" in str(info.value)
     obj = torch_load(path, trust=True)
     layout, sd, module, _, _ = find_weights(obj)
     assert layout == "pickled module" and isinstance(module, torch.nn.Module) and sd is None

@@ -245,7 +245,7 @@ def test_the_malformed_message_shows_the_value_exactly_and_who_wrote_it():
         Report.from_dict(report, "report 'now.json'")
     msg = str(exc.value)
     assert "cosine is 1.0000000000000002, outside [-1.0, 1.0]" in msg
-    assert "written by another version or edited" in msg and "regenerate" not in msg
+    assert "edited, or written by another version" in msg and "regenerate" not in msg
 
 
 def test_steps_may_not_worsen_gated_or_not_beyond_a_rounding():

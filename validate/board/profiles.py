@@ -218,8 +218,8 @@ def _keys(table: object, allowed: tuple[str, ...] | None, where: str) -> dict:
         raise ProfileError(f"{where} is not a table")
     unknown = sorted(k for k in table if k not in allowed) if allowed is not None else []
     if unknown:
-        why = (" (free ssh options could run a command on this machine, e.g. ProxyCommand: only the keys below are "
-               "passed to ssh, each checked)" if where == "[runner]" and "options" in unknown else "")
+        why = (" (free ssh options, e.g. ProxyCommand, run commands here: only these keys reach ssh)"
+               if where == "[runner]" and "options" in unknown else "")
         raise ProfileError(f"{where} has unknown keys {unknown}{why}; valid: {', '.join(allowed)}")
     return table
 

@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeport.errors import BadInputError
-from edgeport.jsonfile import DuplicateKey, Refused, clip, read_json
-from edgeport.text import for_terminal
+from edgeport.jsonfile import DuplicateKey, Refused, read_json
+from edgeport.text import clip, for_terminal
 from edgeport.userfiles import read_bounded
 from edgeport.validate.parity.result import FINITE_METRICS, OUTPUT_METRICS, ResultRow, sections, steps_label, stricter
 from edgeport.validate.report.render import render_json

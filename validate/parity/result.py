@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
-from edgeport.jsonfile import Malformed, clip, count, expect, number, shown, strings
+from edgeport.jsonfile import Malformed, count, expect, number, strings
+from edgeport.text import clip, shown
 
 JUDGES = ("emulator", "runtime", "converter")
 # a repaired twin's variant ends so (``int8-repaired``: convert/passes/repair_pass.py); it stands in for its pure

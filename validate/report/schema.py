@@ -16,8 +16,8 @@ import typing
 from dataclasses import dataclass, field
 
 from edgeport.errors import BadInputError, ParityGateError
-from edgeport.jsonfile import Malformed, clip, expect, number, read, shown, strings, written
-from edgeport.text import for_terminal
+from edgeport.jsonfile import Malformed, expect, number, read, strings, written
+from edgeport.text import clip, for_terminal, shown
 from edgeport.validate.parity.result import QUANTISED_FILES, REPAIRED, ResultRow, row_failures, sections
 from edgeport.validate.report.sections import (
     Artifact,
@@ -182,8 +182,8 @@ class Report:
                     raise Malformed(f"repaired names {shown(variant)}, but its twin does not stand in for it: {refused}")
             return report
         except Malformed as exc:
-            raise BadInputError(f"{what} is a malformed {SCHEMA} report: {exc}; written by another version or edited: "
-                                f"restore it, or write it again (edgeport validate)") from None
+            raise BadInputError(f"{what} is malformed: {exc}; edited, or written by another version: write it again "
+                                f"(edgeport validate)") from None
 
     def to_dict(self) -> dict:
         part = {name: written(getattr(self, name)) for name in SECTIONS}
