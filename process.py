@@ -1,4 +1,4 @@
-"""This process's end: SIGTERM unwinds like Ctrl-C (so staging folders are removed, ``runs.py``),
+"""This process's end: SIGTERM unwinds like Ctrl-C (so staging folders are removed, ``folders.py``),
 and an exit without the interpreter's teardown once everything is cleaned up. No torch, no numpy:
 the CLI imports this at start-up."""
 

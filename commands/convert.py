@@ -1,7 +1,7 @@
 """``edgeport convert``: run the pipeline in a staging folder, then move the results into place.
 
 Everything is written into a hidden staging folder next to ``--out`` and renamed into place at
-the end (``runs.staged_output``), so a run that fails leaves nothing behind. A run whose parity
+the end (``folders.staged_output``), so a run that fails leaves nothing behind. A run whose parity
 gate fails still delivers its artifacts and report (exit 1, from ``report.schema.gate``).
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from edgeport._lazy import importing
 from edgeport.commands.output import Progress
 from edgeport.convert.context import RunContext
-from edgeport.runs import OUTPUTS, staged_output
+from edgeport.folders import OUTPUTS, staged_output
 
 ARTIFACTS = tuple(n for n in OUTPUTS["convert"] if n.startswith("model"))  # what the pipeline's files may ship as
 DEFAULT_RUNS = Path("runs/convert")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgeport.runs import staged_output
+from edgeport.folders import staged_output
 from edgeport.text import for_terminal
 
 

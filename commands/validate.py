@@ -14,7 +14,7 @@ from pathlib import Path
 from edgeport._lazy import importing
 from edgeport.commands.output import Progress
 from edgeport.errors import BadInputError
-from edgeport.runs import staged_output
+from edgeport.folders import staged_output
 
 DEFAULT_RUNS = Path("runs/validate")
 

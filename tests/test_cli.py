@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from edgeport.folders import MARKER
 from edgeport.models.registry import build_model
-from edgeport.runs import MARKER
 
 # what convert writes, and the marker that makes the folder provably edgeport's
 OUTPUTS = {"model.onnx", "model_float32.tflite", "model_int8.tflite", "report.json", "report.md", "report.html", MARKER}

@@ -115,7 +115,7 @@ def test_the_layers_go_down():
     # the lowest layers import no part at all
     for lowest in ("text", "userfiles"):  # userfiles: every reader of a user's file opens it there
         assert graph[lowest] == set(), f"{lowest} imports {graph[lowest]}"
-    for base in ("errors", "runs", "cliargs", "checkpoints", "_lazy", "venvs", "jsonfile", "process"):
+    for base in ("errors", "folders", "cliargs", "checkpoints", "_lazy", "venvs", "jsonfile", "process"):
         assert graph[base] <= {"errors", "text", "userfiles"}, f"{base} imports {graph[base]}"
     assert graph["ops"] <= {"errors", "_lazy", "userfiles"}
     assert "train" not in graph["convert"] | graph["validate"] | graph["models"]

@@ -14,7 +14,7 @@ import torch
 
 from edgeport.cliargs import whole_number
 from edgeport.errors import CheckpointError
-from edgeport.runs import writing
+from edgeport.folders import writing
 
 VERSION_PACKAGES = ("edgeport", "torch", "numpy")
 

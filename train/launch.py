@@ -30,8 +30,7 @@ from urllib.parse import urlparse
 
 from edgeport.cliargs import Parser, explicit_options
 from edgeport.errors import BadInputError, EdgeportError, error_line, report
-from edgeport.process import Terminated, die_with, exit_now, handle_sigterm
-from edgeport.runs import (
+from edgeport.folders import (
     MARKER,
     OUTPUTS,
     FolderLock,
@@ -49,6 +48,7 @@ from edgeport.runs import (
     remove_transient,
     write_marker,
 )
+from edgeport.process import Terminated, die_with, exit_now, handle_sigterm
 from edgeport.text import shown
 from edgeport.train.config import TrainConfig, add_train_args, config_from_args
 from edgeport.train.rendezvous import RendezvousError, check_store_folder, env_seconds, join, new_store_file, remove_store_file

@@ -29,9 +29,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from edgeport._lazy import installed_versions
 from edgeport.errors import EdgeportError
+from edgeport.folders import record_outputs, write_output
 from edgeport.models.registry import build_model
 from edgeport.models.syncbn import convert_sync_batchnorm
-from edgeport.runs import record_outputs, write_output
 from edgeport.train.checkpoint import FORMAT, VERSION_PACKAGES, atomic_save, load_initial_weights, load_resume
 from edgeport.train.config import DEFAULT_EPOCHS, TrainConfig
 from edgeport.train.dataset import AugmentConfig, DetectionDataset, collate

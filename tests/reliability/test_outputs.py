@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from edgeport.errors import BadInputError
-from edgeport.runs import MARKER, OutputConflict, claim_run_dir, record_outputs, staged_output, write_marker
+from edgeport.folders import MARKER, OutputConflict, claim_run_dir, record_outputs, staged_output, write_marker
 
 from .conftest import assert_kept, assert_one_line, inventory, run_cli
 
@@ -245,7 +245,7 @@ def test_data_synth_force_refuses_a_user_folder(workspace, run_inproc):
 def test_a_parent_made_by_a_concurrent_run_is_neither_an_error_nor_ours(tmp_path, monkeypatch):
     """Two runs start at once: both see no ``runs/``, one makes it first. The other carries on, and
     does not count it among the folders it would remove on failure."""
-    from edgeport import runs as runs_module
+    from edgeport import folders as runs_module
 
     target = tmp_path / "runs" / "convert" / "x"
     real_exists = Path.exists
@@ -355,7 +355,7 @@ def test_a_run_killed_outright_leaves_a_staging_folder_the_next_run_removes(work
 
 
 def test_a_live_runs_staging_folder_is_left_alone(tmp_path):
-    from edgeport.runs import reclaim_staging
+    from edgeport.folders import reclaim_staging
 
     with staged_output(tmp_path / "a", command="convert", force=False, default_root=tmp_path / "runs") as stage:
         assert reclaim_staging(tmp_path) == []  # its owner holds the lock

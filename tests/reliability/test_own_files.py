@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from edgeport.runs import LOCK, MARKER, STAGING_MARKER, STAGING_SCHEMA, NotOurs, lock_folder, read_marker, reclaim_staging, write_marker
+from edgeport.folders import LOCK, MARKER, STAGING_MARKER, STAGING_SCHEMA, NotOurs, lock_folder, read_marker, reclaim_staging, write_marker
 
 from .conftest import assert_kept, assert_one_line, inventory
 
@@ -90,7 +90,7 @@ def test_a_folder_a_live_run_holds_is_refused_as_in_use_before_its_files_are_jud
     wrote them": that it runs is the reason given, not that the files are someone else's. (CI saw a
     second `train --force` beside a live one get the files' reason once the live run had written.)"""
     from edgeport.errors import BadInputError
-    from edgeport.runs import FolderInUse, check_out, record_outputs
+    from edgeport.folders import FolderInUse, check_out, record_outputs
 
     out = tmp_path / "run"
     out.mkdir()
@@ -214,7 +214,7 @@ def test_a_fifo_in_a_markers_place_is_refused_at_once(tmp_path):
     import os
     import time
 
-    from edgeport.runs import MARKER, NotOurs, _read_own
+    from edgeport.folders import MARKER, NotOurs, _read_own
 
     fifo = tmp_path / MARKER
     os.mkfifo(fifo)
@@ -228,7 +228,7 @@ def test_what_a_killed_write_leaves_is_edgeports_and_a_file_at_its_temporary_nam
     """``writing``'s temporaries (``.NAME.tmp-PID-HEX``), whichever file they were for, are a killed
     run's and go; a user's file that only looks like one stays foreign. A file already at the
     temporary's name makes the write fail, and is not removed."""
-    from edgeport.runs import foreign_entries, remove_transient, write_output, writing
+    from edgeport.folders import foreign_entries, remove_transient, write_output, writing
 
     run = tmp_path / "run"
     run.mkdir()

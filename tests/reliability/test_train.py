@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
+from edgeport.folders import LOCK, MARKER, write_marker
 from edgeport.models.synth import make_scene
-from edgeport.runs import LOCK, MARKER, write_marker
 from edgeport.validate.datasets import write_dataset
 
 from .conftest import assert_one_line, inventory, run_cli

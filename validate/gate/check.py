@@ -143,11 +143,11 @@ def load_report(path: Path, what: str) -> Report:
 
 
 def write_baseline(report: Path, baseline: Path) -> Path:
-    """``--update-baseline``: write the (checked) report over the baseline, atomically (``runs.writing``).
+    """``--update-baseline``: write the (checked) report over the baseline, atomically (``folders.writing``).
     It writes where nothing is, or over an edgeport report -- never over another file, a checkpoint or
     notes a link leads to. A symlinked baseline is written through: its target is replaced, the link
     kept. Returns the file written."""
-    from edgeport.runs import writing
+    from edgeport.folders import writing
 
     data = read_bounded(report, MAX_REPORT_BYTES)  # read strictly already (``load_report``): the same bound
     target = Path(os.path.realpath(baseline))
