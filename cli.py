@@ -59,7 +59,7 @@ def _add_convert_args(p: argparse.ArgumentParser) -> None:
                         "install litert-torch` first)")
     target.add_argument("--no-int8", action="store_true", help="skip the full-integer int8 model")
     target.add_argument("--no-repair", action="store_true", help="where a quantised file fails its gate, write no repaired "
-                        "twin (model_int8_repaired.tflite: its worst ops run in float) and fail on the pure file")
+                        "file (model_int8_repaired.tflite) and fail on the pure file")
     target.add_argument("--opset", type=int_range(*OPSETS), default=17, help=f"ONNX opset, {OPSETS[0]}-{OPSETS[1]} (default 17)")
     target.add_argument("--legacy-resize", action="store_true",
                         help="emit bilinear resizes the way older converters did (half_pixel_centers off): reproduces the board bug")

@@ -86,7 +86,7 @@ def main() -> None:
             row: dict = {"demo": neck, "checkpoint": str(ckpt.relative_to(REPO))}
             report = json.loads((out / "report.json").read_text())
             row["lowered"] = {s["name"]: s["summary"] for s in report["stages"]}.get("lower_for_board")
-            # and the repaired twin, where the uint8 file failed its gate (convert/passes/repair_pass.py)
+            # and the repaired file, where the uint8 file failed its gate (convert/passes/repair_pass.py)
             files = {v: out / f"model_{v}.tflite" for v in ("float32", "uint8", "uint8_repaired")
                      if (out / f"model_{v}.tflite").is_file()}
             for variant, path in files.items():

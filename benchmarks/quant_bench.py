@@ -97,9 +97,9 @@ def measure(name: str, board: str, work: Path) -> dict:
         out["latency_on"] = board_row["runtime"]
     repair = (json.loads(report.read_text()).get("repairs") or {}).get(variant)
     if repair is not None:
-        twin = [r for r in rows if r["variant"] == f"{variant}-repaired"]
+        repaired = [r for r in rows if r["variant"] == f"{variant}-repaired"]
         out["repair"] = {k: repair.get(k) for k in ("repaired", "passed", "why", "reranged", "float_ops", "ops", "latency", "worst_cosine")}
-        out["repair"]["rows_pass"] = bool(twin) and all(r["passed"] for r in twin)
+        out["repair"]["rows_pass"] = bool(repaired) and all(r["passed"] for r in repaired)
     out["passes_after"] = out["passes"] or bool(out.get("repair", {}).get("rows_pass"))
     errors = next((r["op_errors"] for r in mine if r.get("op_errors")), None)
     if errors and errors.get("worst"):

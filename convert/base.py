@@ -71,7 +71,7 @@ class ConvertConfig:
     converter: str = "onnx2tf"
     # also convert float32 with the other converter and compare the two files (convert/passes/cross_check_pass.py)
     cross_check: bool = False
-    # a quantised file that fails its gate gets a repaired twin (convert/passes/repair_pass.py); False: the pure files only
+    # a quantised file that fails its gate gets a repaired file (convert/passes/repair_pass.py); False: the pure files only
     repair: bool = True
     # to_tflite starts parity's runs while the converter works (validate/parity/early.py); False where
     # nothing will take them (the repair's conversions of a changed model)

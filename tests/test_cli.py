@@ -172,7 +172,7 @@ def test_failed_parity_gate_exits_1_and_keeps_artifacts(tmp_path, monkeypatch, p
 
     torch.save(pdet_n.state_dict(), tmp_path / "sd.pt")
     # demand more of int8 than quantisation can give: the gate must fail, not crash (the pure file:
-    # --no-repair; a repaired twin is held to its own entry, which this test leaves as it is)
+    # --no-repair; a repaired file is held to its own entry, which this test leaves as it is)
     monkeypatch.setitem(compare.TOLERANCES, "int8", compare.Tolerance(min_cosine=0.9999999))
     out = tmp_path / "out"
     code = cli.main(["convert", str(tmp_path / "sd.pt"), "--arch", "pdet-n", "--imgsz", "64", "--out", str(out), "--no-repair"])

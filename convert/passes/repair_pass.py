@@ -1,4 +1,4 @@
-"""Pass: a quantised file that fails its gate gets a repaired twin, judged like any other file.
+"""Pass: a quantised file that fails its gate gets a repaired file, judged like any other file.
 
 Tried only where a quantised file's row fails and the float32 file passes every row (a float tail
 from a failing float32 file would carry that file's error). Four repairs, in a fixed order, each
@@ -77,7 +77,7 @@ class Candidate:
 
 class Job:
     """One failing quantised file's repair: its candidates judged by the pipeline's own passes after
-    the conversion (``judge``: the board gate and parity), under the repaired twin's name, and what
+    the conversion (``judge``: the board gate and parity), under the repaired file's name, and what
     each repair tried (``applied``, the report's)."""
 
     def __init__(self, variant: str, value: Validated, config: ConvertConfig, convert: Sequence[Pass], judge: Sequence[Pass],

@@ -452,7 +452,7 @@ def test_an_older_reports_null_tolerances_and_a_report_built_in_memory_are_read(
 
 def _repaired_report(repaired_cos: float, repaired_says: bool = True) -> dict:
     """float32 passes; int8 fails (cosine 0.95); int8-repaired at ``repaired_cos``, saying it passed
-    (``repaired_says``); the report says it passed where the twin stands in."""
+    (``repaired_says``); the report says it passed where the repaired file stands in."""
     report = make_report()
     q_tol = {"max_abs_rel": None, "min_cosine": 0.99}
 
@@ -470,7 +470,7 @@ def test_a_repaired_twin_that_passes_stands_in_for_its_failing_file():
     read = Report.from_dict(report)
     assert report["passed"] and read.repaired == ["int8"] and read.says_passed
     assert compare_reports(report, copy.deepcopy(report), CheckTolerance()) == []
-    # a twin that fails too stands in for nothing: the run failed
+    # a repaired file that fails too stands in for nothing: the run failed
     failing = _repaired_report(0.95, repaired_says=False)
     assert not failing["passed"] and Report.from_dict(failing).repaired == []
 
@@ -484,12 +484,12 @@ def test_a_repaired_twin_that_claims_a_pass_its_numbers_refuse_stands_in_for_not
 
 
 def test_only_a_quantised_file_with_a_twin_on_every_runtime_is_stood_in_for():
-    # a float32 "twin" stands in for nothing: float32 is not repaired
+    # a float32 "repaired" row stands in for nothing: float32 is not repaired
     report = make_report()
     report["results"][1]["passed"] = False
     report["results"].append(dict(copy.deepcopy(report["results"][1]), variant="float32-repaired", passed=True))
     assert Report.from_dict({**report, "passed": False}).repaired == []
-    # a twin judged on fewer runtimes than its pure file stands in for nothing
+    # a repaired file judged on fewer runtimes than its pure file stands in for nothing
     partial = _repaired_report(0.999)
     partial["results"].append(dict(copy.deepcopy(partial["results"][2]), runtime="board:default"))
     read = Report.from_dict({**partial, "passed": False})
@@ -534,8 +534,8 @@ def test_a_report_whose_tolerances_are_laxer_than_the_baselines_regresses():
     assert compare_reports(stricter, base, CheckTolerance()) == []
 
 
-def _twin_of(report: dict, **changes) -> dict:
-    """``report`` (``_repaired_report``) with its twin row changed, the report's verdict as it would be."""
+def _repaired_of(report: dict, **changes) -> dict:
+    """``report`` (``_repaired_report``) with its repaired row changed, the report's verdict as it would be."""
     report = copy.deepcopy(report)
     report["results"][-1].update(changes)
     report["passed"] = Report.from_dict({**report, "passed": True, "repaired": []}).passed
@@ -549,11 +549,11 @@ def _twin_of(report: dict, **changes) -> dict:
     ({"runtime": "tflite-ref"}, "int8-repaired has no row on tflite, where int8 has one"),
 ])
 def test_a_twin_judged_otherwise_than_its_pure_file_stands_in_for_nothing(changes, why):
-    report = _twin_of(_repaired_report(0.999), **changes)
+    report = _repaired_of(_repaired_report(0.999), **changes)
     read = Report.from_dict(report)
     assert read.stand_in_refusal("int8") == why and read.repaired == [] and not read.passed
-    claimed = {**report, "repaired": ["int8"]}  # a report that says the twin stands in all the same
-    with pytest.raises(BadInputError, match="repaired names 'int8', but its twin does not stand in for it"):
+    claimed = {**report, "repaired": ["int8"]}  # a report that says the repaired file stands in all the same
+    with pytest.raises(BadInputError, match="repaired names 'int8', but its repaired file does not stand in for it"):
         Report.from_dict(claimed)
 
 

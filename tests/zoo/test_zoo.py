@@ -382,7 +382,7 @@ def test_a_failing_quantised_file_is_repaired(board, variant, tmp_path, cli):
     LOGISTIC's fixed 1/256: EXPECTED). The repair writes model_<variant>_repaired.tflite -- a few ops
     in float, the float32 file's, from the worst by their own error to the outputs -- which passes
     every row, the real TFLite 1.13.1's included where it is installed; the pure file stays, failing,
-    and the run passes on the twin, saying which file to ship."""
+    and the run passes on the repaired file, saying which file to ship."""
     on_this_line("yolov8n")
     ckpt = _checkpoint("yolov8n", tmp_path)
     _, size, options = zoo_models.ZOO["yolov8n"]
@@ -404,11 +404,11 @@ def test_a_failing_quantised_file_is_repaired(board, variant, tmp_path, cli):
     else:
         _old_board_rows_hold(report)
     pure = [r for r in report["results"] if r["variant"] == variant]
-    twin = [r for r in report["results"] if r["variant"] == f"{variant}-repaired"]
+    repaired = [r for r in report["results"] if r["variant"] == f"{variant}-repaired"]
     assert pure and not any(r["passed"] for r in pure) and (out / f"model_{variant}.tflite").is_file()
-    assert {r["runtime"] for r in twin} == {r["runtime"] for r in pure} and all(r["passed"] for r in twin), twin
+    assert {r["runtime"] for r in repaired} == {r["runtime"] for r in pure} and all(r["passed"] for r in repaired), repaired
     if board == "tflite-1.13" and _real_runtime():
-        assert any(r["runtime"] == REAL for r in twin)
+        assert any(r["runtime"] == REAL for r in repaired)
     info = report["repairs"][variant]
     assert info["passed"] and 0 < info["float_ops"] < info["ops"] // 4 and info["latency"]["ratio"] > 0, info
     assert report["board"]["checks"][f"{variant}-repaired"]["runnable"]

@@ -32,9 +32,9 @@ while the gate says it passed.
   row judged on fewer images than the baseline's (a diagnostic's sample, ``ResultRow.images``);
   fewer passing rows; a report that claims to pass while something in it fails; a tolerance of
   the report's laxer than the baseline's. Timings are never compared.
-- A repaired twin stands in for its failing quantised file only where it proves it
+- A repaired file stands in for its failing quantised file only where it proves it
   (``Report.stand_in_refusal``: a row on each of the file's runtimes, with the same outputs,
-  images and sections, each earned); a report naming a twin that does not is malformed.
+  images and sections, each earned); a report naming a repaired file that does not is malformed.
 """
 
 from __future__ import annotations
@@ -340,7 +340,7 @@ def compare_reports(report: dict | Report, baseline: dict | Report, tol: CheckTo
     for variant, runnable in _board_runnable(base).items():
         if runnable and not runnable_now.get(variant, False):
             out.append(Regression(f"board {variant}", "runnable", True, runnable_now.get(variant, "missing")))
-    stands_in = set(now.repaired)  # a quantised file whose repaired twin proves what it stands in for (``Report.passed``)
+    stands_in = set(now.repaired)  # a quantised file whose repaired file proves what it stands in for (``Report.passed``)
     failing = [k for k, ok in earned_now.items() if not ok and rows_now[k].variant not in stands_in] + \
         [f"board {v}" for v, ok in runnable_now.items() if not ok and v not in stands_in]
     if now.says_passed and failing:

@@ -12,10 +12,10 @@ from edgeport.jsonfile import Malformed, count, expect, number, strings
 from edgeport.text import clip, shown
 
 JUDGES = ("emulator", "runtime", "converter")
-# a repaired twin's variant ends so (``int8-repaired``: convert/passes/repair_pass.py); it stands in for its pure
+# a repaired file's variant ends so (``int8-repaired``: convert/passes/repair_pass.py); it stands in for its pure
 # file where it passes (``Report.passed``)
 REPAIRED = "-repaired"
-QUANTISED_FILES = ("int8", "uint8")  # the full-integer files: the variants a repaired twin may stand in for
+QUANTISED_FILES = ("int8", "uint8")  # the full-integer files: the variants a repaired file may stand in for
 
 # what a row's fields must hold when read back (``from_dict``); NaN and infinities are read, and
 # the gate then reports them as regressions: they mean something broke

@@ -282,7 +282,7 @@ REPAIRS_TITLE = "Repairs"
 
 
 def verdict(report: Report) -> str:
-    """PASSED, FAILED, or PASSED with the quantised files a repaired twin stands in for (ship that one)."""
+    """PASSED, FAILED, or PASSED with the quantised files a repaired file stands in for (ship that one)."""
     if not report.passed:
         return "FAILED"
     stood = report.repaired

@@ -72,7 +72,7 @@ class Report:
     @property
     def passed(self) -> bool:
         """Every row earned its pass and the board runs every file -- where a quantised file failed
-        and its repaired twin stands in for it (``repaired``), the twin's rows and board verdict are
+        and its repaired file stands in for it (``repaired``), the repaired file's rows and board verdict are
         the file's: the run delivers a file that computes what the model computes."""
         stands_in = set(self.repaired)
         checks = self.board.checks.items() if self.board is not None else ()
@@ -94,18 +94,18 @@ class Report:
         return row.passed and not self.failures(row)
 
     def stand_in_refusal(self, variant: str) -> str | None:
-        """Why the repaired twin of a quantised ``variant`` may not stand in for it; None: it may.
-        On every runtime the pure file has a row, the twin has one judged alike -- the same outputs,
+        """Why the repaired file of a quantised ``variant`` may not stand in for it; None: it may.
+        On every runtime the pure file has a row, the repaired file has one judged alike -- the same outputs,
         the same images, the same detection sections -- and earns its pass; the board runs it."""
-        twin = variant + REPAIRED
+        repaired = variant + REPAIRED
         pure = [r for r in self.results if r.variant == variant]
-        rows = {r.runtime: r for r in self.results if r.variant == twin}
+        rows = {r.runtime: r for r in self.results if r.variant == repaired}
         if variant not in QUANTISED_FILES or not pure or not rows:
-            return f"{variant} has no repaired twin"
+            return f"{variant} has no repaired file"
         for p in pure:
             t = rows.get(p.runtime)
             if t is None:
-                return f"{twin} has no row on {p.runtime}, where {variant} has one"
+                return f"{repaired} has no row on {p.runtime}, where {variant} has one"
             outputs_p, outputs_t = [o["name"] for o in p.outputs], [o["name"] for o in t.outputs]
             if outputs_t != outputs_p:
                 return f"{t.key} compares {len(outputs_t)} outputs ({shown(outputs_t)}), {p.key} {len(outputs_p)}"
@@ -118,14 +118,14 @@ class Report:
             failed += self.failures(t)
             if failed:
                 return f"{t.key} fails: {clip(failed[0])}"
-        check = self.board.checks.get(twin) if self.board is not None else None
+        check = self.board.checks.get(repaired) if self.board is not None else None
         if self.board is not None and (check is None or not check.runnable):
-            return f"{self.board.name} cannot run {twin}"
+            return f"{self.board.name} cannot run {repaired}"
         return None
 
     @property
     def repaired(self) -> list[str]:
-        """The quantised variants (int8, uint8) whose repaired twin stands in for them (``stand_in_refusal``)."""
+        """The quantised variants (int8, uint8) whose repaired file stands in for them (``stand_in_refusal``)."""
         return [v for v in QUANTISED_FILES if self.stand_in_refusal(v) is None]
 
     @property
@@ -179,7 +179,7 @@ class Report:
             for variant in strings(data.get("repaired") or [], "repaired"):  # (absent: an older report)
                 refused = report.stand_in_refusal(variant)
                 if refused:
-                    raise Malformed(f"repaired names {shown(variant)}, but its twin does not stand in for it: {refused}")
+                    raise Malformed(f"repaired names {shown(variant)}, but its repaired file does not stand in for it: {refused}")
             return report
         except Malformed as exc:
             raise BadInputError(f"{what} is malformed: {exc}; edited, or written by another version: write it again "

@@ -1,8 +1,8 @@
-"""A repaired twin stands in for its failing quantised file only where its rows prove it: a report
-whose twin rows were edited -- a cosine under a tolerance the row lowered for itself, no outputs,
+"""A repaired file stands in for its failing quantised file only where its rows prove it: a report
+whose repaired rows were edited -- a cosine under a tolerance the row lowered for itself, no outputs,
 one image -- never passes the gate, and the files stay as they were.
 
-The report is a real one: the repair pass on a file whose middle grid is too coarse writes a twin
+The report is a real one: the repair pass on a file whose middle grid is too coarse writes a repaired file
 with a float tail (``tests/convert/test_tflite_passes.py``), and the report is written as convert
 writes it."""
 
@@ -33,27 +33,27 @@ def repaired(tmp_path_factory) -> dict:
     return json.loads(render_json(report))
 
 
-def _twin_rows(report: dict) -> list[dict]:
+def _repaired_rows(report: dict) -> list[dict]:
     return [r for r in report["results"] if r["variant"] == "int8-repaired"]
 
 
 def _cosine_under_its_own_tolerance(report: dict) -> None:
-    for o in _twin_rows(report)[0]["outputs"]:
+    for o in _repaired_rows(report)[0]["outputs"]:
         o.update(cosine=0.5, tolerance=dict(o["tolerance"], min_cosine=-1.0))
 
 
 def _no_outputs(report: dict) -> None:
-    for row in _twin_rows(report):
+    for row in _repaired_rows(report):
         row["outputs"] = []
 
 
 def _one_image(report: dict) -> None:
-    for row in _twin_rows(report):
+    for row in _repaired_rows(report):
         row["images"] = 1
 
 
 @pytest.mark.parametrize("edit", [_cosine_under_its_own_tolerance, _no_outputs, _one_image])
-def test_an_edited_twin_stands_in_for_nothing(repaired, edit, tmp_path, run_inproc, monkeypatch):
+def test_an_edited_repaired_file_stands_in_for_nothing(repaired, edit, tmp_path, run_inproc, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "baseline.json").write_text(json.dumps(repaired))
     assert run_inproc("check", "baseline.json", "--baseline", "baseline.json").code == 0  # the real report passes itself
@@ -70,9 +70,9 @@ def test_an_edited_twin_stands_in_for_nothing(repaired, edit, tmp_path, run_inpr
     assert_kept(before, inventory(tmp_path))
 
 
-def test_an_edited_twin_fails_the_gate_even_where_the_report_drops_its_claim(repaired, tmp_path, run_inproc, monkeypatch):
+def test_an_edited_repaired_file_fails_the_gate_even_where_the_report_drops_its_claim(repaired, tmp_path, run_inproc, monkeypatch):
     """Without its ``repaired`` list the report cannot be refused as malformed; the gate still
-    finds the pure file's failing rows, which the edited twin no longer stands in for."""
+    finds the pure file's failing rows, which the edited repaired file no longer stands in for."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "baseline.json").write_text(json.dumps(repaired))
     edited = copy.deepcopy(repaired)
