@@ -48,7 +48,10 @@ def _add_convert_args(p: argparse.ArgumentParser) -> None:
                        "not needed for edgeport trainer checkpoints")
     given.add_argument("--imgsz", type=positive_int, help="square input size, a multiple of the model's stride (default: the size "
                        "the checkpoint was trained at, where it records one; else 320)")
-    given.add_argument("--calib", type=Path, help="folder of images for int8 calibration and parity (default: synthetic scenes)")
+    given.add_argument("--calib", type=Path, help="folder of images as the model takes them, for int8 calibration (default: "
+                       "synthetic scenes); with 16 or more and no --val, every fourth is held out to judge the files on")
+    given.add_argument("--val", type=Path, help="folder of images to judge the files on, apart from --calib (default: held out of "
+                       "--calib, or synthetic scenes)")
     _add_output_args(given)
     target = p.add_argument_group("target: the board and how the files are made")
     target.add_argument("--board", default="default", help="target board profile: a name from `edgeport boards` or a .toml path "
@@ -146,7 +149,7 @@ def run_convert(args: argparse.Namespace) -> int:
     from edgeport.commands.convert import convert
 
     out, report = convert(args.checkpoint, board=board(args.board, args.runner), out=args.out, force=args.force,
-                          console=output.console(), arch=args.arch, imgsz=args.imgsz, calib_dir=args.calib,
+                          console=output.console(), arch=args.arch, imgsz=args.imgsz, calib_dir=args.calib, val_dir=args.val,
                           trust_checkpoint=args.trust_checkpoint, opset=args.opset, int8=not args.no_int8,
                           legacy_resize=args.legacy_resize, head=args.head, outputs=args.outputs, converter=args.converter,
                           cross_check=args.cross_check, repair=not args.no_repair)

@@ -27,7 +27,7 @@ def convert(checkpoint: Path, *, board, out: Path | None = None, force: bool = F
     before the conversion."""
     from edgeport.convert.converters.registry import converter, other
 
-    inputs = (Path(checkpoint), options.get("calib_dir"))
+    inputs = (Path(checkpoint), options.get("calib_dir"), options.get("val_dir"))
     chosen = converter(options.get("converter", "onnx2tf"))
     used = [chosen, other(chosen.name)] if options.get("cross_check") else [chosen]
     if options.get("cross_check") and not board.runs_dtype("float32"):

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from edgeport.validate.board.profiles import BoardProfile
     from edgeport.validate.parity.early import EarlyRuns
     from edgeport.validate.parity.run import ParityResult
-    from edgeport.validate.report.sections import Board
+    from edgeport.validate.report.sections import Board, Repair
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -52,6 +52,8 @@ class ConvertConfig:
     imgsz: int | None = None
     imgsz_from: str = "--imgsz"  # where ``imgsz`` came from, for the progress line (validate: the file's input)
     calib_dir: Path | None = None
+    # images the files are judged on, apart from the calibration images (None: held out of --calib, convert/calibration.py)
+    val_dir: Path | None = None
     trust_checkpoint: bool = False
     opset: int = 17
     # how many calibration images to use at most, and how many to validate on
@@ -143,6 +145,7 @@ class Prepared:
     head: Head  # the output format, resolved from the shapes and what the model says of itself
     output_shapes: tuple[tuple[int, ...], ...]  # each output's for one image (``models.outputs.output_shapes``)
     upsample: tuple[dict, ...] = ()  # rewrite_upsample's decision per site
+    held_out: bool = True  # ``val`` holds no calibration image (convert/calibration.py)
 
     def describe(self) -> dict:
         """The report's ``model``: which checkpoint, how its weights were found, which architecture,
@@ -222,7 +225,7 @@ class Validated:
     gated: Gated
     parity: ParityResult
     # repair: per quantised variant that failed, what was tried and what the repaired file does (convert/passes/repair_pass.py)
-    repairs: dict = field(default_factory=dict)
+    repairs: dict[str, Repair] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

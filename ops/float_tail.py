@@ -1,4 +1,5 @@
-"""Selective float as a float tail: a quantised file whose last ops are the float32 file's.
+"""Selective float: a quantised file some of whose ops are the float32 file's -- as a float tail,
+or as float islands.
 
 A quantised file that fails its gate often fails on a few ops (``validate/parity/op_errors.py``
 names them). Keeping those in float repairs it, and a board without a QUANTIZE op (TFLite 1.13)
@@ -9,8 +10,13 @@ tail meets the quantised graph by a DEQUANTIZE of the quantised file's tensor of
 The quantised ops that only fed the dropped part go with it; the file's input stays as the
 quantised file takes it, and its outputs are the float32 file's.
 
-``float_tail`` writes one such file; the search for the fewest ops that pass is the repair pass's
-(``convert/passes/repair_pass.py``).
+A board with a QUANTIZE from float (today's TFLite) can go back: ``float_islands`` runs the ops
+chosen in float, each island fed by a DEQUANTIZE of the quantised file's tensors and handing on by a
+QUANTIZE to the quantised tensor its op wrote, on that tensor's own grid; every op outside the islands
+stays as the quantised file has it, so the file stays quantised but for the ops that carry its error.
+
+``float_tail`` and ``float_islands`` write one such file; the search for the fewest ops that pass is
+the repair pass's (``convert/passes/repair_pass.py``).
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ from edgeport.ops.tflite_graph import name_key as key
 @dataclass(frozen=True)
 class Tail:
     model: bytes
-    float_ops: tuple[int, ...]  # the float32 file's ops the tail runs, in file order
+    float_ops: tuple[int, ...]  # the float32 file's ops it runs, in file order
     fed_at: tuple[str, ...]  # the tensors where it reads the quantised graph (DEQUANTIZE), by name
+    islands: bool = False  # float islands, each QUANTIZEd back (``float_islands``); else a tail to the outputs
 
 
 def _producers(g: Graph) -> dict[int, int]:
@@ -145,3 +152,100 @@ def float_tail(quantised: bytes, float_file: bytes, seeds, fed_by) -> Tail | Non
     q.model.signatureDefs = None  # they name the quantised file's outputs, which are gone
     q.prune()
     return Tail(q.to_bytes(), tuple(sorted(ops)), tuple(f.tensor_name(t) for t in boundary))
+
+
+def islandable(q: Graph, f: Graph, j: int, fed_by) -> bool:
+    """Whether the float32 file's op ``j`` alone can be a float island in the quantised file ``q``
+    (``float_islands``): every tensor it reads and writes, constants aside, has a quantised tensor
+    of its shape to meet."""
+    def held(t: int) -> bool:
+        s = q.sg.inputs[0] if t in f.sg.inputs else fed_by(key(f.tensor_name(t)))
+        return s is not None and q.shape(s) == f.shape(t)
+
+    op = f.ops[j]
+    return all(held(t) for t in op.outputs if t >= 0) and all(held(t) for t in op.inputs if t >= 0 and f.const(t) is None)
+
+
+def float_islands(quantised: bytes, float_file: bytes, ops, fed_by) -> Tail | None:
+    """The quantised file with the float32 file's ``ops`` (its op indices) run in float, in place of
+    the quantised ops that write the same tensors; ``fed_by(name)``: the quantised file's tensor that
+    holds the float tensor ``name`` in the same units, or None. An island's input the quantised file
+    holds is fed by a DEQUANTIZE of it; an island's output another quantised op (or the graph) reads
+    is QUANTIZEd back onto its own tensor. None where an op's outputs or inputs have no quantised
+    tensor to meet (other units, a tensor the converter fused away), or either file has control flow."""
+    q, f = Graph(quantised, what="the quantised file"), Graph(float_file, what="the float32 file")
+    if q.subgraphs != 1 or f.subgraphs != 1 or len(q.sg.inputs) != 1 or len(f.sg.inputs) != 1:
+        return None
+    chosen = sorted(set(ops))
+
+    def held(t: int) -> int | None:  # the quantised tensor holding the float32 file's tensor t
+        if t in f.sg.inputs:
+            return q.sg.inputs[0]
+        s = fed_by(key(f.tensor_name(t)))
+        return s if s is not None and q.shape(s) == f.shape(t) else None
+
+    made = {t for j in chosen for t in f.ops[j].outputs if t >= 0}
+    writes = {}  # quantised tensor -> the chosen float op that now writes it
+    for j in chosen:
+        for t in f.ops[j].outputs:
+            if t >= 0:
+                if held(t) is None:
+                    return None
+                writes[held(t)] = j
+        for t in f.ops[j].inputs:
+            if t >= 0 and f.const(t) is None and t not in made and held(t) is None:
+                return None
+    producer_q = _producers(q)
+    replaced = {producer_q[t] for t in writes if t in producer_q}
+    if len(replaced) < len(set(writes.values())) or any(t >= 0 and t not in writes for i in replaced for t in q.ops[i].outputs):
+        return None  # a chosen op the quantised file has no op for, or a quantised op the chosen ones replace only in part
+    read_outside = {t for i, op in enumerate(q.ops) if i not in replaced for t in op.inputs if t >= 0} | set(q.sg.outputs)
+    mapped: dict[int, int] = {}
+    dequantized: dict[int, int] = {}
+
+    def take(t: int) -> int:  # the float32 file's tensor t, copied into the quantised model
+        if t not in mapped:
+            tensor = copy.copy(f.tensor(t))
+            tensor.buffer = 0
+            q.sg.tensors.append(tensor)
+            mapped[t] = len(q.sg.tensors) - 1
+            value = f.const(t)
+            if value is not None:
+                q.set_const(mapped[t], value)
+        return mapped[t]
+
+    new_ops = []
+    for i, op in enumerate(q.ops):
+        if i not in replaced:
+            new_ops.append(op)
+            continue
+        for j in sorted({writes[t] for t in op.outputs if t in writes}):
+            inputs = []
+            for t in f.ops[j].inputs:
+                if t < 0 or f.const(t) is not None or t in made:
+                    inputs.append(take(t) if t >= 0 else t)
+                    continue
+                s = held(t)
+                if q.dtype(s) == f.dtype(t):  # float already, or an integer input (a shape, indices) as it is
+                    inputs.append(s)
+                    continue
+                if s not in dequantized:
+                    out = take(t)
+                    q.tensor(out).name = f"{key(f.tensor_name(t))}/dequantized".encode()
+                    new_ops.append(q.new_op("DEQUANTIZE", [s], [out], version=2 if q.dtype(s) == "int8" else 1))
+                    dequantized[s] = out
+                inputs.append(dequantized[s])
+            fop = copy.copy(f.ops[j])
+            fop.opcodeIndex = _code(q, f, f.ops[j])
+            fop.inputs = inputs
+            fop.outputs = [take(t) if t >= 0 else t for t in f.ops[j].outputs]
+            new_ops.append(fop)
+            for t in f.ops[j].outputs:
+                if t >= 0 and held(t) in read_outside:
+                    mapped_t = take(t)
+                    q.tensor(mapped_t).name = f"{key(f.tensor_name(t))}/float".encode()  # the quantised one keeps its name
+                    new_ops.append(q.new_op("QUANTIZE", [mapped_t], [held(t)], version=2 if q.dtype(held(t)) == "int8" else 1))
+    q.sg.operators = new_ops
+    q.prune()
+    return Tail(q.to_bytes(), tuple(chosen), tuple(sorted({f.tensor_name(t) for j in chosen for t in f.ops[j].inputs
+                                                           if t >= 0 and f.const(t) is None and t not in made})), islands=True)

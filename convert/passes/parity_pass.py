@@ -28,7 +28,7 @@ def subject_of(gated: Gated, config: ConvertConfig) -> ParitySubject:
     diagnostics = config.rows == "all"
     return ParitySubject(
         folded_module=prepared.module if diagnostics else None, onnx_path=made.exported.onnx if diagnostics else None,
-        inputs=prepared.val, inputs_source=prepared.val_source,
+        inputs=prepared.val, inputs_source=prepared.val_source, held_out=prepared.held_out,
         normalised={v: made.int8_plans for v in made.files if v != "float32"} if made.int8_plans else {},
         twins=dict(made.twins),
         # a twin is held to its steps where the file is its graph op for op (a lowering rule rounds its own way)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgeport.convert.base import ConvertConfig, Model, Pass, PassResult, Prepared
-from edgeport.convert.calibration import load_calibration
+from edgeport.convert.calibration import calibration_and_judging
 from edgeport.errors import BadInputError, PassCheckError
 from edgeport.models.registry import model_output_names
 
@@ -65,12 +65,9 @@ class PrepareInputsPass(Pass[Model, Prepared]):
             raise BadInputError(f"{given} is not a positive multiple of the model's stride {stride}; use {lower} or {lower + stride}"
                                 + ("" if config.imgsz else " (--imgsz)"))
         check_memory(imgsz, config.max_calib + config.max_validate)
-        calib, source = load_calibration(config.calib_dir, imgsz, limit=config.max_calib, seed=config.seed)
-        if config.calib_dir is None:
-            # held-out synthetic scenes: int8 is not judged on the images it was calibrated on
-            val, val_source = load_calibration(None, imgsz, limit=config.max_validate, seed=config.seed + 1)
-        else:
-            val, val_source = calib[: config.max_validate], f"the first {min(len(calib), config.max_validate)} --calib images"
+        # a quantised file is judged on images it was not calibrated on, where the user's images allow it
+        calib, source, val, val_source, held_out = calibration_and_judging(
+            config.calib_dir, config.val_dir, imgsz, calib=config.max_calib, judge=config.max_validate, seed=config.seed)
         module, reference = value.module, value.reference
         with torch.no_grad():
             out = module(torch.from_numpy(calib[:1]))
@@ -92,8 +89,10 @@ class PrepareInputsPass(Pass[Model, Prepared]):
             strides = tuple(imgsz // o.shape[-1] if o.dim() == 4 else 0 for o in outputs)
         head = resolve_head(config.head, [tuple(o.shape) for o in outputs], strides, head_hints(value.module))
         prepared = Prepared(value, module, reference, imgsz, calib, source, val, val_source, names, strides, head,
-                            output_shapes(outputs))
-        return PassResult(prepared, changed=False, summary=f"{imgsz}px ({where}), head {head.describe()}, calibration: {source}")
+                            output_shapes(outputs), held_out=held_out)
+        judged = f"judged on {val_source}" if held_out else f"judged on {val_source} (give --val DIR to hold images out)"
+        return PassResult(prepared, changed=False, summary=f"{imgsz}px ({where}), head {head.describe()}, calibration: {source}; "
+                                                           f"{judged}")
 
     def check(self, before: Model, after: Prepared, config: ConvertConfig) -> None:
         calib = after.calib

@@ -35,7 +35,10 @@ from edgeport.convert.base import ConvertConfig, Converted, Pass, PassResult, Va
 from edgeport.convert.context import RunContext
 from edgeport.convert.passes.lower_for_board_pass import restamped
 from edgeport.errors import PassCheckError
+from edgeport.ops.tflite_graph import Graph
 from edgeport.validate.parity.compare import QUANTISED, REPAIRED
+from edgeport.validate.parity.result import timed
+from edgeport.validate.report.sections import Repair, repair_changes
 
 FULL_RUNS = 3  # candidates judged on every row at most: the first that passed the quick search, and larger ones
 QUICK_RUNS = 16  # candidates run on the TFLite kernels at most
@@ -44,16 +47,6 @@ CALIB_IMAGES = 16  # calibration images the float32 file's ranges are measured o
 
 def repaired_name(variant: str) -> str:
     return f"{variant}{REPAIRED}"
-
-
-def changes(reranged: int = 0, equalised: dict | None = None, float_ops: int = 0, ops: int | None = None) -> list[str]:
-    """What a repair changed, in words: the one place its sentence is written (the pass's summary,
-    the candidates' names in the report, the report's Repairs section)."""
-    eq = equalised or {}
-    return ([f"{reranged} grids re-calibrated"] if reranged else []) + (
-        [f"{eq['pairs']} convolution pairs equalised"] if eq.get("pairs") else []) + (
-        [f"{eq['biases']} biases corrected"] if eq.get("biases") else []) + (
-        [f"{float_ops} of {ops} ops in float" if ops is not None else f"{float_ops} ops in float"] if float_ops else [])
 
 
 @dataclass(frozen=True)
@@ -71,7 +64,8 @@ class Candidate:
     module: object = None  # the PyTorch model it was converted from, where a repair changed it
 
     def describe(self) -> str:
-        said = changes(self.reranged, self.equalised)
+        eq = self.equalised or {}
+        said = repair_changes(self.reranged, eq.get("pairs"), eq.get("biases"))
         return "the pure file" if not said else f"the file with {' and '.join(said)}"
 
 
@@ -138,7 +132,7 @@ class Job:
         return converted
 
 
-class Repair(abc.ABC):
+class Strategy(abc.ABC):
     """One way to repair a quantised file: what it changes, from the best file so far."""
 
     name: ClassVar[str]
@@ -155,7 +149,7 @@ class Repair(abc.ABC):
         return [c] if passed else []
 
 
-class Ranges(Repair):
+class Ranges(Strategy):
     """Activation grids the float32 file's values on the calibration images show badly wrong, set
     again (``convert/ranges.py``): the same ops, the same cost."""
 
@@ -173,7 +167,7 @@ class Ranges(Repair):
                           tensors=len(reranged.tensors), examples=list(reranged.tensors[:3]))
 
 
-class Equalise(Repair):
+class Equalise(Strategy):
     """Cross-layer equalisation on the PyTorch model the file was converted from
     (``convert/equalise.py``), converted again."""
 
@@ -211,59 +205,131 @@ class CorrectBiases(Equalise):
     name, pairs = "bias correction", False
 
 
-class FloatTail(Repair):
-    """Selective float as a float tail (``ops/float_tail.py``): the ops whose own quantisation carries
-    the most error and everything downstream, in float. The candidates nest, worst op first; the
-    search doubles until one passes, then halves the gap. Searched from the best file so far and,
-    where another repair was kept, from the pure file too: the fewer float ops wins."""
+class SelectiveFloat(Strategy):
+    """Selective float (``ops/float_tail.py``): the ops whose own quantisation carries the most error
+    (``validate/parity/op_errors.py``), in float. The candidates nest, worst op first; the search
+    doubles until one passes, then halves the gap (a few quick runs, not one per op), on the
+    assumption that more float ops never hurt."""
 
-    name = "float tail"
+    # whether the file keeps the quantised file's outputs (and their scaling, ``int8_groups``), or
+    # takes the float32 file's
+    keeps_outputs: ClassVar[bool]
+
+    @abc.abstractmethod
+    def candidates(self, start: Candidate, job: Job) -> tuple[list, object]:
+        """The nested sets of the float32 file's ops to try, fewest first, each (its worst op's error,
+        the ops), and how to write one (``ops -> Tail | None``)."""
+
+    def applies(self, job: Job) -> str | None:
+        """Why this repair cannot run for the job's board; None: it can."""
+        return None
 
     def run(self, start: Candidate, job: Job) -> list[Candidate]:
+        refused = self.applies(job)
+        if refused:
+            job.applied.append({"repair": self.name, "error": refused})
+            return []
         tag = f"{len(job.applied)}"
         try:
-            tails, write = _candidates(start.file, start.float_file, job.made.prepared.val, job.tmp)
+            sets, write = self.candidates(start, job)
         except Exception as exc:  # noqa: BLE001 - a repair is an aid: its failure is said
             job.applied.append({"repair": self.name, "on": start.describe(),
                                 "error": f"its ops could not be judged: {type(exc).__name__}: {exc}"[:300]})
             return []
         runs: dict[int, dict] = {}
 
-        def tail(n: int) -> bool:
+        def attempt(n: int) -> bool:
             if n not in runs:
-                made = write(tails[n][1])
-                runs[n] = {"float_ops": len(tails[n][1]), "passed": False, "worst_op": tails[n][0].op,
-                           "worst_tensor": tails[n][0].tensor}
+                made = write(sets[n][1])
+                runs[n] = {"float_ops": len(sets[n][1]), "passed": False, "worst_op": sets[n][0].op,
+                           "worst_tensor": sets[n][0].tensor}
                 if made is not None:
-                    file = job.tmp / f"tail{tag}-{n}.tflite"
+                    file = job.tmp / f"{self.name.replace(' ', '-')}{tag}-{n}.tflite"
                     file.write_bytes(restamped(made.model))  # its min_runtime_version: of the ops now in it
-                    c = Candidate(file, start.float_file, None, start.reranged, start.equalised, made)
+                    c = Candidate(file, start.float_file, start.plans if self.keeps_outputs else None, start.reranged,
+                                  start.equalised, made)
                     passed, cosine = job.quick(c)
                     runs[n].update(passed=passed, worst_cosine=cosine, candidate=c)
             return runs[n]["passed"]
 
-        # the first candidate that passes, on the assumption that more float ops never hurt:
-        # doubling until one passes, then halving the gap
         lo, hi, n = -1, None, 0
-        while tails and len(runs) < QUICK_RUNS:
-            if tail(n):
+        while sets and len(runs) < QUICK_RUNS:
+            if attempt(n):
                 hi = n
                 break
-            if n == len(tails) - 1:
+            if n == len(sets) - 1:
                 break
-            lo, n = n, min(2 * n + 1, len(tails) - 1)
+            lo, n = n, min(2 * n + 1, len(sets) - 1)
         while hi is not None and hi - lo > 1 and len(runs) < QUICK_RUNS:
             mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if tail(mid) else (mid, hi)
-        if tails:
+            lo, hi = (lo, mid) if attempt(mid) else (mid, hi)
+        if sets:
             job.applied.append({"repair": self.name, "ops": len(_ops_of(start.float_file)), "on": start.describe(),
                                 "tried": [{k: v for k, v in runs[n].items() if k != "candidate"} for n in sorted(runs)]})
         if hi is None:
             return []
-        return [runs[n]["candidate"] for n in range(hi, min(hi + FULL_RUNS, len(tails))) if n == hi or tail(n)]
+        return [runs[n]["candidate"] for n in range(hi, min(hi + FULL_RUNS, len(sets))) if n == hi or attempt(n)]
 
 
-REPAIRS: tuple[Repair, ...] = (Ranges(), Equalise(), CorrectBiases(), FloatTail())
+class FloatIslands(SelectiveFloat):
+    """The worst ops alone in float, each island QUANTIZEd back onto its own tensor's grid: the file
+    stays quantised but for them. Only where the board runs a QUANTIZE from float to the file's type
+    (today's TFLite; not TFLite 1.13, whose uint8 has no QUANTIZE, nor a board without float)."""
+
+    name, keeps_outputs = "float islands", True
+
+    def applies(self, job: Job) -> str | None:
+        board = job.config.board
+        if not board.runs_dtype("float32") or board.max_op_version("QUANTIZE") < (2 if job.variant == "int8" else 1):
+            return f"{board.name} runs no QUANTIZE from float to {job.variant}: a float op could not hand back"
+        return None
+
+    def candidates(self, start: Candidate, job: Job) -> tuple[list, object]:
+        from edgeport.ops.float_tail import float_islands, islandable
+
+        errors, q_raw, f_raw, fed_by, float_op, _ = _judged_ops(start, job)
+        q, f = Graph(q_raw), Graph(f_raw)
+        half = len(f.ops) // 2  # more in float than that is no quantised file (the verdict's rule too)
+        chosen, sets = [], []
+        for e in errors:
+            j = float_op.get(e.tensor)
+            if j is None or j in chosen or e.own != e.own or e.own <= 0 or not islandable(q, f, j, fed_by):
+                continue
+            chosen.append(j)
+            sets.append((e, tuple(chosen)))
+            if len(chosen) >= half:
+                break
+        return sets, lambda ops: float_islands(q_raw, f_raw, ops, fed_by)
+
+
+class FloatTail(SelectiveFloat):
+    """The worst ops and everything downstream of them, in float: where the board cannot go back
+    from float to integers (TFLite 1.13 has DEQUANTIZE, not QUANTIZE). Searched from the best file so
+    far and, where another repair was kept, from the pure file too: the fewer float ops wins."""
+
+    name, keeps_outputs = "float tail", False
+
+    def candidates(self, start: Candidate, job: Job) -> tuple[list, object]:
+        from edgeport.ops.float_tail import float_tail, tail_ops
+
+        errors, q_raw, f_raw, fed_by, float_op, fed = _judged_ops(start, job)
+        f = Graph(f_raw)
+        outputs = {j for j, op in enumerate(f.ops) if set(op.outputs) & set(f.sg.outputs)}
+        seeds, tails = [], []
+        for e in errors:
+            j = float_op.get(e.tensor)
+            if j is None or j in seeds or e.own != e.own or e.own <= 0:
+                continue
+            found = tail_ops(f, {*seeds, j, *outputs}, fed)
+            if found is None:  # its tail is the whole float32 file: not a repair; the next op's may be
+                continue
+            seeds.append(j)
+            if not tails or found[0] != tails[-1][1]:
+                tails.append((e, found[0]))
+        return tails, lambda ops: float_tail(q_raw, f_raw, ops, fed_by)
+
+
+REPAIRS: tuple[Strategy, ...] = (Ranges(), Equalise(), CorrectBiases(), FloatIslands(), FloatTail())
 
 
 class RepairPass(Pass[Validated, Validated]):
@@ -285,7 +351,7 @@ class RepairPass(Pass[Validated, Validated]):
             return PassResult(value, changed=False, summary="nothing to repair: every quantised file passes")
         if "float32" not in converted.files or any(not r.passed for r in rows if r.variant == "float32"):
             why = "the float32 file fails or was not written: a float tail would carry its error"
-            return PassResult(replace(value, repairs={v: {"repaired": False, "why": why} for v in failing}), changed=False,
+            return PassResult(replace(value, repairs={v: Repair(repaired=False, why=why) for v in failing}), changed=False,
                               summary=f"{', '.join(failing)} not repaired: {why}")
         files, checks, new_rows, repairs = dict(converted.files), dict(value.gated.board.checks), [], {}
         for variant in failing:
@@ -293,16 +359,15 @@ class RepairPass(Pass[Validated, Validated]):
                 found = self._repair(variant, value, config)
             except Exception as exc:  # noqa: BLE001 - a repair is an aid: the pure files and their report stand
                 found = {"info": {"repaired": False, "why": f"the repair broke: {type(exc).__name__}: {exc}"[:300]}}
-            repairs[variant] = found.pop("info")
+            repairs[variant] = Repair.from_dict(found.pop("info"), f"repairs.{variant}")
             if found.get("path") is not None:
                 name = repaired_name(variant)
                 files[name], checks[name] = found["path"], found["check"]
                 new_rows += found["rows"]
         parity = replace(value.parity, rows=(*value.parity.rows, *new_rows))
         gated = replace(value.gated, tflite=replace(converted, files=files), board=replace(value.gated.board, checks=checks))
-        said = [f"{v}: {', '.join(changes(r.get('reranged', 0), r.get('equalised'), r.get('float_ops', 0), r.get('ops'))) or 'unchanged'}, "
-                f"{'passes' if r['passed'] else 'FAILS'}" if r["repaired"] else f"{v}: not repaired ({r['why']})"
-                for v, r in repairs.items()]
+        said = [f"{v}: {', '.join(r.changes()) or 'unchanged'}, {'passes' if r.passed else 'FAILS'}" if r.repaired
+                else f"{v}: not repaired ({r.why})" for v, r in repairs.items()]
         return PassResult(replace(value, gated=gated, parity=parity, repairs=repairs), changed=bool(new_rows),
                           summary="; ".join(said))
 
@@ -318,7 +383,7 @@ class RepairPass(Pass[Validated, Validated]):
             done = None
             for repair in REPAIRS:
                 starts = [job.best[0]]
-                if isinstance(repair, FloatTail) and job.best[0] is not pure:
+                if isinstance(repair, SelectiveFloat) and job.best[0] is not pure:
                     starts.append(pure)  # a file a little closer is not always one a shorter tail repairs
                 found = []
                 for start in starts:
@@ -341,16 +406,16 @@ class RepairPass(Pass[Validated, Validated]):
             return {"info": {"repaired": False, "why": why or "no repair applies", "applied": job.applied, "ops": total,
                              "seconds": round(time.perf_counter() - t0, 2)}}
         chosen, mine_rows = done["candidate"], done["rows"]
-        mine = _board_row(mine_rows, name)
-        pure_row = _board_row(rows, variant, mine.runtime) if mine is not None else None
+        mine, pure_row = timed(mine_rows, name), timed(rows, variant)
         latency = None
-        if pure_row is not None:
+        if mine is not None and pure_row is not None and mine.runtime == pure_row.runtime:
             latency = {"runtime": mine.runtime, "ms_per_image": mine.ms_per_image, "pure_ms_per_image": pure_row.ms_per_image,
                        "ratio": round(mine.ms_per_image / pure_row.ms_per_image, 3)}
-            # and on today's optimised kernels (XNNPACK), where a board emulated on the reference kernels runs those
-            fast, fast_pure = _board_row(mine_rows, name, "tflite"), _board_row(rows, variant, "tflite")
-            if fast is not None and fast_pure is not None and mine.runtime != "tflite":
-                latency["tflite_ratio"] = round(fast.ms_per_image / fast_pure.ms_per_image, 3)
+            # and on today's optimised kernels (XNNPACK), where the board's own runtime is timed above
+            fast = [next((r for r in rs if r.variant == v and r.runtime == "tflite" and r.ms_per_image), None)
+                    for rs, v in ((mine_rows, name), (rows, variant))]
+            if None not in fast and mine.runtime != "tflite":
+                latency["tflite_ratio"] = round(fast[0].ms_per_image / fast[1].ms_per_image, 3)
         made = chosen.tail
         info = {"repaired": True, "passed": True, "file": job.dest.name, "from": f"model_{variant}.tflite", "ops": total,
                 "float_ops": len(made.float_ops) if made is not None else 0, "reranged": chosen.reranged,
@@ -358,7 +423,8 @@ class RepairPass(Pass[Validated, Validated]):
                 "float_op_names": done["names"],
                 "int8_normalised": [[list(r) for r in plan] for plan in chosen.plans] if chosen.plans else None,
                 "worst_cosine": _worst_cosine(mine_rows), "pure_worst_cosine": pure_cosine, "latency": latency,
-                "applied": job.applied, "seconds": round(time.perf_counter() - t0, 2)}
+                "applied": job.applied, "seconds": round(time.perf_counter() - t0, 2),
+                "float_as": ("islands" if made.islands else "tail") if made is not None else None}
         return {"info": info, "path": job.dest, "check": done["check"], "rows": list(mine_rows)}
 
     def check(self, before: Validated, after: Validated, config: ConvertConfig) -> None:
@@ -370,29 +436,22 @@ class RepairPass(Pass[Validated, Validated]):
                 raise PassCheckError(f"the repaired file {v} has no board verdict or no rows")
 
 
-def _board_row(rows, variant: str, runtime: str | None = None):
-    """The row whose time is the board's (``runtime``: that row): its own runtime where it was
-    reached, else its emulator's, else TFLite's."""
-    mine = [r for r in rows if r.variant == variant and r.ms_per_image and runtime in (None, r.runtime)]
-    return next((r for r in mine if r.verdict is not None and r.verdict.judge == "runtime"), None) or next(
-        (r for r in mine if r.runtime.startswith("board:")), None) or next(iter(mine), None)
-
-
 def _worst_cosine(rows) -> float | None:
     values = [o["cosine"] for r in rows for o in r.outputs if isinstance(o.get("cosine"), float)]
     return min(values) if values else None
 
 
-def _candidates(quantised: Path, float_file: Path, images, work: Path):
-    """The nested tails to try, smallest first (each a set of the float32 file's ops), and how to
-    write one; from each op's own error, worst first, on the first image."""
-    from edgeport.ops.float_tail import float_tail, tail_ops
-    from edgeport.ops.tflite_graph import Graph
+def _judged_ops(start: Candidate, job: Job):
+    """Each op's own error in ``start``'s file, worst first, on the first image
+    (``validate/parity/op_errors.py``), with the two files' bytes and how their tensors meet:
+    ``fed_by(name)`` the quantised tensor holding the float32 file's tensor ``name`` in the same
+    units (one op_errors judged), ``float_op`` name -> the float32 file's op writing it, ``fed(t)``
+    whether the float32 file's tensor ``t`` has such a quantised tensor of its shape."""
     from edgeport.ops.tflite_graph import name_key as key
     from edgeport.validate.parity.op_errors import op_errors
 
-    errors = op_errors(quantised, float_file, images[:1], work)
-    q_raw, f_raw = quantised.read_bytes(), float_file.read_bytes()
+    errors = op_errors(start.file, start.float_file, job.made.prepared.val[:1], job.tmp)
+    q_raw, f_raw = start.file.read_bytes(), start.float_file.read_bytes()
     q, f = Graph(q_raw), Graph(f_raw)
     judged = {e.tensor for e in errors}  # tensors whose units are the float32 file's (op_errors judged them)
     by_name = {key(q.tensor_name(t)): t for op in q.ops for t in op.outputs if t >= 0}
@@ -405,32 +464,16 @@ def _candidates(quantised: Path, float_file: Path, images, work: Path):
         return s is not None and q.shape(s) == f.shape(t)
 
     float_op = {key(f.tensor_name(t)): j for j, op in enumerate(f.ops) for t in op.outputs if t >= 0}
-    outputs = {j for j, op in enumerate(f.ops) if set(op.outputs) & set(f.sg.outputs)}
-    seeds, tails = [], []
-    for e in errors:
-        j = float_op.get(e.tensor)
-        if j is None or j in seeds or e.own != e.own or e.own <= 0:
-            continue
-        found = tail_ops(f, {*seeds, j, *outputs}, fed)
-        if found is None:  # its tail is the whole float32 file: not a repair; the next op's may be
-            continue
-        seeds.append(j)
-        if not tails or found[0] != tails[-1][1]:
-            tails.append((e, found[0]))
-    return tails, lambda ops: float_tail(q_raw, f_raw, ops, fed_by)
+    return errors, q_raw, f_raw, fed_by, float_op, fed
 
 
 def _ops_of(path: Path) -> list:
-    from edgeport.ops.tflite_graph import Graph
-
     return Graph(Path(path).read_bytes()).ops
 
 
 def _names(float_file: Path, ops) -> dict:
     """How many of each op the tail runs in float: {CONV_2D: 3, ...}."""
     from collections import Counter
-
-    from edgeport.ops.tflite_graph import Graph
 
     g = Graph(Path(float_file).read_bytes())
     return dict(Counter(g.name(g.ops[j]) for j in ops).most_common())

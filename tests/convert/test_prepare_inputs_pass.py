@@ -137,3 +137,30 @@ def test_a_recorded_size_is_read_only_when_it_is_a_plain_bounded_number(value, r
 
     assert recorded_imgsz({"imgsz": value, "model": {}}) == read
     assert recorded_imgsz({"model": {}}) is None and recorded_imgsz([160]) is None
+
+
+def _images(folder, n: int):
+    folder.mkdir()
+    for i in range(n):
+        Image.fromarray(np.full((32, 32, 3), i * 7 % 256, np.uint8)).save(folder / f"{i:03d}.png")
+    return folder
+
+
+def test_a_quantised_file_is_judged_on_images_it_was_not_calibrated_on(tmp_path):
+    """20 --calib images: every fourth (5) is held out to judge on, the rest calibrate; none is both.
+    A --val folder: judged on it, every --calib image calibrates. Fewer than 16 and no --val: judged
+    on the calibration images themselves, and the source says so."""
+    from edgeport.convert.calibration import calibration_and_judging
+
+    twenty = _images(tmp_path / "twenty", 20)
+    calib, source, val, val_source, held_out = calibration_and_judging(twenty, None, 32, calib=32, judge=8, seed=0)
+    assert held_out and len(calib) == 15 and len(val) == 5 and "held out" in val_source and source.startswith("15 images")
+    assert not any(np.array_equal(v, c) for v in val for c in calib)
+    assert np.array_equal(val[0], load_calibration(twenty, 32, limit=4, seed=0)[0][3]), "every fourth image"
+    calib, _, val, val_source, held_out = calibration_and_judging(twenty, _images(tmp_path / "val", 3), 32, calib=32, judge=8, seed=0)
+    assert held_out and len(calib) == 20 and len(val) == 3 and val_source.startswith("3 images from")
+    ten = _images(tmp_path / "ten", 10)
+    calib, _, val, val_source, held_out = calibration_and_judging(ten, None, 32, calib=32, judge=8, seed=0)
+    assert not held_out and np.array_equal(calib, val) and "none is held out" in val_source
+    with pytest.raises(CalibrationError, match="--val .* does not exist"):
+        calibration_and_judging(ten, tmp_path / "missing", 32, calib=32, judge=8, seed=0)

@@ -23,6 +23,7 @@ from edgeport.errors import ConversionError, PassCheckError
 from edgeport.models.heads import Head
 from edgeport.ops.tflite_graph import Graph, Quant
 from edgeport.validate.board.profiles import load_board
+from edgeport.validate.report.sections import Repair
 
 from ..ops.test_lowering import finish, unary
 from .conftest import config
@@ -252,36 +253,55 @@ def test_repair_first_sets_again_a_grid_the_float_values_show_wrong(tmp_path):
     validated, result = _repaired(tmp_path, _relu_chain("int8", {"x": FINE, "a": FINE, "b": COARSE, "y": FINE}),
                                   _relu_chain("float32", {}))
     info = result.value.repairs["int8"]
-    assert info["passed"] and info["reranged"] == 1 and info["float_ops"] == 0 and info["applied"][0]["examples"] == ["b"]
-    assert result.summary == "int8: 1 grids re-calibrated, passes" and info["latency"]["ratio"] > 0 < info["latency"]["tflite_ratio"]
+    assert info.passed and info.reranged == 1 and info.float_ops == 0 and info.applied[0].examples == ("b",)
+    assert result.summary == "int8: 1 grids re-calibrated, passes" and info.latency.ratio > 0
     unrepaired = REPAIR.run(validated, config(tmp_path, repair=False))  # without the repair: the pure file's failure
     assert unrepaired.value is validated and unrepaired.summary == "not asked (--no-repair)"
 
 
+def _long_chain(dtype: str, quants: dict) -> bytes:
+    """x -> RELU -> a -> RELU -> b -> RELU -> c -> RELU -> d -> RESHAPE -> y (d and y tied: a reshape keeps its grid)."""
+    g = Graph.empty()
+    t = {n: g.add_tensor(n, (1, 4, 4, 3), dtype, quants.get(n)) for n in ("x", "a", "b", "c", "d", "y")}
+    for src, dst in (("x", "a"), ("a", "b"), ("b", "c"), ("c", "d")):
+        g.add(g.new_op("RELU", [t[src]], [t[dst]]))
+    shape = g.constant("shape", np.array([1, 4, 4, 3], np.int32), "int32")
+    g.add(g.new_op("RESHAPE", [t["d"], shape], [t["y"]], "ReshapeOptions", newShape=[1, 4, 4, 3]))
+    return finish(g, [t["x"]], [t["y"]])
+
+
 def test_repair_runs_a_float_tail_where_a_grid_cannot_move_and_the_report_names_the_file_to_ship(tmp_path):
-    """The coarse grid is the output's (a RESHAPE ties b to y, and an output's grid stays): the
-    repair runs b's ReLU and the RESHAPE in float, the float32 file's, fed the first ReLU's int8
-    values; the report passes, saying which file to ship."""
+    """The coarse grid is the output's (a RESHAPE ties d to y, and an output's grid stays), so no
+    island can hand back onto it: the repair runs d's ReLU and the RESHAPE in float, 2 of the 5 ops,
+    fed the third ReLU's int8 values; the report passes on it, naming it with its float share, while
+    it is faster than float32 -- and ships float32, failing, where it is not."""
     from edgeport.validate.report.assemble import build_report
     from edgeport.validate.report.render import MARKDOWN, repair_lines, verdict
 
-    _, result = _repaired(tmp_path, _relu_chain("int8", {"x": FINE, "a": FINE, "b": COARSE, "y": COARSE}, reshape=True),
-                          _relu_chain("float32", {}, reshape=True))
+    fine = {n: FINE for n in "xabc"}
+    _, result = _repaired(tmp_path, _long_chain("int8", {**fine, "d": COARSE, "y": COARSE}), _long_chain("float32", {}))
     after = result.value
     info = after.repairs["int8"]
-    assert info["passed"] and info["float_ops"] == 2 and info["ops"] == 3 and info["fed_at"] == ["a"] and info["reranged"] == 0
-    assert info["applied"][0] == {"repair": "calibration ranges", "tensors": 0, "kept": False}
-    # a ReLU has no convolution to equalise or correct: nothing to convert again
-    assert info["applied"][1:3] == [{"repair": "equalisation", "pairs": 0, "kept": False},
-                                    {"repair": "bias correction", "biases": 0, "kept": False}]
-    assert info["applied"][3]["tried"][-1]["passed"] and result.summary == "int8: 2 of 3 ops in float, passes"
-    report = build_report(after.parity, model={"arch": "relu", "weights_sha256": "0" * 64, "outputs": ["y"]},
-                          board=after.gated.board, artifacts={}, repairs=after.repairs)
-    assert report.passed and report.repaired == ["int8"]
-    assert verdict(report) == "PASSED (repaired: ship model_int8_repaired.tflite)"
-    (line,) = repair_lines(report, MARKDOWN)
-    assert "runs 2 of 3 ops in float" in line and "PASSES every row" in line and "calibration ranges: no grid" in line
-    assert "equalisation: nothing to change; bias correction: nothing to change; float tails of the pure file" in line
+    assert info.passed and info.float_ops == 2 and info.ops == 5 and info.fed_at == ("c",) and info.float_as == "tail"
+    assert [a.repair for a in info.applied[:5]] == ["calibration ranges", "equalisation", "bias correction", "float islands",
+                                                   "float tail"]
+    assert not any(t.passed for t in info.applied[3].tried), "an island hands back onto the output's coarse grid"
+    assert info.applied[4].tried[-1].passed and result.summary == "int8: 2 of 5 ops in float (tail), passes"
+
+    def report(ms: dict):  # rows timed as given (a 4x4 model's times are noise)
+        rows = tuple(replace(r, ms_per_image=ms.get(r.variant, r.ms_per_image)) for r in after.parity.rows)
+        return build_report(replace(after.parity, rows=rows), model={"arch": "relu", "weights_sha256": "0" * 64, "outputs": ["y"]},
+                            board=after.gated.board, artifacts={}, repairs=after.repairs)
+
+    fast = report({"int8-repaired": 1.0, "float32": 2.0, "int8": 0.5})
+    assert fast.passed and fast.repaired == ["int8"]
+    assert verdict(fast).startswith("PASSED: ship model_int8_repaired.tflite (int8 with 2 of 5 ops in float (tail); ")
+    assert "1 ms/img on tflite; the pure file" in verdict(fast) and "float32 size unknown, 2 ms/img" in verdict(fast)
+    (line,) = repair_lines(fast, MARKDOWN)
+    assert "2 of 5 ops in float (tail)" in line and "PASSES every row" in line and "calibration ranges: no grid" in line
+    slow = report({"int8-repaired": 2.0, "float32": 1.0})
+    assert not slow.passed and "no faster than float32" in slow.stand_in_refusal("int8")
+    assert verdict(slow).startswith("FAILED: no quantised file passes; model_float32.tflite (float32; ")
 
 
 def test_repair_leaves_a_passing_run_and_a_failing_float32_file_alone(tmp_path):
@@ -292,6 +312,6 @@ def test_repair_leaves_a_passing_run_and_a_failing_float32_file_alone(tmp_path):
     broken = ParityPass().run(_gated(tmp_path / "abs", unary("ABS", (1, 4, 4, 3)),
                                      int8=_relu_chain("int8", {"x": FINE, "a": FINE, "b": COARSE, "y": FINE})), cfg).value
     result = REPAIR.run(broken, cfg)
-    assert result.value.repairs["int8"] == {"repaired": False, "why": "the float32 file fails or was not written: a float tail "
-                                                                      "would carry its error"}
+    assert result.value.repairs["int8"] == Repair(repaired=False, why="the float32 file fails or was not written: a float tail "
+                                                                      "would carry its error")
     assert "int8-repaired" not in result.value.gated.tflite.files

@@ -92,3 +92,35 @@ def test_a_uint8_tail_is_fed_at_the_graph_input_too_and_carries_the_float_weight
     real = q.scale * (x.astype(np.float32) - q.zero_point)
     (got,) = run(tail.model, [x], tmp_path)
     np.testing.assert_allclose(got, np.maximum(real, 0) + real + np.linspace(-1, 1, 3).reshape(1, 1, 1, 3), atol=1e-5)
+
+
+def _mul_chain(dtype: str, quants: dict) -> bytes:
+    """x -> MUL(x, x) -> a -> RELU -> y: a square whose grid is too coarse, then a ReLU."""
+    g = Graph.empty()
+    t = {n: g.add_tensor(n, SHAPE, dtype, quants.get(n)) for n in ("x", "a", "y")}
+    g.add(g.new_op("MUL", [t["x"], t["x"]], [t["a"]], "MulOptions"))
+    g.add(g.new_op("RELU", [t["a"]], [t["y"]]))
+    return finish(g, [t["x"]], [t["y"]])
+
+
+def test_an_island_runs_one_op_in_float_and_hands_back_onto_its_tensors_grid(tmp_path):
+    """The MUL alone in float: fed by a DEQUANTIZE of x, QUANTIZEd back onto a's own grid for the
+    quantised RELU after it. The file stays int8 at both ends, every op but the island quantised,
+    and the square is computed exactly before it is rounded once onto a's grid."""
+    from edgeport.ops.float_tail import float_islands, islandable
+
+    qa = Quant(1 / 128, -128)
+    q = _mul_chain("int8", {"x": FINE, "a": qa, "y": qa})
+    f = _mul_chain("float32", {})
+    assert islandable(Graph(q), Graph(f), 0, _fed_by(q))
+    island = float_islands(q, f, [0], _fed_by(q))
+    assert island is not None and island.float_ops == (0,) and island.fed_at == ("x",)
+    g = Graph(island.model)
+    assert [g.name(op) for op in g.ops] == ["DEQUANTIZE", "MUL", "QUANTIZE", "RELU"]
+    assert [g.dtype(t) for t in (*g.sg.inputs, *g.sg.outputs)] == ["int8", "int8"]
+    x = np.random.default_rng(1).integers(-128, 128, SHAPE).astype(np.int8)
+    (got,) = run(island.model, [x], tmp_path)
+    real = FINE.scale * (x.astype(np.float64) - FINE.zero_point)
+    want = np.clip(np.round(real * real / qa.scale) + qa.zero_point, -128, 127)  # the exact square, rounded once
+    assert np.abs(got.astype(np.int64) - want).max() <= 1
+    assert float_islands(q, f, [0], lambda name: None) is None, "nothing quantised to meet: no island"

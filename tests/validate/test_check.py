@@ -461,6 +461,7 @@ def _repaired_report(repaired_cos: float, repaired_says: bool = True) -> dict:
         return {"variant": variant, "runtime": "tflite", "passed": passed, "outputs": [out]}
 
     report["results"] += [row("int8", 0.95, False), row("int8-repaired", repaired_cos, repaired_says)]
+    report["repairs"] = {"int8": {"repaired": True, "passed": repaired_says, "ops": 10, "float_ops": 2}}  # (no row timed)
     report["passed"] = Report.from_dict({**report, "passed": True}).passed
     return report
 
@@ -562,3 +563,26 @@ def test_a_twin_stands_in_where_the_board_runs_it_only():
     report["board"] = {"name": "b", "checks": {"int8": {"runnable": True}, "int8-repaired": {"runnable": False}}}
     read = Report.from_dict({**report, "repaired": []})
     assert read.stand_in_refusal("int8") == "b cannot run int8-repaired" and not read.passed
+
+
+def test_a_repaired_file_mostly_in_float_or_no_faster_than_float32_is_no_quantised_file():
+    """More than half its ops in float, or no faster than the float32 file on the board's runtime (its
+    real runtime's row, else XNNPACK's), or silent about its float ops: the repaired file stands in for
+    nothing, the report fails, and the verdict names float32 as the file that passes."""
+    from edgeport.validate.report.render import verdict
+
+    report = _repaired_report(0.999)
+    report["repairs"]["int8"].update(ops=10, float_ops=6)
+    read = Report.from_dict({**report, "passed": False, "repaired": []})
+    assert read.stand_in_refusal("int8") == "int8-repaired runs 6 of its 10 ops in float: more than half is no quantised file"
+    assert not read.passed and verdict(read).startswith("FAILED: no quantised file passes; model_float32.tflite (float32; ")
+    report["repairs"]["int8"].update(float_ops=5)
+    for row, ms in zip(report["results"][1:], (2.0, 1.0, 3.0)):  # float32, int8, int8-repaired on XNNPACK
+        row["ms_per_image"] = ms
+    read = Report.from_dict({**report, "passed": False, "repaired": []})
+    assert read.stand_in_refusal("int8") == "int8-repaired is no faster than float32 (3 ms/img against 2 on tflite)"
+    report["results"][3]["ms_per_image"] = 1.5
+    read = Report.from_dict({**report, "passed": True})
+    assert read.passed and verdict(read).startswith("PASSED: ship model_int8_repaired.tflite (int8 with 5 of 10 ops in float; ")
+    del report["repairs"]
+    assert "says nothing of the ops it runs in float" in Report.from_dict({**report, "passed": False, "repaired": []}).stand_in_refusal("int8")

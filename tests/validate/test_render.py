@@ -37,7 +37,7 @@ def test_rows_take_the_worst_output_and_the_artifact_size():
 
 def test_markdown_shows_verdict_failures_and_numbers():
     md = render_markdown(_report(passed=False))
-    assert "**FAILED**" in md and "| float32 | tflite | FAIL | 2 |" in md
+    assert "**FAILED: no file passes**" in md and "| float32 | tflite | FAIL | 2 |" in md
     assert "- float32/tflite: p3 cosine 0.9 \\< 0.99999" in md
     assert md.index("## Failures") < md.index("| variant |"), "the failure comes first"
 
@@ -220,12 +220,13 @@ def test_each_repair_tried_is_said_with_what_it_did():
     from .test_report_sections import REPAIRS
 
     repaired, not_repaired = repair_lines(Report.from_dict({**_data(), "repairs": REPAIRS}))
-    assert repaired.startswith("`int8` failed its gate; `model_int8_repaired.tflite` runs 2 of 3 ops in float (RELU 1, RESHAPE 1)"
-                               ", the float32 file's, fed where the tail begins and PASSES every row: worst cosine 0.9000 -> "
+    assert repaired.startswith("`int8` failed its gate; `model_int8_repaired.tflite` 2 of 3 ops in float (tail) (the float32 "
+                               "file's RELU 1, RESHAPE 1) and PASSES every row: worst cosine 0.9000 -> "
                                "0.9999; it takes 1.20x the pure file's time on board:default (1.50 vs 1.25 ms/img). Tried: ")
     tried = repaired.split("Tried: ")[1].split("; ")
     assert tried[:3] == ["calibration ranges: no grid the float values show wrong",
                          "equalisation: 2 convolution pairs, converted again, worst cosine -, not kept",
                          "bias correction could not run (ValueError: x)"]
-    assert tried[-1] == "float tails of the pure file (worst cosine): 1 ops -, 2 ops -, 3 ops pass"
+    assert tried[-2:] == ["a candidate with 1 ops in float that passed on TFLite's kernels failed on int8-repaired/tflite",
+                          "float tail of the pure file (worst cosine): 1 ops -, 2 ops -, 3 ops pass"]
     assert not_repaired == f"`uint8` failed its gate and was not repaired ({REPAIRS['uint8']['why']}); tried: nothing"

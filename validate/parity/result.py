@@ -131,6 +131,15 @@ class ResultRow:
         return cls(variant=variant, runtime=runtime, passed=False, verdict=verdict)
 
 
+def timed(rows, variant: str) -> "ResultRow | None":
+    """The row whose ms/img is ``variant``'s time on the board: its real runtime's where a row has one,
+    else TFLite's optimised kernels' (XNNPACK); never the reference kernels', which time nothing a
+    board runs."""
+    mine = [r for r in rows if r.variant == variant and r.ms_per_image]
+    return next((r for r in mine if r.verdict is not None and r.verdict.judge == "runtime"), None) or \
+        next((r for r in mine if r.runtime == "tflite"), None)
+
+
 def _images(value, where: str) -> int | None:
     """A row's sample: null (every input) or a count of at least one image (a row judged on none proves nothing)."""
     n = count(value, where, nullable=True)

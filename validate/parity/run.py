@@ -106,6 +106,7 @@ class ParitySubject:
     board_checks: dict = field(default_factory=dict)
     # runs started while the converter worked (``early.py``): taken where they are parity's own
     early: EarlyRuns | None = None
+    held_out: bool = True  # ``inputs`` hold none of the images the quantised files were calibrated on
 
 
 @dataclass(frozen=True)
@@ -488,7 +489,10 @@ def _compared(run: RunOutput, variant: str, subject: ParitySubject, head: Head, 
         outputs = denormalise(outputs, subject.normalised[variant])
     if head.unordered_rows:  # top-k rows: a set, compared in the reference's order
         outputs = [align_rows(r, o) for r, o in zip(ref.outputs, outputs)]
-    compared = comparisons(subject.output_names, head, ref.outputs, outputs, variant)
+    # a quantised file's tensors are judged on the images, not on the noise inputs: its calibration
+    # never saw noise, and no board runs on it (a float file's are judged on both: a path no image takes)
+    judged = ref.first(ref.n_real) if variant in QUANTISED and ref.n_real else ref
+    compared = comparisons(subject.output_names, head, judged.outputs, [o[: judged.outputs[0].shape[0]] for o in outputs], variant)
     if variant in FLOAT_VARIANTS and any(not c.passed for c in compared) and inputs is not None:
         # beyond its relative tolerance: a float file is judged against float32's own error there too
         errors = ref.float32_errors(subject.reference_module, inputs)
@@ -629,7 +633,7 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, plan=plan_row
     for variant, why in subject.not_converted.items():
         results.append(ResultRow.not_runnable(variant, "converter", Verdict("converter", False, (why,))))
     info = {"source": subject.inputs_source, "count": int(n_real), "random": RANDOM_INPUTS, "random_seed": subject.seed + 7,
-            "shape": list(subject.inputs.shape[1:]), "labelled": bool(subject.ground_truth)}
+            "shape": list(subject.inputs.shape[1:]), "labelled": bool(subject.ground_truth), "held_out": subject.held_out}
     return ParityResult(head, tuple(results), info, sample, _board_runtime(subject.board, results))
 
 

@@ -131,7 +131,9 @@ def legend(report: Report) -> list[str]:
     lines = [
         "status: the row against PyTorch as loaded (the reference), by every check it carries; what failed is listed "
         "under Failures, with the value and the threshold.",
-        "max_abs, cosine, SNR dB: the row's worst output; max_abs rel: max_abs as a fraction of PyTorch's max|output|.",
+        "max_abs, cosine, SNR dB: the row's worst output; max_abs rel: max_abs as a fraction of PyTorch's max|output|. "
+        "A float file is judged on the images and the seeded noise inputs (a path no image takes), a quantised file on the "
+        "images alone (its calibration never saw noise).",
         "boxes matched M/R (+E): M of PyTorch's R boxes on the real images that the row finds too (same class, "
         "IoU >= 0.5); +E: boxes the row finds that PyTorch does not.",
         "ms/img: median per image, warm: the second invoke of each image (the first may load the runtime), on one "
@@ -281,12 +283,26 @@ def op_error_lines(report: Report, q: Quoting = TERMINAL) -> list[str]:
 REPAIRS_TITLE = "Repairs"
 
 
+def _cost(size, timed) -> str:
+    kib = f"{size / 1024:,.0f} KiB" if size else "size unknown"
+    return f"{kib}, {timed[0]:.3g} ms/img on {timed[1]}" if timed else f"{kib}, not timed"
+
+
 def verdict(report: Report) -> str:
-    """PASSED, FAILED, or PASSED with the quantised files a repaired file stands in for (ship that one)."""
-    if not report.passed:
-        return "FAILED"
-    stood = report.repaired
-    return f"PASSED (repaired: ship {', '.join(f'model_{v}_repaired.tflite' for v in stood)})" if stood else "PASSED"
+    """PASSED or FAILED, and the file to ship (``Report.ship``) with what it is and what it costs --
+    a repaired file's float share, size and time beside the pure file's and float32's."""
+    ship = report.ship
+    if ship.file is None:
+        return "FAILED: no file passes"
+    said = f"{ship.file} ({ship.what}; {_cost(ship.bytes, ship.timed)}"
+    if ship.pure is not None:
+        said += f"; the pure file {_cost(*ship.pure)}"
+    if ship.float32 is not None and ship.variant != "float32" and (ship.pure is not None or ship.float32[0]):
+        said += f"; float32 {_cost(*ship.float32)}"
+    said += ")"
+    if ship.passes:
+        return f"PASSED: ship {said}"
+    return f"FAILED: no quantised file passes; {said} passes: ship it where the board's float32 is fast enough"
 
 
 def _step_line(a: RepairStep, q: Quoting) -> str:
@@ -302,8 +318,11 @@ def _step_line(a: RepairStep, q: Quoting) -> str:
         return "calibration ranges: no grid the float values show wrong" if not a.tensors else \
             (f"calibration ranges: {a.tensors} grids set again from the float32 file's values (e.g. "
              f"{', '.join(q.code(t) for t in a.examples)}), worst cosine {_fmt(a.worst_cosine, '.4f')}{not_kept}")
+    if a.failed:
+        return f"a candidate{f' with {a.float_ops} ops in float' if a.float_ops else ''} that passed on TFLite's kernels " \
+               f"failed on {q.text(', '.join(a.failed))}"
     steps = ", ".join(f"{t.float_ops} ops {'pass' if t.passed else _fmt(t.worst_cosine, '.4f')}" for t in a.tried)
-    return f"float tails of {q.text(a.on)} (worst cosine): {steps or 'none possible'}"
+    return f"{q.text(a.repair)} of {q.text(a.on)} (worst cosine): {steps or 'none possible'}"
 
 
 def repair_lines(report: Report, q: Quoting = TERMINAL) -> list[str]:
@@ -315,13 +334,8 @@ def repair_lines(report: Report, q: Quoting = TERMINAL) -> list[str]:
             out.append(f"{q.code(variant)} failed its gate and was not repaired ({q.text(r.why)}); tried: "
                        f"{'; '.join(tried) or 'nothing'}")
             continue
-        eq = r.equalised
-        changed = ", ".join(([f"{r.reranged} grids re-calibrated"] if r.reranged else [])
-                            + ([f"{eq.pairs} convolution pairs equalised"] if eq and eq.pairs else [])
-                            + ([f"{eq.biases} biases corrected"] if eq and eq.biases else [])
-                            + ([f"runs {r.float_ops} of {r.ops} ops in float ("
-                                + ", ".join(f"{q.text(k)} {v}" for k, v in r.float_op_names.items())
-                                + "), the float32 file's, fed where the tail begins"] if r.float_ops else []))
+        changed = ", ".join(r.changes()) + (" (the float32 file's " + ", ".join(f"{q.text(k)} {v}" for k, v in r.float_op_names.items())
+                                            + ")" if r.float_op_names else "")
         lat = r.latency
         cost = (f"it takes {lat.ratio:.2f}x the pure file's time on {q.text(lat.runtime)} ({lat.ms_per_image:.2f} vs "
                 f"{lat.pure_ms_per_image:.2f} ms/img)" + (f", {lat.tflite_ratio:.2f}x on today's optimised kernels (XNNPACK)"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from edgeport.errors import BadInputError, ParityGateError
 from edgeport.jsonfile import Malformed, expect, number, read, strings, written
 from edgeport.text import clip, for_terminal, shown
-from edgeport.validate.parity.result import QUANTISED_FILES, REPAIRED, ResultRow, row_failures, sections
+from edgeport.validate.parity.result import QUANTISED_FILES, REPAIRED, ResultRow, row_failures, sections, timed
 from edgeport.validate.report.sections import (
     Artifact,
     Board,
@@ -35,6 +35,8 @@ from edgeport.validate.report.sections import (
 )
 
 SCHEMA = "edgeport.parity/2"
+# a repaired file running more of its ops in float than this share is no quantised file: float32 it is
+MAX_FLOAT_SHARE = 0.5
 # what says which model a report is about
 IDENTITY = (("model", "arch"), ("model", "weights_sha256"), ("model", "outputs"), ("inputs", "shape"))
 REFERENCE = "the checkpoint's model as loaded, before SyncBN revert and BN fold"  # what every row is compared with
@@ -96,7 +98,9 @@ class Report:
     def stand_in_refusal(self, variant: str) -> str | None:
         """Why the repaired file of a quantised ``variant`` may not stand in for it; None: it may.
         On every runtime the pure file has a row, the repaired file has one judged alike -- the same outputs,
-        the same images, the same detection sections -- and earns its pass; the board runs it."""
+        the same images, the same detection sections -- and earns its pass; the board runs it; and it is
+        still a quantised file: at most half its ops in float (``MAX_FLOAT_SHARE``), and faster than
+        the float32 file on the board's runtime (``result.timed``)."""
         repaired = variant + REPAIRED
         pure = [r for r in self.results if r.variant == variant]
         rows = {r.runtime: r for r in self.results if r.variant == repaired}
@@ -121,12 +125,61 @@ class Report:
         check = self.board.checks.get(repaired) if self.board is not None else None
         if self.board is not None and (check is None or not check.runnable):
             return f"{self.board.name} cannot run {repaired}"
+        made = (self.repairs or {}).get(variant)
+        if made is None or made.ops is None or made.float_ops is None:
+            return f"{repaired} says nothing of the ops it runs in float (repairs.{variant})"
+        if made.float_ops > MAX_FLOAT_SHARE * made.ops:
+            return f"{repaired} runs {made.float_ops} of its {made.ops} ops in float: more than half is no quantised file"
+        mine, floats = timed(self.results, repaired), timed(self.results, "float32")
+        if floats is not None and (mine is None or mine.runtime != floats.runtime
+                                   or not mine.ms_per_image < floats.ms_per_image):
+            said = f"{mine.ms_per_image:.3g} ms/img against {floats.ms_per_image:.3g} on {floats.runtime}" if mine else "not timed"
+            return f"{repaired} is no faster than float32 ({said})"
         return None
 
     @property
     def repaired(self) -> list[str]:
         """The quantised variants (int8, uint8) whose repaired file stands in for them (``stand_in_refusal``)."""
         return [v for v in QUANTISED_FILES if self.stand_in_refusal(v) is None]
+
+    def _passes(self, variant: str) -> bool:
+        rows = [r for r in self.results if r.variant == variant]
+        check = self.board.checks.get(variant) if self.board is not None else None
+        return bool(rows) and all(self.earned(r) for r in rows) and (self.board is None or (check is not None and check.runnable))
+
+    @property
+    def ship(self) -> "Ship":
+        """The file to ship, and what it is: the quantised file where it passes, else its repaired file
+        where that stands in, else the float32 file where it passes (the report then fails where a
+        quantised file was asked for: the verdict names float32 as the file that passes); else none."""
+        variants = {r.variant for r in self.results}
+        asked = [v for v in QUANTISED_FILES if v in variants]
+        for v in asked:
+            if self._passes(v):
+                return self._shipped(v)
+            if v in self.repaired:
+                return self._shipped(v + REPAIRED)
+        if "float32" in variants and self._passes("float32"):
+            return self._shipped("float32")
+        return Ship(None, None, False)
+
+    def _shipped(self, variant: str) -> "Ship":
+        def size(v: str) -> int | None:
+            a = self.artifacts.get(f"model_{v.replace('-', '_')}.tflite")
+            return a.bytes if a is not None else None
+
+        def at(v: str) -> tuple[float, str] | None:
+            row = timed(self.results, v)
+            return (row.ms_per_image, row.runtime) if row is not None else None
+
+        made = (self.repairs or {}).get(variant.removesuffix(REPAIRED)) if variant.endswith(REPAIRED) else None
+        pure = variant.removesuffix(REPAIRED)
+        given = self.artifacts.get(f"model_{variant.replace('-', '_')}.tflite")
+        return Ship(given.path if given is not None and given.path else f"model_{variant.replace('-', '_')}.tflite", variant,
+                    self.passed, changes=tuple(made.changes()) if made else (),
+                    float_ops=made.float_ops if made else None, ops=made.ops if made else None,
+                    bytes=size(variant), timed=at(variant),
+                    pure=(size(pure), at(pure)) if made else None, float32=(size("float32"), at("float32")) if variant != "float32" else None)
 
     @property
     def identity(self) -> dict:
@@ -193,7 +246,7 @@ class Report:
             "versions": part["versions"], "artifacts": part["artifacts"], "results": [r.to_dict() for r in self.results],
             "sample": part["sample"], "board": part["board"], "board_runtime": part["board_runtime"],
             "upsample": part["upsample"], "int8_normalised": part["int8_normalised"], "converter": part["converter"],
-            "stages": part["stages"], "repairs": part["repairs"], "repaired": self.repaired,
+            "stages": part["stages"], "repairs": part["repairs"], "repaired": self.repaired, "ship": self.ship.to_dict(),
         }
 
 
@@ -203,6 +256,40 @@ def read_sections(data: dict) -> dict:
     ``jsonfile.Malformed`` naming the first field of the wrong type."""
     kinds = typing.get_type_hints(Report)
     return {name: read(kinds[name], data[name], name) for name in SECTIONS if data.get(name) is not None}
+
+
+@dataclass(frozen=True)
+class Ship:
+    """The file a report says to ship (``Report.ship``), what it is, and what it costs beside the pure
+    quantised file and the float32 one: size in bytes, and ms/img on the board's runtime (``result.timed``)."""
+
+    file: str | None  # None: no file passes
+    variant: str | None
+    passes: bool  # the report passes with it (a float32 file named where a quantised one was asked: it does not)
+    changes: tuple[str, ...] = ()  # what a repair changed (``sections.Repair.changes``)
+    float_ops: int | None = None  # a repaired file's ops in float, of its ``ops``
+    ops: int | None = None
+    bytes: int | None = None
+    timed: tuple[float, str] | None = None  # (ms/img, on which runtime)
+    pure: tuple | None = None  # the pure quantised file's (bytes, timed), beside a repaired one
+    float32: tuple | None = None  # the float32 file's (bytes, timed), beside a quantised one
+
+    @property
+    def what(self) -> str:
+        """"int8", "int8 with 12 of 251 ops in float (islands)", "float32"."""
+        if self.variant is None:
+            return "none"
+        kind = self.variant.removesuffix(REPAIRED)
+        return f"{kind} with {', '.join(self.changes)}" if self.changes else kind
+
+    def to_dict(self) -> dict:
+        def cost(c):
+            return None if c is None else {"bytes": c[0], "ms_per_image": c[1][0] if c[1] else None,
+                                           "runtime": c[1][1] if c[1] else None}
+
+        return {"file": self.file, "variant": self.variant, "what": self.what, "passes": self.passes,
+                **({} if self.variant is None else {"float_ops": self.float_ops, "ops": self.ops, **cost((self.bytes, self.timed)),
+                                                    "pure": cost(self.pure), "float32": cost(self.float32)})}
 
 
 def _images(n: int | None) -> str:

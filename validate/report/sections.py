@@ -38,6 +38,7 @@ class InputsSection(Section):
     random_seed: int | None = None
     shape: tuple[int, ...] = ()  # C, H, W
     labelled: bool | None = None
+    held_out: bool | None = None  # none of them is a calibration image (older reports: unsaid)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,6 +234,16 @@ class Latency(Section):
     tflite_ratio: float | None = None  # the same on today's optimised kernels, where the board's row is another runtime
 
 
+def repair_changes(reranged: int | None = 0, pairs: int | None = 0, biases: int | None = 0, float_ops: int | None = 0,
+                   ops: int | None = None, float_as: str | None = None) -> list[str]:
+    """What a repair changed, in words: the one place its sentence is written (the repair pass's
+    summary, its candidates' names, the report's verdict and Repairs section)."""
+    where = f" ({float_as})" if float_as else ""
+    return ([f"{reranged} grids re-calibrated"] if reranged else []) + (
+        [f"{pairs} convolution pairs equalised"] if pairs else []) + ([f"{biases} biases corrected"] if biases else []) + (
+        [(f"{float_ops} of {ops} ops in float" if ops is not None else f"{float_ops} ops in float") + where] if float_ops else [])
+
+
 @dataclass(frozen=True, kw_only=True)
 class Repair(Section):
     """A quantised file that failed, and its repair (``convert/passes/repair_pass.py``): the repaired
@@ -255,3 +266,9 @@ class Repair(Section):
     latency: Latency | None = None
     applied: tuple[RepairStep, ...] = ()
     seconds: float | None = None
+    float_as: str | None = None  # "islands" (each QUANTIZEd back) or "tail" (to the outputs), where ops run in float
+
+    def changes(self) -> list[str]:
+        eq = self.equalised
+        return repair_changes(self.reranged, eq.pairs if eq else 0, eq.biases if eq else 0, self.float_ops, self.ops,
+                              self.float_as)
