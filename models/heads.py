@@ -168,6 +168,25 @@ class Head:
             return 1 if shape[1] <= shape[2] else 2  # channels are the shorter axis: (N, C, A) or (N, A, C)
         return None
 
+    def anchors(self, outputs: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """Per image, every anchor's box (xyxy, input pixels) and its best score, before any NMS, in
+        the outputs' anchor order: the heads that hold one box an anchor (pdet, yolov8 and its pose
+        and seg forms, yolov5); None for the others."""
+        if self.name == "pdet":
+            from edgeport.models.decode import decode_level
+
+            out = []
+            for n in range(outputs[0].shape[0]):
+                boxes, scores = zip(*(decode_level(o[n], s) for o, s in zip(outputs, self.strides)))
+                out.append((np.concatenate(boxes), np.concatenate(scores).max(axis=1)))
+            return out
+        if self.name in ("yolov8", "yolov8-pose", "yolov8-seg"):
+            return [(_xywh_to_xyxy(o[:4].T.astype(np.float32)), o[4:4 + self.nc].max(axis=0).astype(np.float32)) for o in outputs[0]]
+        if self.name == "yolov5":
+            return [(_xywh_to_xyxy(o[:, :4].astype(np.float32)), (o[:, 4:5] * o[:, 5:]).max(axis=1).astype(np.float32))
+                    for o in outputs[0]]
+        return None
+
     def decode(self, outputs: list[np.ndarray], protocol: DecodeProtocol = DETECT) -> list[Detections] | None:
         """Per-image detections; None for heads without boxes (classify, raw)."""
         if self.name == "pdet":

@@ -586,3 +586,18 @@ def test_a_repaired_file_mostly_in_float_or_no_faster_than_float32_is_no_quantis
     assert read.passed and verdict(read).startswith("PASSED: ship model_int8_repaired.tflite (int8 with 5 of 10 ops in float; ")
     del report["repairs"]
     assert "says nothing of the ops it runs in float" in Report.from_dict({**report, "passed": False, "repaired": []}).stand_in_refusal("int8")
+
+
+def test_boxes_further_from_pytorchs_than_the_baselines_are_a_regression():
+    """The box centres' mean distance may grow by a quarter, or a quarter of a pixel, whichever is more."""
+    def with_boxes(px: float) -> dict:
+        report = make_report()
+        report["results"][1]["detections"]["box_centre_px"] = px
+        return report
+
+    assert compare_reports(with_boxes(1.2), with_boxes(1.0), CheckTolerance()) == []
+    assert compare_reports(with_boxes(0.3), with_boxes(0.1), CheckTolerance()) == []  # a quarter of a pixel
+    (found,) = compare_reports(with_boxes(1.3), with_boxes(1.0), CheckTolerance())
+    assert str(found) == "float32/tflite: box centres' mean distance from PyTorch's (px) 1 -> 1.3"
+    (gone,) = compare_reports(make_report(), with_boxes(1.0), CheckTolerance())
+    assert "missing" in str(gone)

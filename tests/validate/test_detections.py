@@ -116,3 +116,24 @@ def test_class_indices_are_never_perturbed():
     quartered[0, :, 4] *= 0.25
     assert compare_detections(ref, head.decode([quartered]), floor).missed_stable == 30
     assert compare_detections(ref, head.decode([rows]), floor).judged == (30, 0, 0)
+
+
+def test_box_errors_are_the_centres_distance_anchor_by_anchor_and_by_stride():
+    """A YOLOv8 output at 32 px with strides 8 and 16 (16 + 4 anchors): a row whose centres lie 1 px
+    off at stride 8 and 3 px off at stride 16, over the anchors PyTorch scores >= 0.25 only."""
+    from edgeport.models.heads import Head
+    from edgeport.validate.parity.detections import anchor_strides, box_errors
+
+    assert list(anchor_strides(20, (8, 16), 32)) == [8] * 16 + [16] * 4 and anchor_strides(21, (8, 16), 32) is None
+    assert list(anchor_strides(60, (8, 16), 32)) == [8] * 48 + [16] * 12  # three anchors a cell (YOLOv5)
+    ref = np.zeros((1, 5, 20), np.float32)
+    ref[0, :2], ref[0, 2:4], ref[0, 4] = 10.0, 6.0, 0.9
+    ref[0, 4, :2] = 0.1  # two anchors PyTorch does not score: not judged, however far off
+    got = ref.copy()
+    got[0, 0, :16] += 1.0
+    got[0, 1, 16:] += 3.0
+    got[0, 0, :2] += 50.0
+    found = box_errors(Head("yolov8", nc=1), [ref], [got], (8, 16), 32, 0.25)
+    assert found["boxes_judged"] == 18 and found["box_centre_px_by_stride"] == {"8": 1.0, "16": 3.0}
+    assert abs(found["box_centre_px"] - (14 * 1.0 + 4 * 3.0) / 18) < 1e-6
+    assert box_errors(Head("raw"), [ref], [got], (8, 16), 32, 0.25) is None

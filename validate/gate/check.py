@@ -64,6 +64,8 @@ class CheckTolerance:
     max_abs_floor: float = 1e-6
     recall: float = 0.02
     map: float = 0.01
+    box_growth: float = 0.25  # a box error may grow by this share of the baseline's ...
+    box_px: float = 0.25  # ... or by this many pixels, whichever is more
 
     @classmethod
     def parse(cls, items: list[str]) -> "CheckTolerance":
@@ -271,6 +273,12 @@ def _compare_row(key: str, now: ResultRow, base: ResultRow, base_earned: bool, t
         if n is None:
             out.append(Regression(key, section, "present", "missing"))
             continue
+        if section == "detections" and "box_centre_px" in b:
+            # where the boxes lie: a quarter further than the baseline's, and by a quarter of a pixel, is a regression
+            moved = n.get("box_centre_px")
+            if moved is None or not moved <= max(b["box_centre_px"] * (1 + tol.box_growth), b["box_centre_px"] + tol.box_px):
+                out.append(Regression(key, "box centres' mean distance from PyTorch's (px)", b["box_centre_px"],
+                                      "missing" if moved is None else moved))
         if section == "detections" and "stable_boxes" in b:
             # judged above the noise floor: what NMS alone moves is no regression
             judged = {"stable_boxes", "missed_stable", "extra_beyond"}

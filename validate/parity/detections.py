@@ -151,6 +151,43 @@ class DetectionAgreement:
         return {**asdict(self), "recall": self.recall}
 
 
+def anchor_strides(anchors: int, strides, imgsz: int) -> np.ndarray | None:
+    """Each anchor's stride, where the anchors are the levels' cells in order (one an anchor-free cell,
+    or three: YOLOv5's); None where the strides do not say how many each level holds."""
+    for per_cell in (1, 3):
+        counts = [(imgsz // int(s)) ** 2 * per_cell for s in strides or ()]
+        if counts and sum(counts) == anchors and all(imgsz % int(s) == 0 for s in strides):
+            return np.repeat(np.asarray(strides, np.int64), counts)
+    return None
+
+
+def box_errors(head, ref: list[np.ndarray], got: list[np.ndarray], strides, imgsz: int, conf: float) -> dict | None:
+    """How far a row's boxes lie from PyTorch's, anchor by anchor, over the anchors PyTorch scores at
+    least ``conf``: the mean distance of the box centres in input pixels, over all and per stride (where
+    the strides say which anchor is whose), and of the corners. None for a head without one box an
+    anchor, or where PyTorch scores no anchor that high."""
+    theirs, mine = head.anchors(ref), head.anchors(got)
+    if theirs is None or mine is None:
+        return None
+    centre, corner, which = [], [], []
+    per_anchor = anchor_strides(len(theirs[0][0]), strides, imgsz)
+    for (rb, rs), (gb, _) in zip(theirs, mine):
+        keep = rs >= conf
+        rc, gc = (rb[keep, :2] + rb[keep, 2:]) / 2, (gb[keep, :2] + gb[keep, 2:]) / 2
+        centre.append(np.hypot(*(gc - rc).T))
+        corner.append(np.abs(gb[keep] - rb[keep]).mean(axis=1))
+        if per_anchor is not None:
+            which.append(per_anchor[keep])
+    centre, corner = np.concatenate(centre), np.concatenate(corner)
+    if not centre.size:
+        return None
+    out = {"box_centre_px": float(centre.mean()), "box_corner_px": float(corner.mean()), "boxes_judged": int(centre.size)}
+    if which:
+        which = np.concatenate(which)
+        out["box_centre_px_by_stride"] = {str(s): float(centre[which == s].mean()) for s in np.unique(which)}
+    return out
+
+
 def match_detections(ref: Detections, got: Detections, iou_thres: float = MATCH_IOU) -> list[tuple[int, int, float]]:
     """Greedy (ref_index, got_index, iou) pairs, same class only."""
     if len(ref) == 0 or len(got) == 0:

@@ -29,7 +29,8 @@ FLOAT32_ERROR_BOUND = 1e-3
 # the fields of a section that are read (others are allowed and kept as they are), and those it must have
 SECTIONS = {"detections": {"recall": (0.0, 1.0), "precision": (0.0, 1.0), "reference_boxes": (0.0, INF),
                            "matched": (0.0, INF), "missed": (0.0, INF), "extra": (0.0, INF), "stable_boxes": (0.0, INF),
-                           "missed_stable": (0.0, INF), "extra_beyond": (0.0, INF), "noise_floor": (0.0, INF)},
+                           "missed_stable": (0.0, INF), "extra_beyond": (0.0, INF), "noise_floor": (0.0, INF),
+                           "box_centre_px": (0.0, INF), "box_corner_px": (0.0, INF), "boxes_judged": (0.0, INF)},
             "map": {"map50": (0.0, 1.0), "map50_95": (0.0, 1.0)}}
 REQUIRED_SECTION_FIELDS = {"detections": ("recall",), "map": ("map50", "map50_95")}
 # counts of boxes: finite, never NaN (a NaN count is no count)

@@ -46,6 +46,7 @@ from edgeport.validate.parity.compare import (
 from edgeport.validate.parity.detections import (
     PERTURBATIONS,
     Stability,
+    box_errors,
     compare_detections,
     perturb,
     possible_protocol,
@@ -422,7 +423,7 @@ def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, r
     same = ("compared", row.runner.cache_key if row.runner is not None else id(run), row.variant)
     if same not in located:
         located[same] = _compared(run, row.variant, subject, head, ref, whole=ref is full, inputs=inputs)
-    outputs, compared, real, dets, agreement, histogram, mapped = located[same]
+    outputs, compared, real, dets, agreement, boxes, histogram, mapped = located[same]
     reasons = _detection_reasons(row.variant, agreement) if agreement is not None else []
     repeat = None
     if run.repeat_max_abs is not None:
@@ -459,7 +460,7 @@ def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, r
     verdict = Verdict("runtime", True) if row.runner is not None and row.runner.board_runtime else row.verdict
     result = ResultRow(
         row.variant, row.runtime, passed, ms_per_image=run.ms_per_image, outputs=tuple(c.to_dict() for c in compared),
-        detections=agreement.to_dict() if agreement is not None else None,
+        detections={**agreement.to_dict(), **(boxes or {})} if agreement is not None else None,
         map=copy.deepcopy(mapped),
         verdict=verdict, divergence=found, error_histogram=copy.deepcopy(histogram), repeat=repeat,
         reasons=tuple(reasons), reported_runtime=run.reported,
@@ -502,8 +503,10 @@ def _compared(run: RunOutput, variant: str, subject: ParitySubject, head: Head, 
     dets = head.decode(real)
     agreement = (compare_detections(ref.detections, dets, ref.floor(variant))
                  if ref.detections is not None and dets is not None else None)
+    boxes = box_errors(head, [o[: ref.n_real] for o in ref.outputs], real, subject.strides, int(subject.inputs.shape[-1]),
+                       DETECT.conf_thres) if agreement is not None else None
     mapped = _map_vs_truth(subject, head, real) if whole else None  # mAP on a sample of two images says nothing
-    return outputs, compared, real, dets, agreement, error_histogram(ref.outputs, outputs), mapped
+    return outputs, compared, real, dets, agreement, boxes, error_histogram(ref.outputs, outputs), mapped
 
 
 @dataclass

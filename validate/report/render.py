@@ -63,6 +63,7 @@ def rows(report: Report) -> list[dict]:
                 "cosine": min((o["cosine"] for o in outputs), default=None),
                 "snr_db": min((o["snr_db"] for o in outputs), default=None),
                 "boxes": f"{det['matched']}/{det['reference_boxes']} (+{det['extra']})" if det else "-",
+                "box_px": det.get("box_centre_px"),
                 "map50": (r.map or {}).get("map50"),
                 "ms": r.ms_per_image,
                 "bytes": _artifact_bytes(report, r.variant),
@@ -78,7 +79,8 @@ def _artifact_bytes(report: Report, variant: str):
     return entry.bytes if entry else None
 
 
-HEADER = ["variant", "runtime", "status", "size KiB", "max_abs", "max_abs rel", "cosine", "SNR dB", "boxes matched", "mAP@.5", "ms/img"]
+HEADER = ["variant", "runtime", "status", "size KiB", "max_abs", "max_abs rel", "cosine", "SNR dB", "boxes matched", "box px",
+          "mAP@.5", "ms/img"]
 
 
 SAME_RUN = "\u2020"  # the dagger: this row is another row's run (``ResultRow.same_run_as``)
@@ -105,6 +107,7 @@ def _cells(row: dict, *, marks: bool = False) -> list[str]:
         _fmt(row["cosine"], ".6f"),
         _fmt(row["snr_db"], ".1f"),
         row["boxes"],
+        _fmt(row["box_px"], ".2g"),
         _fmt(row["map50"], ".3f"),
         _fmt(row["ms"], ".2f"),
     ]
@@ -135,7 +138,8 @@ def legend(report: Report) -> list[str]:
         "A float file is judged on the images and the seeded noise inputs (a path no image takes), a quantised file on the "
         "images alone (its calibration never saw noise).",
         "boxes matched M/R (+E): M of PyTorch's R boxes on the real images that the row finds too (same class, "
-        "IoU >= 0.5); +E: boxes the row finds that PyTorch does not.",
+        "IoU >= 0.5); +E: boxes the row finds that PyTorch does not. box px: over the anchors PyTorch scores >= 0.25 on "
+        "the images, the mean distance of the row's box centres from PyTorch's, in input pixels (per stride in report.json).",
         "ms/img: median per image, warm: the second invoke of each image (the first may load the runtime), on one "
         "thread; the runtimes run side by side, one per core. A row from the board's own runtime shows the time it reports.",
     ]
