@@ -150,25 +150,27 @@ def _build_from_callable(target: str, origin: str = "--arch") -> nn.Module:
     return model
 
 
-def model_stride(model: nn.Module) -> int:
-    """The largest downsampling factor: the input size must be a multiple of it.
-
-    ``stride`` may be an int, a list or a tensor of per-level strides (Ultralytics keeps
-    ``tensor([8., 16., 32.])``); the largest counts. Without one, 32, the common backbone's.
-    """
+def level_strides(model: nn.Module) -> tuple[int, ...]:
+    """The strides the model says its levels have: ``stride``, an int, a list or a tensor of per-level
+    strides (Ultralytics keeps ``tensor([8., 16., 32.])``); () where it says none."""
     stride = getattr(model, "stride", None)
     if stride is None and hasattr(model, "cfg"):
         stride = getattr(model.cfg, "stride", None)
     if stride is None:
-        return 32
+        return ()
     try:
         import torch
 
         values = torch.as_tensor(stride, dtype=torch.float64).flatten().tolist()
     except (TypeError, ValueError, RuntimeError):
-        return 32
-    values = [v for v in values if v > 0]
-    return int(max(values)) if values else 32
+        return ()
+    return tuple(int(v) for v in values if v > 0 and float(v).is_integer())
+
+
+def model_stride(model: nn.Module) -> int:
+    """The largest downsampling factor: the input size must be a multiple of it. Without one the
+    model says (``level_strides``), 32, the common backbone's."""
+    return max(level_strides(model), default=32)
 
 
 def model_output_names(model: nn.Module, n_outputs: int) -> list[str]:

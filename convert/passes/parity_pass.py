@@ -8,6 +8,7 @@ import math
 from edgeport.convert.base import ConvertConfig, Gated, Given, Pass, PassResult, Validated
 from edgeport.convert.passes.export_onnx_pass import export_onnx
 from edgeport.errors import PassCheckError
+from edgeport.models.registry import level_strides
 from edgeport.validate.parity.run import ParitySubject, run_parity
 
 
@@ -16,7 +17,8 @@ def subject_of(gated: Gated, config: ConvertConfig) -> ParitySubject:
     model's and the ONNX graph's rows, and what the conversion knows of its files), or the file given."""
     made, prepared = gated.tflite, gated.tflite.prepared
     common = dict(reference_module=prepared.reference, tflite=dict(made.files), not_converted=dict(made.not_written),
-                  output_names=prepared.output_names, strides=prepared.strides, board=config.board, head=prepared.head,
+                  output_names=prepared.output_names, strides=prepared.strides, levels=level_strides(prepared.reference),
+                  board=config.board, head=prepared.head,
                   board_checks=dict(gated.board.checks), workdir=config.work_dir, seed=config.seed,
                   export_reference=functools.partial(export_onnx, prepared.reference, prepared.imgsz,
                                                      output_names=list(prepared.output_names), opset=config.opset))

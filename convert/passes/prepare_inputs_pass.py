@@ -84,9 +84,10 @@ class PrepareInputsPass(Pass[Model, Prepared]):
             again = module(torch.from_numpy(other))
         require_fixed_outputs(outputs, again if isinstance(again, (tuple, list)) else (again,), config.outputs)
         names = tuple(model_output_names(value.module, len(outputs)))
-        strides = value.strides
-        if not strides or len(strides) != len(outputs):
-            strides = tuple(imgsz // o.shape[-1] if o.dim() == 4 else 0 for o in outputs)
+        # each output's stride: a grid's from its shape, else the level the model says it is (0: none)
+        strides = tuple(imgsz // o.shape[-1] if o.dim() == 4 else 0 for o in outputs)
+        if not all(strides) and len(value.strides) == len(outputs):
+            strides = value.strides
         head = resolve_head(config.head, [tuple(o.shape) for o in outputs], strides, head_hints(value.module))
         prepared = Prepared(value, module, reference, imgsz, calib, source, val, val_source, names, strides, head,
                             output_shapes(outputs), held_out=held_out)

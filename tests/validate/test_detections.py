@@ -125,6 +125,7 @@ def test_box_errors_are_the_centres_distance_anchor_by_anchor_and_by_stride():
     from edgeport.validate.parity.detections import anchor_strides, box_errors
 
     assert list(anchor_strides(20, (8, 16), 32)) == [8] * 16 + [16] * 4 and anchor_strides(21, (8, 16), 32) is None
+    assert anchor_strides(20, (0,), 32) is None  # a head output that is no level (YOLOv8's one tensor)
     assert list(anchor_strides(60, (8, 16), 32)) == [8] * 48 + [16] * 12  # three anchors a cell (YOLOv5)
     ref = np.zeros((1, 5, 20), np.float32)
     ref[0, :2], ref[0, 2:4], ref[0, 4] = 10.0, 6.0, 0.9

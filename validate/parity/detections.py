@@ -154,9 +154,11 @@ class DetectionAgreement:
 def anchor_strides(anchors: int, strides, imgsz: int) -> np.ndarray | None:
     """Each anchor's stride, where the anchors are the levels' cells in order (one an anchor-free cell,
     or three: YOLOv5's); None where the strides do not say how many each level holds."""
+    if not strides or any(int(s) <= 0 or imgsz % int(s) for s in strides):  # (0: an output that is no level)
+        return None
     for per_cell in (1, 3):
-        counts = [(imgsz // int(s)) ** 2 * per_cell for s in strides or ()]
-        if counts and sum(counts) == anchors and all(imgsz % int(s) == 0 for s in strides):
+        counts = [(imgsz // int(s)) ** 2 * per_cell for s in strides]
+        if sum(counts) == anchors:
             return np.repeat(np.asarray(strides, np.int64), counts)
     return None
 

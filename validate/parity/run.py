@@ -82,7 +82,7 @@ class ParitySubject:
     onnx_path: Path | None
     tflite: dict[str, Path]
     output_names: tuple[str, ...]
-    strides: tuple[int, ...]
+    strides: tuple[int, ...]  # per output: its stride, 0 where it is no grid
     inputs: np.ndarray  # real images, preprocessed as in training
     inputs_source: str
     board: object = None  # BoardProfile; None: no emulator rows
@@ -94,6 +94,7 @@ class ParitySubject:
     export_reference: Callable[[Path], None] | None = None
     head: Head | str | None = None  # resolved, or a name of models.heads.HEADS; None: auto, from the shapes and hints
     hints: Hints = field(default_factory=Hints)
+    levels: tuple[int, ...] = ()  # the model's level strides, where one output holds every level's anchors
     # variant -> per output, channel ranges the file divides (convert/converters/int8_groups.py): multiplied back
     normalised: dict = field(default_factory=dict)
     # variant -> why the converter wrote no file: a failed row each, with that reason
@@ -503,10 +504,15 @@ def _compared(run: RunOutput, variant: str, subject: ParitySubject, head: Head, 
     dets = head.decode(real)
     agreement = (compare_detections(ref.detections, dets, ref.floor(variant))
                  if ref.detections is not None and dets is not None else None)
-    boxes = box_errors(head, [o[: ref.n_real] for o in ref.outputs], real, subject.strides, int(subject.inputs.shape[-1]),
+    boxes = box_errors(head, [o[: ref.n_real] for o in ref.outputs], real, _anchor_levels(subject), int(subject.inputs.shape[-1]),
                        DETECT.conf_thres) if agreement is not None else None
     mapped = _map_vs_truth(subject, head, real) if whole else None  # mAP on a sample of two images says nothing
     return outputs, compared, real, dets, agreement, boxes, error_histogram(ref.outputs, outputs), mapped
+
+
+def _anchor_levels(subject: ParitySubject) -> tuple[int, ...]:
+    """The strides the head's anchors run over: the outputs' own where each is a level, else the model's."""
+    return subject.strides if subject.strides and all(subject.strides) else subject.levels
 
 
 @dataclass
