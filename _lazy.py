@@ -48,8 +48,7 @@ def importing():
     """Import heavy modules inside this block. In a one-shot process, the cyclic garbage collector
     is paused meanwhile, and afterwards every object alive is frozen (``gc.freeze``): torch,
     onnxslim (sympy) and matplotlib leave hundreds of thousands of long-lived objects that each
-    later full collection would walk again. In the demo's convert (3.12) that walking was 0.49 s
-    of 4.4 s; paused and frozen, 0.02 s. Frozen objects are still freed when nothing refers to
+    later full collection would walk again (the demo's figures: docs/measured.md). Frozen objects are still freed when nothing refers to
     them; only a reference cycle among them waits for the process's exit. Elsewhere (edgeport
     used as a library, inside someone else's process) the block changes nothing. Blocks may
     nest and run on several threads: the collector resumes when the last one ends."""

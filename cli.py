@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
 def entry(command=main) -> None:
     """The process's entry point (the console scripts, ``python -m edgeport.cli``): run ``command``,
     then exit without the interpreter's teardown of torch -- its op-library finalizers and a last
-    garbage collection cost 0.6 s a run. Every command has closed its files, cleaned its staging
+    garbage collection, a cost paid for nothing (docs/measured.md). Every command has closed its files, cleaned its staging
     folders and ended its child processes by then, and output is flushed first. ``train`` ends as its
     workers do (``train.launch.exit_process``). Any other command is the process's
     one job: imports pause the cyclic garbage collector and freeze what they leave (``_lazy.importing``);

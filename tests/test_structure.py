@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import ast
 import functools
+import io
 import os
+import re
+import tokenize
 from pathlib import Path
 
 import edgeport
@@ -125,8 +128,6 @@ def test_the_layers_go_down():
 def test_edgeport_never_imports_ultralytics_or_timm():
     """Ultralytics is AGPL-3.0: the tests may build models with it, edgeport's code never imports
     it (its decoders are written from the published output formats, models/heads.py)."""
-    import re
-
     pattern = re.compile(r"^\s*(import|from)\s+(ultralytics|timm)\b", re.MULTILINE)
     # tests build models with them and benchmarks measure against them: both may; the package may not
     offenders = [str(p.relative_to(ROOT)) for p in _modules().values() if pattern.search(p.read_text())]
@@ -160,3 +161,44 @@ def test_every_report_a_command_writes_is_checked_first():
     writers = {m: names for m, names in writers.items() if "write_reports" in names}
     assert writers, "no module writes reports: the test looks for render.write_reports"
     assert [m for m, names in writers.items() if "check_written" not in names] == []
+
+
+# a measured time ("8.8 s", "340 ms"), or a figure's change ("25.0 s -> 12.7 s", "4 before, 0 after")
+MEASURED_TIME = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:s|ms|µs|min|sec|seconds?|minutes?)(?![\w.]|\.\w)")
+FIGURE_CHANGE = re.compile(r"(?<![\w.])\d[\d.,]*\s*\S{0,3}\s*(?:->|→)\s*\d|\bbefore\b.*(?<![\w.])\d.*\bafter\b"
+                           r"|(?<![\w.])\d.*\bbefore\b.*\bafter\b")
+
+
+def comment_lines(path: Path) -> list[tuple[int, str]]:
+    """Every comment and every docstring line of a file, with its line number."""
+    source = path.read_text()
+    found = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and ast.get_docstring(node) is not None:
+            first = node.body[0]
+            found += [(first.lineno + i, line) for i, line in enumerate(first.value.value.splitlines())]
+    return found
+
+
+def measurements(path: Path) -> list[str]:
+    """The comment and docstring lines that hold a measured time or a before/after figure without
+    citing docs/measured.md, where measurements live (history lives in git log)."""
+    return [f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}:{n}: {line.strip()}" for n, line in comment_lines(path)
+            if "measured.md" not in line and (MEASURED_TIME.search(line) or FIGURE_CHANGE.search(line))]
+
+
+def test_the_measurement_finder_finds_times_and_changes(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text('"""Fast.\n\nYOLOv8s at 640 px: 8.8 s, done twice."""\n\n'
+                      "def f(before, after):\n    \"\"\"Runs before and after the pass.\"\"\"\n"
+                      "    x = 1  # parity 25.0 -> 12.7 at 320 px\n    y = 2  # 4 of 246 runs before, 0 of 150 after\n"
+                      "    z = 3  # int8 -> 2, a version (no figure); a 3 x 3 window\n"
+                      "    w = 4  # 340 ms (docs/measured.md)\n")
+    assert sorted(line.split(": ")[0] for line in measurements(sample)) == ["sample.py:3", "sample.py:7", "sample.py:8"]
+
+
+def test_comments_say_what_and_why_not_what_was_measured():
+    """Measurements go to docs/measured.md, history to git log: a comment or docstring holding a
+    measured time or a before/after figure fails, unless its line cites docs/measured.md."""
+    found = [line for path in _modules().values() for line in measurements(path)]
+    assert not found, "\n".join(found)

@@ -1,7 +1,7 @@
 """Training targets for the anchor-free head, and the detection loss.
 
 Assignment (FCOS-style, deterministic): a box goes to the level whose stride ``s`` has
-``max_side < 8 s`` (the last level takes the rest); on that level, the cells whose centre
+``max_side < 8 * s`` (the last level takes the rest); on that level, the cells whose centre
 lies inside the box and within 2.5 strides of its centre are positives (a box too small
 to hold a cell centre takes its centre cell). A cell claimed by two boxes keeps the
 smaller one.

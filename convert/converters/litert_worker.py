@@ -40,8 +40,7 @@ def calibrate(model: bytes, manager, samples: dict) -> dict:
     """What ``Quantizer.calibrate`` records (each tensor's min and max per image, as a moving
     average in float32), taken by TFLite's profiler in C++ as XNNPACK runs, a thread per core,
     where the quantiser's own calibration copies every tensor into Python after every image and
-    runs 16 threads whatever the cores (YOLOv8n's 32 images, the check below included: 0.77 s
-    against 3.10 s at 320 px, 3.08 s against 8.87 s at 640 px; ``benchmarks/litert_calibration_bench.py``).
+    runs 16 threads whatever the cores (``benchmarks/litert_calibration_bench.py``; docs/measured.md).
 
     The profiler's records are the tensors' own ranges; the quantiser's are its per-op rules', and
     they can part (a padded max-pool's input, recorded down to -inf). So both run on the first
@@ -139,7 +138,7 @@ def convert(folder: Path, ask) -> None:
 
 
 def main() -> int:
-    """Import first (torch and litert-torch, about 3 s, while edgeport runs the passes before the
+    """Import first (torch and litert-torch, while edgeport runs the passes before the
     conversion), then take one folder from standard input, writing the log there. Standard input
     closed with no folder: nothing asked, exit 0."""
     import os
@@ -168,8 +167,7 @@ def main() -> int:
 
 def exit_now(code: int) -> None:
     """Exit once the files and result.json are written, without the interpreter's teardown of
-    torch, TensorFlow and litert-torch: 1.7 s after the last file on YOLOv8n, which edgeport waited
-    for (``edgeport.process.exit_now``, which this file cannot import). What the libraries asked to
+    torch, TensorFlow and litert-torch, which edgeport would wait for (``edgeport.process.exit_now``, which this file cannot import). What the libraries asked to
     run at exit still runs: TensorFlow's autograph removes its temporary files then."""
     import atexit
     import os

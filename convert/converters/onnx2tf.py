@@ -10,8 +10,8 @@ input and output, per-channel, our calibration set) and write the same file name
 
 onnx2tf runs in a child process: it calls ``sys.exit`` on errors, prints a great deal,
 and (1.28) imports TensorFlow, none of which should happen inside the caller's process.
-``convert`` starts that child first (``warm_converter``), so its imports (TensorFlow's 2 s,
-onnx2tf 2.x's 0.5 s) overlap the caller's own, and the conversion takes it when its ONNX is
+``convert`` starts that child first (``warm_converter``), so its imports (TensorFlow's,
+onnx2tf 2.x's) overlap the caller's own, and the conversion takes it when its ONNX is
 ready.
 
 Offline, on purpose: onnx2tf 1.28 downloads sample images from the internet whenever an
@@ -77,8 +77,8 @@ def write_calibration(work: Path, calib_nchw: np.ndarray) -> Path:
 
 def share_calibration(written: Path, work: Path, calib_nchw: np.ndarray) -> None:
     """The calibration files ``write_calibration`` wrote from ``calib_nchw`` in ``written``, in
-    ``work`` too: linked, not written again (at 640 px, 32 images are 157 MB, written in 0.9 s
-    before the second run starts; onnx2tf only reads them). Where the file system links no file,
+    ``work`` too: linked, not written again (hundreds of MB at 640 px, which onnx2tf
+    only reads). Where the file system links no file,
     written again."""
     names = [n for n in (CALIB_FILE, ONNX2TF_SAMPLE_FILE) if (written / n).is_file()]
     try:
@@ -131,9 +131,8 @@ class Onnx2tfBackend:
     def checks_layouts_slowly(self) -> bool:
         """1.28's strict mode settles each ambiguous op's layout by running the TensorFlow graph up
         to that op and comparing with ONNX Runtime: once per such op, so its cost grows with the
-        square of the depth (YOLOv9t at 128 px: 73 s of float32 conversion, 19 s without, the same
-        file's outputs; YOLOv8n at 320 px, int8: 15.6 s -> 13.7 s). 2.x (``flatbuffer_direct``) has
-        no such pass: its ``-dsm`` changes nothing (YOLOv9t: 5.0 s and 4.8 s, byte for byte)."""
+        square of the depth; without it, the same file's outputs (docs/measured.md). 2.x
+        (``flatbuffer_direct``) has no such pass: its ``-dsm`` changes nothing, byte for byte."""
         return self.generation < 2
 
     @property
@@ -229,7 +228,7 @@ FAST_CHECK_IMAGES = 2
 def graph_outputs(onnx_path: Path, images: np.ndarray) -> list[np.ndarray] | Exception:
     """What the check holds a fast run's file to: ONNX Runtime's outputs of ``onnx_path`` on the
     first ``FAST_CHECK_IMAGES`` (each invoked once), or what stopped it. Computed while the child
-    converts (``Onnx2tfRun.finish``): on YOLOv8n at 640 px, 0.2 s off the int8 run's end."""
+    converts (``Onnx2tfRun.finish``), not after it."""
     from edgeport.validate.parity.runners import OnnxRuntimeRunner
 
     runner = OnnxRuntimeRunner(onnx_path)
@@ -379,7 +378,7 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
 
     Where strict mode costs (1.28: ``checks_layouts_slowly``), each run goes without it first and
     its float32 file is checked against ONNX Runtime (``fast_run_differs``); a run that fails, or
-    fails the check, and the conversion is done again in strict mode, as before (noted).
+    fails the check, and the conversion is done again in strict mode (noted).
 
     ``meanwhile`` (``Converter.convert``): called once the runs have started, and again with the
     float32 file while the int8 run goes on. ``calibrated``: a folder holding ``calib``'s
@@ -461,9 +460,9 @@ def _convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray
 
 
 class Ahead:
-    """The calibration files every onnx2tf run reads (``write_calibration``: 157 MB at 640 px, and
-    onnx2tf's 20 sample images), written on a thread while the graph is exported (``Onnx2tf.begin``):
-    0.7 s that came between the export and the int8 run's start on YOLOv8n at 640 px. (int8's group
+    """The calibration files every onnx2tf run reads (``write_calibration``, and onnx2tf's 20 sample
+    images), written on a thread while the graph is exported (``Onnx2tf.begin``), not between the
+    export and the int8 run's start. (int8's group
     plans run the model, and stay after the export: a model may branch on
     ``torch.onnx.is_in_onnx_export``, which the export sets for the whole process.)"""
 
@@ -481,7 +480,7 @@ class Ahead:
             self.folder.mkdir(parents=True, exist_ok=True)
             write_calibration(self.folder, calib)
             self._done.set_result(self.folder)
-        except BaseException as exc:  # noqa: BLE001 -- raised where the conversion takes it (a full disk: exit 2, as before)
+        except BaseException as exc:  # noqa: BLE001 -- raised where the conversion takes it (a full disk: exit 2)
             self._done.set_exception(exc)
 
     def result(self) -> Path:

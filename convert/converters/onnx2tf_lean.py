@@ -5,24 +5,24 @@ and full-integer int8 -- and where int8 is converted from its own graph (output 
 apart: ``int8_groups.py``), one run ships float32 and the other int8 alone (``--ships``, the
 driver's own flag). On the 1.28 line (TensorFlow) this driver skips the others' work and
 changes nothing else but the calibration's last bits, below (``tests/convert/test_onnx2tf_lean.py``
-compares the shipped files with plain onnx2tf's). Each unshipped variant costs a TensorFlow conversion; on YOLOv8n at 320 px,
-the int8 run's took 15 s of 24 (1.28.8, a quiet machine):
+compares the shipped files with plain onnx2tf's). Each unshipped variant costs a TensorFlow conversion, most
+of the int8 run's time (docs/measured.md):
 
 - declined, where onnx2tf runs the variant in its own ``try`` block that warns on
   ``RuntimeError`` and goes on: dynamic-range quantisation, and integer quantisation with int16
   activations, twice (with float and with int16 inputs; each calibrates again);
 - converted to nothing (an empty file, removed when onnx2tf ends), where onnx2tf has no way out:
   float16 and an unshipped float32, which it converts outside any ``try``, and integer
-  quantisation with float input and output (6 s: it calibrates again), in the same ``try`` as
+  quantisation with float input and output (it calibrates again), in the same ``try`` as
   the full-integer file that edgeport ships.
 
-On the 2.x line (``flatbuffer_direct``) it skips nothing: skipping its int16 variants measured
-0.035 s of 0.9 s on the demo, within noise. There it calibrates on two threads, each on half the
+On the 2.x line (``flatbuffer_direct``) it skips nothing: skipping its int16 variants saved
+nothing above noise. There it calibrates on two threads, each on half the
 images (``calibrate_in_halves``): 2.x measures each tensor's range by running the float32 file
-image by image on one core, 19 s of the int8 run's 27 s for YOLOv8n at 640 px, and TFLite runs
+image by image on one core, most of the int8 run's time, and TFLite runs
 an invoke without holding Python's lock. A range is the minimum and maximum over the images in
 any grouping, so the halves merge exactly. Each half runs on the optimised kernels
-(``collect_on_optimised_kernels``: 0.58 s an image -> 0.2 s at 640 px), which round their own
+(``collect_on_optimised_kernels``), which round their own
 way: a range may differ from 2.x's in its last bits, and the int8 file with it (the same ops,
 tensors and weights; ``tests/convert/test_onnx2tf_lean.py``). On 1.28 TensorFlow's calibrator runs the first
 image only, and the ranges it records are computed over every image on the optimised kernels, as it
@@ -30,8 +30,7 @@ records them (``tf_calibration``): the same ranges to float rounding, the int8 f
 
 On both lines the driver imports onnx2tf with the cyclic garbage collector paused, and freezes
 what the import leaves (``_lazy.importing``): the conversion's own collections then no longer
-walk TensorFlow's or onnx2tf's objects again and again (1.28 on the demo: 6.7 s -> 4.4 s; 2.x:
-1.05 s -> 0.9 s).
+walk TensorFlow's or onnx2tf's objects again and again (docs/measured.md).
 
     python -m edgeport.convert.converters.onnx2tf_lean [--ships float32,int8] ONNX2TF_ARGUMENTS...
     python -m edgeport.convert.converters.onnx2tf_lean --await-job   # then one JSON line on stdin
@@ -145,9 +144,8 @@ def collect_on_optimised_kernels(collect, *, tflite_path: str, calibration_sampl
     sample's inputs, then every tensor by name, min and max over the images -- but the float32 file
     run on TFLite's optimised kernels (XNNPACK), every op's output made a graph output so that the
     runtime keeps them all (``every_tensor_as_output``), and each tensor read in place. 2.x runs the
-    reference kernels with every tensor preserved: 0.58 s an image for YOLOv8n at 640 px (0.43 in
-    the kernels, the rest copying 533 MB of tensors out), against 0.2 s here (0.15 in the
-    kernels). The kernels round their own way, so a range may differ in its last bits (the file
+    reference kernels with every tensor preserved, copying every tensor out after every image (a third
+    of this one's cost there: docs/measured.md). The kernels round their own way, so a range may differ in its last bits (the file
     with it); the default board runs these kernels. Samples that do not fit the inputs as they
     are: 2.x's own loop, which resizes them."""
     from pathlib import Path
@@ -298,4 +296,4 @@ if __name__ == "__main__":
     from edgeport.process import exit_now
 
     atexit._run_exitfuncs()  # what the libraries asked to run at exit (TensorFlow's autograph removes its temporary files)
-    exit_now(0)  # its files written and closed: the rest of TensorFlow's teardown (0.2 s on YOLOv8n) only kept edgeport waiting
+    exit_now(0)  # its files written and closed: the rest of TensorFlow's teardown only kept edgeport waiting

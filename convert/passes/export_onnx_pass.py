@@ -77,9 +77,8 @@ class ExportOnnxPass(Pass[Prepared, Exported]):
         from edgeport.convert.converters.registry import converter
 
         path, chosen = config.work_dir / "model.onnx", converter(config.converter)
-        # the converter begins what needs no graph while the graph is exported: litert-torch converts
-        # the module (about 1.7 s of YOLOv8n's at 320 px off the run's critical path), onnx2tf writes
-        # its calibration files (0.7 s at 640 px)
+        # the converter begins what needs no graph while the graph is exported (off the run's critical
+        # path): litert-torch converts the module, onnx2tf writes its calibration files
         begun = chosen.begin(value, config.work_dir, quantised=config.quantised, timeout_s=config.converter_timeout_s,
                              context=config.context) if config.variants else None
         # the tracer leaves what it saw in a module's caches (Ultralytics' Detect keeps the traced

@@ -60,8 +60,8 @@ def _runtime():
 
 
 def _tensorflow_1_lite():
-    """TensorFlow 1.x's own ``tf.lite.Interpreter`` without importing TensorFlow, which takes 1 s of
-    a 1.3 s worker run on TFLite 1.13.1 whose invokes take milliseconds (benchmarks/board_worker_bench.py). In 1.x the interpreter is
+    """TensorFlow 1.x's own ``tf.lite.Interpreter`` without importing TensorFlow, most of a worker
+    run on TFLite 1.13.1 whose invokes are quick (benchmarks/board_worker_bench.py). In 1.x the interpreter is
     TensorFlow's ``lite/python/interpreter.py`` over a SWIG module that loads on its own; that file
     asks TensorFlow for two helpers only, a lazy loader (given the SWIG module itself) and an export
     decorator (given one that changes nothing), and runs as it is. None where the installed

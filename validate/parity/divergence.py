@@ -130,7 +130,7 @@ _RUNS = ByContent(1)  # (the file's digest, the input's) -> every op output on t
 def every_tensor_values(path: Path, x_raw: np.ndarray, work: Path | None = None) -> list[np.ndarray]:
     """Every op output of ``path`` (in ``every_tensor_as_output``'s order, read-only) for its input
     ``x_raw`` (as the file takes it), on the reference kernels; once per file and input: a failing
-    quantised row's divergence and its op errors both read that run (YOLOv8s at 640 px: 7 s)."""
+    quantised row's divergence and its op errors both read that run, which is long on a large model."""
     import tempfile
 
     from edgeport.ops.tflite_file import digest
@@ -159,8 +159,8 @@ def _errors(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
 
 def _closest(ref: np.ndarray, pool: list[Tensor], *, by_rel: bool, norms: dict) -> Tensor:
     """The candidate in ``pool`` closest to ``ref``: least max|difference| (then highest cosine) when
-    ``by_rel``, else highest cosine; in float32, the norms of candidates kept in ``norms`` (by id).
-    (YOLOv8s at 640 px: pools of up to 40 tensors of a shape; 19 s in float64, each pair converted.)"""
+    ``by_rel``, else highest cosine; in float32, the norms of candidates kept in ``norms`` (by id). A pool holds
+    up to tens of tensors of a shape, so nothing is converted a pair at a time."""
     r = np.ascontiguousarray(ref, np.float32).ravel()
     r_norm = float(np.linalg.norm(r))
     best, best_key = pool[0], None

@@ -10,10 +10,7 @@ the same inputs and the same ``Runner.cache_key`` (the same bytes on the same ke
 module object), so a file that changed after its run was started is run again in parity.
 
 Each run is timed as parity times its runs (``runners.Runner.run``), beside the converter's
-child instead of beside another row. On YOLOv8n at 640 px (onnx2tf 2.x: a float32 run of 3 s
-beside an int8 run of 22 s, calibrating on one core), one convert each: ``to_tflite`` 24.7 s and
-``parity`` 9.7 s before, 26.1 s and 5.6 s after (the runs beside it slow the children a little);
-zoo_bench's figures are in docs/measured.md. On a machine whose cores are all busy (the test
+child instead of beside another row (what it saves: docs/measured.md). On a machine whose cores are all busy (the test
 suite's two workers) it saves nothing: the same work, done earlier.
 """
 

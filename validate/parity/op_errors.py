@@ -34,8 +34,7 @@ from edgeport.validate.parity.tensors import dequantize, quantize, to_model_inpu
 IDENTITY_OPS = ("QUANTIZE", "DEQUANTIZE")
 SHOWN = 5  # ops a report names, worst first
 # the float32 file's values: on the optimised kernels, within float rounding (1e-6 of a value) of the
-# reference kernels' and twenty times faster (YOLOv8n at 640 px: 0.28 s an invoke against 5.8 s; a
-# quantised op's own error is 1e-3 and more); the quantised file runs on the reference kernels
+# reference kernels' and far faster (docs/measured.md; a quantised op's own error is 1e-3 and more); the quantised file runs on the reference kernels
 FLOAT_KERNELS = "optimized"
 
 

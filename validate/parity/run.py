@@ -58,13 +58,11 @@ from edgeport.validate.parity.runners import Runner, RunOutput, RuntimeRefused, 
 
 # the reference kernels' rows where the board runs other kernels (a current TFLite runs its optimised
 # ones, and so does its emulator) or none is named: a diagnostic, judged on the first images only,
-# which the row says (``ResultRow.images``). On YOLOv8n float32 they take 13 times XNNPACK's time an
-# image at 320 px, 15 times at 640 (each image invoked twice): on all ten images, half of parity's
-# time (zoo_bench: parity 25.0 s -> 12.7 s at 320 px, 103.5 s -> 54.8 s at 640). The diagnostic is
+# which the row says (``ResultRow.images``). They take an order of magnitude XNNPACK's time an
+# image: on every image, half of parity's time (docs/measured.md). The diagnostic is
 # the quantised files' (``diagnosed``): integer kernels round their own way, which is where a board
 # with other integer kernels parts from the optimised ones; float32's agree within float rounding
-# (across the zoo its row failed exactly where float32/tflite did), and on YOLOv8n at 640 px it
-# took 3.6 s an image, three quarters of the diagnostic's time.
+# (across the zoo its row failed exactly where float32/tflite did), at most of the diagnostic's time.
 DIAGNOSTIC_IMAGES = 2
 # quantised outputs compared in steps with a run that should compute the same integers: a uint8
 # file against its int8 twin on the reference kernels (the same arithmetic shifted by 128: edgeport's
@@ -146,9 +144,8 @@ def diagnostic(runner: Runner) -> Runner:
     """``runner``'s row judged on the first ``DIAGNOSTIC_IMAGES`` inputs only (``ResultRow.images``):
     the folded model's and the ONNX graph's, which say where an error entered. Every file made from
     them -- the TFLite files, on the optimised kernels and on the board -- is judged on every
-    input, so an error they carry on any input fails there. On all 10 inputs the two rows took
-    about 6 s of CPU for YOLOv8n at 640 px (0.23 s an image in PyTorch, 0.38 s in ONNX Runtime;
-    py-spy), beside the converter's calibration."""
+    input, so an error they carry on any input fails there. On every input the two rows would take
+    seconds of CPU on a large model, beside the converter's calibration (docs/measured.md)."""
     runner.images = DIAGNOSTIC_IMAGES
     return runner
 
@@ -214,11 +211,10 @@ def execute(runners: list[Runner], inputs: np.ndarray, early: EarlyRuns | None =
     inputs, taken from there (``early.py``; its future waits for it): PyTorch's first, alone (it uses every
     core itself, on its untimed first invoke); then the others -- each on one thread, or in a child process -- side by side, at
     most one per core. A slow runner's images are shared out (``split``: the reference kernels),
-    slow shares first, so the cores finish together: YOLOv8n's parity at 320 px takes 8 s instead
-    of 11 on two cores. A run on the optimised TFLite kernels (the other runners have no helper)
+    slow shares first, so the cores finish together (docs/measured.md). A run on the optimised TFLite kernels (the other runners have no helper)
     is joined, when a core comes free, by a second interpreter taking its last images
-    (``Runner.helper``, ``Shares``): a row left running alone -- MobileViT-xxs's int8 file at
-    640 px, a second an image, once its reference kernels' row has aborted -- ends on both cores.
+    (``Runner.helper``, ``Shares``): a row left running alone -- a slow int8 file, once its reference kernels' row has aborted --
+    ends on both cores.
     Each image is still timed on its own, but beside another run: on a small machine the
     reference kernels' ms/img reads up to a fifth higher than alone. A run's refusal
     (``RuntimeRefused``: the runtime's verdict) waits in its future for its row."""
@@ -394,7 +390,7 @@ class _Reference:
 def judged_reference(run: RunOutput, n_real: int, head: Head, variants) -> _Reference:
     """The reference as rows are judged against it: its boxes on the ``n_real`` real images and the
     noise floor of each of ``variants``, on them and on a diagnostic row's sample. Made while the converter works (``EarlyRuns.start``'s
-    ``then``; on YOLOv8n at 640 px 0.9 s, after the conversion otherwise)."""
+    ``then``), after the conversion otherwise."""
     ref = _Reference(run.outputs, n_real, head.decode([o[:n_real] for o in run.outputs]), head)
     for variant in variants:
         ref.floor(variant)
@@ -442,7 +438,6 @@ def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, r
         if full.tensors is None:
             full.tensors = _reference_tensors(subject, inputs[:1]) or False
         # once per file's bytes and variant: a board row's emulator file that is the tflite row's file, copied, is not analysed again
-        # (YOLOv8s at 640 px: 8.8 s of its failing int8 file's analysis, done twice)
         analysed = ("divergence", row.variant, _content(row.analysis_file))
         if analysed not in located:
             located[analysed] = (_divergence(full.tensors, row.analysis_file, inputs[:1], TOLERANCES[row.variant])

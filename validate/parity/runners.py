@@ -4,8 +4,8 @@ A runner knows nothing about tolerances or reports. It declares what it is -- it
 when it is made, and its capabilities as class attributes -- and returns float32 outputs (int8
 models are dequantised in ``tensors.py``) with its median latency per image. A runtime invokes
 every image twice. The first invoke's outputs are the row's; the second is the one timed, warm (a
-first invoke may also load the interpreter and warm its caches: timed, it once showed ``folded``
-at 412 ms beside ``reference`` at 6, and the other way round in the next run). A runtime row
+first invoke may also load the interpreter and warm its caches, which made the first invoke's
+time a lottery). A runtime row
 also compares the two: an interpreter that keeps state between invokes (TFLite 1.13.1's CONV_2D
 with a runtime filter is right on the first invoke only) answers differently the second time,
 and the row says so. PyTorch, which checks no repeat, invokes only its first images twice, for
@@ -111,7 +111,7 @@ class Runner(abc.ABC):
     #: (``cache_key``) computes what the most demanding of them needs (``run.execute``)
     images: int | None = None
     #: one invoke an image, the one timed, and no repeat check: for a runtime whose first invoke
-    #: loads nothing (the reference kernels: 0.81 s an invoke at 640 px, first and second alike) on
+    #: loads nothing (the reference kernels: first and second invoke alike, and slow) on
     #: a diagnostic sample, whose file the rows on every input check for repeats; and for a check's
     #: run, which needs only the outputs (``onnx2tf.fast_run_differs``)
     once: bool = False
@@ -182,8 +182,7 @@ def _difference(a: np.ndarray, b: np.ndarray) -> float:
 class TorchRunner(Runner):
     side_by_side = False
     repeats = False  # PyTorch is the reference, or the folded model beside it
-    # its time on the first 3 images: the second invoke of every image was a tenth of parity's
-    # time on YOLOv8n at 640 px (two rows of 10 images at 340 ms)
+    # its time on the first images only: a second invoke of every image is a tenth of parity's time
     timed_images = 3
 
     def __init__(self, module, *, runtime: str = "pytorch"):
@@ -202,9 +201,8 @@ class TorchRunner(Runner):
 
     def _run_timed(self, x):
         """On one thread, as every other runtime here runs (and a board): PyTorch's own threads
-        on a busy machine made its time a lottery. Measured on 2 shared cores (load 5), pdet-n at
-        96 px, 10 images: 3 to 900 ms an image on 2 threads, the medians of ``folded`` and
-        ``reference`` swapping places between runs; medians of 9 to 14 ms on one. The outputs
+        on a busy machine made its time a lottery, the medians of ``folded`` and ``reference``
+        swapping places between runs (docs/measured.md). The outputs
         are the first invoke's, on every thread."""
         import torch
 

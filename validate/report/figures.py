@@ -25,7 +25,7 @@ def _png(fig) -> bytes:
 
 def plain_log_ticks(axis) -> None:
     """Label a log or symlog ``axis`` in plain text ("1e-6"). matplotlib's default labels are
-    mathtext ("$10^{-6}$"), whose parser takes 0.06 s to build on its first use in a process."""
+    mathtext ("$10^{-6}$"), whose parser is built on its first use in a process."""
     from matplotlib.ticker import LogFormatter
 
     class PlainLog(LogFormatter):
