@@ -51,11 +51,13 @@ setup-boards: setup
 setup-converters: setup
 	$(VENV)/bin/edgeport converters install litert-torch
 
-# A model trained by someone else, for benchmarks/quant_bench.py: facenet-pytorch's wheel ships
-# MTCNN's trained weights (MIT). Its pins are old (torch < 2.3): its model code and weights only,
-# without its dependencies (benchmarks/mtcnn_models.py)
+# A model trained by someone else, for benchmarks/quant_bench.py and mtcnn_bench.py: facenet-pytorch's
+# wheel ships MTCNN's trained weights (MIT). Its pins are old (torch < 2.3): its model code and weights
+# only, without its dependencies (benchmarks/mtcnn_models.py). scikit-image's wheel ships real photos
+# (astronaut, camera, ...), beside Ultralytics' two, for mtcnn_bench.py's faces.
 setup-bench: setup
 	$(PY) -m pip install -qq --no-deps facenet-pytorch==2.6.0
+	$(PY) -m pip install -qq scikit-image==0.26.0
 
 DEMO_OUT ?= runs/demo
 demo: setup

@@ -46,7 +46,7 @@ def _add_convert_args(p: argparse.ArgumentParser) -> None:
     given.add_argument("checkpoint", type=Path, help="the .pt/.pth checkpoint (state_dict, training dict or, trusted, a pickled module)")
     given.add_argument("--arch", help="registry name (pdet-n, pdet-s, ...; an unknown name lists them all) or package.module:callable; "
                        "not needed for edgeport trainer checkpoints")
-    given.add_argument("--imgsz", type=positive_int, help="square input size, a multiple of the model's stride (default: the size "
+    given.add_argument("--imgsz", type=positive_int, help="square input size, a multiple of the model's stride where it states one (default: the size "
                        "the checkpoint was trained at, where it records one; else 320)")
     given.add_argument("--calib", type=Path, help="folder of images as the model takes them, for int8 calibration (default: "
                        "synthetic scenes); with 16 or more and no --val, every fourth is held out to judge the files on")

@@ -168,9 +168,9 @@ def level_strides(model: nn.Module) -> tuple[int, ...]:
 
 
 def model_stride(model: nn.Module) -> int:
-    """The largest downsampling factor: the input size must be a multiple of it. Without one the
-    model says (``level_strides``), 32, the common backbone's."""
-    return max(level_strides(model), default=32)
+    """The largest downsampling factor the model says it has (``level_strides``): the input size must
+    be a multiple of it. 0 where it says none: any size it runs at (a fixed-size net, a classifier)."""
+    return max(level_strides(model), default=0)
 
 
 def model_output_names(model: nn.Module, n_outputs: int) -> list[str]:

@@ -167,8 +167,9 @@ def main() -> int:
 
 def exit_now(code: int) -> None:
     """Exit once the files and result.json are written, without the interpreter's teardown of
-    torch, TensorFlow and litert-torch, which edgeport would wait for (``edgeport.process.exit_now``, which this file cannot import). What the libraries asked to
-    run at exit still runs: TensorFlow's autograph removes its temporary files then."""
+    torch, TensorFlow and litert-torch, which edgeport would wait for (``edgeport.process.exit_now``,
+    which this file cannot import). What the libraries asked to run at exit still runs: TensorFlow's
+    autograph removes its temporary files then."""
     import atexit
     import os
 

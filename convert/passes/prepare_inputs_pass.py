@@ -50,7 +50,7 @@ class PrepareInputsPass(Pass[Model, Prepared]):
         from edgeport.models.heads import head_hints, resolve_head
         from edgeport.models.outputs import OutputSelector, output_shapes, require_fixed_outputs, require_tensors
 
-        stride = value.stride or 32
+        stride = value.stride  # 0: the model says none, and any size it runs at will do
         trained = value.checkpoint.imgsz
         # the size the checkpoint was trained at, unless --imgsz says otherwise: a report about a model
         # at a size it never saw is no report on what was trained
@@ -59,7 +59,7 @@ class PrepareInputsPass(Pass[Model, Prepared]):
                  else "the default; --imgsz sets it")
         if config.imgsz and trained and config.imgsz != trained:
             where = f"{config.imgsz_from}; warning: the checkpoint was trained at {trained} px"
-        if imgsz <= 0 or imgsz % stride:
+        if imgsz <= 0 or (stride and imgsz % stride):
             lower = max(stride, imgsz // stride * stride)
             given = f"--imgsz {imgsz}" if config.imgsz else f"the size the checkpoint was trained at ({imgsz})"
             raise BadInputError(f"{given} is not a positive multiple of the model's stride {stride}; use {lower} or {lower + stride}"
@@ -70,7 +70,13 @@ class PrepareInputsPass(Pass[Model, Prepared]):
             config.calib_dir, config.val_dir, imgsz, calib=config.max_calib, judge=config.max_validate, seed=config.seed)
         module, reference = value.module, value.reference
         with torch.no_grad():
-            out = module(torch.from_numpy(calib[:1]))
+            try:
+                out = module(torch.from_numpy(calib[:1]))
+            except (RuntimeError, ValueError) as exc:  # a size the model cannot take (it states no stride to check)
+                if stride:
+                    raise
+                raise BadInputError(f"the model does not run on {imgsz} x {imgsz} inputs ({where}): "
+                                    f"{' '.join(str(exc).split())}; pass the size it takes as --imgsz") from exc
         require_tensors(out, config.outputs)
         if config.outputs is not None:  # export and parity see the tensors --outputs picks
             module = OutputSelector(module, config.outputs).eval()

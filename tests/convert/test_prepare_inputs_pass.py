@@ -12,11 +12,11 @@ from edgeport.errors import BadInputError, CalibrationError
 from .conftest import config, model_record
 
 
-def _run(tmp_path, model, *, strides=(8, 16, 32), trained_at=None, **cfg):
+def _run(tmp_path, model, *, strides=(8, 16, 32), stride=32, trained_at=None, **cfg):
     """PrepareInputsPass on ``model`` with the options ``cfg``: (model record, config, result)."""
     cfg.setdefault("max_calib", 4)
     cfg.setdefault("max_validate", 2)
-    built, cfg = model_record(tmp_path, model, strides=strides, trained_at=trained_at), config(tmp_path, **cfg)
+    built, cfg = model_record(tmp_path, model, stride=stride, strides=strides, trained_at=trained_at), config(tmp_path, **cfg)
     return built, cfg, PrepareInputsPass().run(built, cfg)
 
 
@@ -24,6 +24,25 @@ def _run(tmp_path, model, *, strides=(8, 16, 32), trained_at=None, **cfg):
 def test_imgsz_must_be_a_multiple_of_the_stride(tmp_path, pdet_n, imgsz, hint):
     with pytest.raises(BadInputError, match=hint):
         _run(tmp_path, pdet_n, imgsz=imgsz)
+
+
+class FixedSize(torch.nn.Module):
+    """A net that takes one size only and states no stride (MTCNN's O-Net: 48 px crops into a dense layer)."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.dense = torch.nn.Linear(3 * size * size, 4)
+
+    def forward(self, x):
+        return self.dense(x.flatten(1))
+
+
+def test_a_net_that_states_no_stride_runs_at_the_size_given_and_says_when_it_cannot(tmp_path):
+    _, _, result = _run(tmp_path, FixedSize(48), imgsz=48, stride=0, strides=())
+    assert result.value.imgsz == 48 and result.value.output_shapes == ((1, 4),)
+    with pytest.raises(BadInputError, match=r"the model does not run on 64 x 64 inputs \(--imgsz\): .*mat1 and mat2.*"
+                                            r"pass the size it takes as --imgsz"):
+        _run(tmp_path, FixedSize(48), imgsz=64, stride=0, strides=())
 
 
 def test_synthetic_calibration_and_held_out_validation(tmp_path, pdet_n):

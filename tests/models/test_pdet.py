@@ -46,7 +46,7 @@ def test_num_classes_changes_head_width():
 
 
 @pytest.mark.parametrize("stride, expected", [(16, 16), (32.0, 32), ([8, 16, 32], 32), ((8, 16), 16),
-                                              ("tensor", 32), (None, 32), ([], 32), ("junk", 32)])
+                                              ("tensor", 32), (None, 0), ([], 0), ("junk", 0)])
 def test_any_form_of_stride(stride, expected):
     import torch
 

@@ -114,3 +114,26 @@ def test_channel_groups_by_magnitude_keep_like_channels_together():
     # a group starts at its smallest channel and takes those up to 10 times larger: 0 | 1, 5, 9 | 100, 800
     assert magnitude_groups(ref, 1) == [(5,), (0, 1, 2), (3, 4)]
     assert magnitude_groups(ref, 1, [3, 4]) == [(3, 4)]
+
+
+def test_a_probability_no_head_decodes_is_held_value_by_value_in_a_quantised_file():
+    """MTCNN's P-Net: a quantised file that puts 0.91 where PyTorch has 0.57 adds a face, though the
+    map's cosine stays above 0.99; an output beyond [0, 1], or a head that decodes, is judged as before."""
+    from edgeport.models.heads import Head
+    from edgeport.validate.parity.compare import PROBABILITY_ERROR
+    from edgeport.validate.parity.run import comparisons
+
+    rng = np.random.default_rng(0)
+    prob = rng.uniform(0, 0.3, (2, 2, 40, 40)).astype(np.float32)
+    prob[0, 1, 5, 5] = 0.57
+    flipped = prob.copy()
+    flipped[0, 1, 5, 5] = 0.91
+    (raw,) = [c for c in comparisons(["prob"], Head("raw"), [prob], [flipped], "int8") if c.name == "prob"]
+    assert raw.tolerance.max_abs_rel * 0.57 == pytest.approx(PROBABILITY_ERROR) and not raw.passed and raw.metrics.cosine > 0.99
+    (near,) = [c for c in comparisons(["prob"], Head("raw"), [prob], [prob + 0.04], "int8") if c.name == "prob"]
+    assert near.passed
+    (float_file,) = [c for c in comparisons(["prob"], Head("raw"), [prob], [flipped], "float32") if c.name == "prob"]
+    assert float_file.tolerance == FLOAT32
+    logits = prob * 10 - 5
+    (beyond,) = [c for c in comparisons(["logits"], Head("raw"), [logits], [flipped * 10 - 5], "int8") if c.name == "logits"]
+    assert beyond.tolerance == INT8 and beyond.passed

@@ -42,6 +42,17 @@ INT8 = Tolerance(max_abs_rel=None, min_cosine=0.99)
 QUANTISED = (*QUANTISED_FILES, *(v + REPAIRED for v in QUANTISED_FILES))
 TOLERANCES = {"folded": FOLDED, "onnx": FLOAT32, "float32": FLOAT32, **{v: INT8 for v in QUANTISED}}
 FLOAT_VARIANTS = ("folded", "onnx", "float32")
+# A quantised file's output that no head decodes (``--head raw``) and that PyTorch keeps within [0, 1]
+# on every image -- a probability, a softmax's or a sigmoid's -- is a decision at some threshold the
+# user's own code applies: each value held to 0.05 of PyTorch's (a dozen 8-bit steps of [0, 1]), so
+# that no decision flips at a threshold further than that from PyTorch's value (MTCNN's P-Net: a
+# quantised file that put 0.91 where PyTorch has 0.57, a face added, kept a cosine of 0.9995 over the map).
+PROBABILITY_ERROR = 0.05
+
+
+def probability_tolerance(ref: np.ndarray) -> Tolerance:
+    """``PROBABILITY_ERROR`` as a share of the output's max|value| (what ``max_abs_rel`` is of)."""
+    return Tolerance(max_abs_rel=PROBABILITY_ERROR / max(float(np.max(np.abs(ref))), PROBABILITY_ERROR), min_cosine=INT8.min_cosine)
 # Every channel of a quantised file on its own: one that PyTorch varies must vary too, and keep
 # this cosine; an output's overall cosine hides a channel that collapsed next to larger ones.
 CHANNEL = Tolerance(max_abs_rel=None, min_cosine=0.98)

@@ -42,6 +42,7 @@ from edgeport.validate.parity.compare import (
     compare_channels,
     compare_tensors,
     error_histogram,
+    probability_tolerance,
 )
 from edgeport.validate.parity.detections import (
     PERTURBATIONS,
@@ -310,7 +311,8 @@ def comparisons(names, head: Head, refs: list[np.ndarray], gots: list[np.ndarray
 
     out = []
     for k, (name, r, g) in enumerate(zip(names, refs, gots, strict=True)):
-        out.append(compare_tensors(name, r, g, within(errors[k] if errors else None)))
+        probability = variant in QUANTISED and head.name == "raw" and r.size and 0.0 <= float(r.min()) and float(r.max()) <= 1.0
+        out.append(compare_tensors(name, r, g, probability_tolerance(r) if probability else within(errors[k] if errors else None)))
         for group in head.groups(k, r.shape):
             if len(head.groups(k, r.shape)) > 1:
                 out.append(compare_tensors(f"{name}[{group.name}]", group.take(r), group.take(g),
