@@ -106,7 +106,8 @@ def test_demo_converts_end_to_end_within_targets(demo):
     # every field validate/report/SCHEMA.md documents is there
     assert {"schema", "created", "passed", "model", "inputs", "reference", "tolerances", "versions", "artifacts", "board",
             "board_runtime", "converter", "upsample", "int8_normalised", "results", "sample", "stages", "repairs",
-            "repaired"} == set(report)
+            "repaired", "ship"} == set(report)
+    assert report["ship"]["file"] == "model_int8.tflite" and report["ship"]["float32"]["bytes"] > report["ship"]["bytes"]
     assert report["repairs"] is None and report["repaired"] == []  # its int8 passes: nothing to repair
     for r in report["results"]:
         assert {"variant", "runtime", "passed", "ms_per_image", "outputs", "detections", "map", "verdict", "divergence",

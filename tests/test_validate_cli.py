@@ -132,7 +132,7 @@ def _render_in_browser(page, tmp_path):
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
              "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'chr'}"]
     dom = subprocess.run([chromium, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
-    assert 'id="verdict">PASSED<' in dom.stdout and 'id="summary"' in dom.stdout
+    assert 'id="verdict">PASSED: ship ' in dom.stdout and 'id="summary"' in dom.stdout
     shot = tmp_path / "shot.png"
     subprocess.run([chromium, *flags, "--window-size=1200,2000", f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
     from PIL import Image
