@@ -18,6 +18,8 @@ TensorFlow's own converter writes it: the same bytes then mean what the kernel c
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from edgeport.ops.tflite_graph import Graph, Quant
@@ -165,16 +167,18 @@ def requantize_int8_constraints(model: bytes) -> tuple[bytes, int]:
 ELEMENTWISE_OPS = ("ADD", "SUB", "MUL")
 
 
-def exact_grid(values: np.ndarray) -> Quant | None:
-    """An int8 grid on which every one of ``values`` lies exactly: a step that divides each of them
-    (the smallest nonzero magnitude over 1, 2, ... 255) and a zero point that fits them all; None
-    where no such grid exists."""
+def exact_grid(values: np.ndarray, below: float = math.inf) -> Quant | None:
+    """An int8 grid on which every one of ``values`` lies exactly: a step under ``below`` that divides
+    each of them (the smallest nonzero magnitude over 1, 2, ... 255: the coarsest first) and a zero
+    point that fits them all; None where no such grid exists."""
     v = np.unique(np.asarray(values, np.float64))
     nonzero = np.abs(v[v != 0])
     if nonzero.size == 0 or not np.all(np.isfinite(v)):
         return None
     for n in range(1, 256):
         step = float(nonzero.min()) / n
+        if not step < below:
+            continue
         k = v / step
         if np.all(np.abs(k - np.round(k)) <= 1e-6 * np.maximum(1.0, np.abs(k))):
             k = np.round(k)
@@ -182,6 +186,15 @@ def exact_grid(values: np.ndarray) -> Quant | None:
             if float(k.max()) - low <= 255:
                 return Quant(step, int(-128 - low))
     return None
+
+
+def _mul_step_bound(view, op, constant: int) -> float:
+    """The step ``constant`` of MUL ``op`` must stay under for the op to rescale its product by less
+    than 1 (its inputs' scales' product over its output's): at 1 or more it needs MUL version 3, which
+    an old board's runtime (TFLite 1.13) lacks. 0 where the op's grids are not all per-tensor int8."""
+    other = [_int8_quant(view, i) for i in op.inputs if i >= 0 and i != constant]
+    out = _int8_quant(view, op.outputs[0])
+    return out.scale / other[0].scale if len(other) == 1 and other[0] is not None and out is not None else 0.0
 
 
 def exact_constants(model: bytes, float_file: bytes, factors=()) -> tuple[bytes, int]:
@@ -214,7 +227,8 @@ def exact_constants(model: bytes, float_file: bytes, factors=()) -> tuple[bytes,
                 quantised = [c for c in known if c.size == held.size and np.array_equal(
                     np.clip(np.round(c.reshape(held.shape) / q.scale) + q.zero_point, -128, 127), held)]
                 values = {c.tobytes(): c for c in quantised}
-                grid = exact_grid(next(iter(values.values()))) if len(values) == 1 else None
+                below = _mul_step_bound(view, op, i) if view.name(op) == "MUL" else math.inf
+                grid = exact_grid(next(iter(values.values())), below) if len(values) == 1 else None
                 if grid is None or grid == q:
                     continue
                 exact = next(iter(values.values())).reshape(held.shape)

@@ -176,3 +176,30 @@ def test_a_constant_divided_by_the_outputs_normalisation_is_found_and_one_withou
     assert exact_constants(rounded, _add_constant(strides, None))[1] == 0, "without the factor, nothing says its values"
     third = np.full((1, 3, 1, 1), 1 / 3, np.float32) * np.array([1, 2, 7], np.float32).reshape(1, 3, 1, 1) ** 0.5
     assert exact_constants(_add_constant(third, Quant(float(third.max()) / 255, -128)), _add_constant(third, None))[1] == 0
+
+
+def _mul_constant(values: np.ndarray, q: Quant | None, qx: Quant, qy: Quant) -> bytes:
+    """x * c: ``c`` quantised on ``q`` (int8), or float (``q`` None)."""
+    g = Graph.empty()
+    dtype = "int8" if q is not None else "float32"
+    x = g.add_tensor("x", values.shape, dtype, qx if q is not None else None)
+    y = g.add_tensor("y", values.shape, dtype, qy if q is not None else None)
+    c = values if q is None else np.clip(np.round(values / q.scale) + q.zero_point, -128, 127).astype(np.int8)
+    g.add(g.new_op("MUL", [x, g.constant("strides", c, dtype, q)], [y], "MulOptions"))
+    g.set_io([x], [y])
+    return g.to_bytes()
+
+
+def test_a_mul_constant_keeps_a_grid_its_product_rescales_below_one_on():
+    """YOLOv8's strides (8, 16, 32) times a box distance: the coarsest exact grid (a step of 8) would
+    rescale the product by 1 or more, which only MUL version 3 runs (not TFLite 1.13): the finest
+    exact grid it needs is taken instead, or none."""
+    strides = np.repeat(np.array([8.0, 16.0, 32.0], np.float32), [16, 4, 1]).reshape(1, 21, 1, 1)
+    rounded_q = Quant(32 / 255, -128)
+    qx, qy = Quant(0.05, -128), Quant(0.5, -128)  # the product's rescale: 0.05 x step / 0.5 < 1 for a step under 10
+    fixed, n = exact_constants(_mul_constant(strides, rounded_q, qx, qy), _mul_constant(strides, None, qx, qy))
+    assert n == 1 and Graph(fixed).quant(C).scale == 8.0
+    qx = Quant(0.5, -128)  # now the step must stay under 1: 8/9 is the coarsest exact one
+    fixed, n = exact_constants(_mul_constant(strides, rounded_q, qx, qy), _mul_constant(strides, None, qx, qy))
+    q = Graph(fixed).quant(C)
+    assert n == 1 and q.scale == pytest.approx(8 / 9) and q.scale * qx.scale / qy.scale < 1
