@@ -191,10 +191,11 @@ def exact_grid(values: np.ndarray, below: float = math.inf) -> Quant | None:
 def _mul_step_bound(view, op, constant: int) -> float:
     """The step ``constant`` of MUL ``op`` must stay under for the op to rescale its product by less
     than 1 (its inputs' scales' product over its output's): at 1 or more it needs MUL version 3, which
-    an old board's runtime (TFLite 1.13) lacks. 0 where the op's grids are not all per-tensor int8."""
+    an old board's runtime (TFLite 1.13) lacks, and aborts on. 0 where the op's grids are not all per-tensor int8."""
     other = [_int8_quant(view, i) for i in op.inputs if i >= 0 and i != constant]
     out = _int8_quant(view, op.outputs[0])
-    return out.scale / other[0].scale if len(other) == 1 and other[0] is not None and out is not None else 0.0
+    # (a rescale of 1 to float32 rounding is 1 to a kernel that computes it in float32: kept clear of it)
+    return out.scale / other[0].scale * (1 - 1e-5) if len(other) == 1 and other[0] is not None and out is not None else 0.0
 
 
 def exact_constants(model: bytes, float_file: bytes, factors=()) -> tuple[bytes, int]:

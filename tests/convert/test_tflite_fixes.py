@@ -203,3 +203,11 @@ def test_a_mul_constant_keeps_a_grid_its_product_rescales_below_one_on():
     fixed, n = exact_constants(_mul_constant(strides, rounded_q, qx, qy), _mul_constant(strides, None, qx, qy))
     q = Graph(fixed).quant(C)
     assert n == 1 and q.scale == pytest.approx(8 / 9) and q.scale * qx.scale / qy.scale < 1
+    # MobileNetV3's hard-sigmoid: x * 1/6 onto a grid a sixth of x's: the exact grid of 1/6 would rescale by 1
+    # to float32 rounding, which TFLite 1.13.1 aborts on; half of it is taken
+    sixth = np.full((1, 4, 1, 1), 1 / 6, np.float32)
+    qx = Quant(0.013008, 0)
+    qy = Quant(float(np.nextafter(np.float32(0.013008 * float(np.float32(1 / 6))), np.float32(1))), 0)  # a rescale of 1 - 1e-7
+    fixed, n = exact_constants(_mul_constant(sixth, Quant(float(np.float32(1 / 6)) / 255, -128), qx, qy),
+                               _mul_constant(sixth, None, qx, qy))
+    assert n == 1 and Graph(fixed).quant(C).scale == pytest.approx(1 / 12)
