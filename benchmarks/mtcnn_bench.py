@@ -1,7 +1,7 @@
 """MTCNN's trained O-Net and P-Net through edgeport, judged as the face detector uses them (issue #55).
 
 A real trained network, converted as a user would: facenet-pytorch's MTCNN weights (``make
-setup-bench``; ``benchmarks/mtcnn_models.py``, O-Net's ceil-mode pool written exactly), real photos
+setup-bench``; ``benchmarks/mtcnn_models.py``, as facenet-pytorch writes them: edgeport makes O-Net's ceil-mode pools exact), real photos
 shipped offline (Ultralytics' wheel: ``zidane.jpg``, ``bus.jpg``; scikit-image's data). The faces
 are MTCNN's own, found in PyTorch (facenet-pytorch's ``MTCNN.detect``). Each net runs on what it
 runs on in the detector:

@@ -21,6 +21,7 @@ from edgeport.convert.passes.parity_pass import ParityPass
 from edgeport.convert.passes.prepare_inputs_pass import PrepareInputsPass
 from edgeport.convert.passes.repair_pass import RepairPass
 from edgeport.convert.passes.revert_syncbn_pass import RevertSyncBNPass
+from edgeport.convert.passes.rewrite_pools_pass import RewritePoolsPass
 from edgeport.convert.passes.rewrite_upsample_pass import RewriteUpsamplePass
 from edgeport.convert.passes.to_tflite_pass import ToTFLitePass
 from edgeport.convert.passes.uint8_pass import Uint8Pass
@@ -31,7 +32,7 @@ LOAD = (LoadCheckpointPass(), UnwrapPrefixesPass(), BuildModelPass())
 # Model -> Prepared
 PREPARE = (PrepareInputsPass(),)
 # Prepared -> Prepared: what the board computes, exactly
-REWRITE = (RevertSyncBNPass(), FoldBNPass(), RewriteUpsamplePass())
+REWRITE = (RevertSyncBNPass(), FoldBNPass(), RewriteUpsamplePass(), RewritePoolsPass())
 # Prepared -> Exported -> Converted -> Gated -> Validated
 EXPORT = (ExportOnnxPass(),)
 CONVERT = (ToTFLitePass(), Int8FixesPass(), Uint8Pass(), CrossCheckPass(), LowerForBoardPass())

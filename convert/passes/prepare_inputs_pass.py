@@ -11,6 +11,7 @@ from edgeport.convert.base import ConvertConfig, Model, Pass, PassResult, Prepar
 from edgeport.convert.calibration import calibration_and_judging
 from edgeport.errors import BadInputError, PassCheckError
 from edgeport.models.registry import model_output_names
+from edgeport.text import clip
 
 DEFAULT_IMGSZ = 320
 # bytes per input pixel a conversion holds at once, measured as what it keeps of every image (the
@@ -41,6 +42,47 @@ def check_memory(imgsz: int, images: int, flag: str = "--imgsz") -> None:
                             f"or less")
 
 
+# the sizes tried for a model that states no stride and does not run at the size asked
+TRIED_SIZES = range(8, 321)
+SEARCH_S = 30.0  # at most this long
+
+
+def _refusal(module, size: int) -> Exception | None:
+    """What the model raises on a ``size`` x ``size`` image of zeros; None where it runs."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            module(torch.zeros(1, 3, size, size))
+    except (RuntimeError, ValueError) as exc:
+        return exc
+    return None
+
+
+def own_size(module, imgsz: int, where: str, *, chosen: bool) -> tuple[int, str]:
+    """The size a model that states no stride runs at: ``imgsz`` where it runs there; else, unless the
+    user (or the checkpoint) chose that size, the one size of ``TRIED_SIZES`` it runs at (a fixed-size
+    net: MTCNN's R-Net at 24, O-Net at 48). Otherwise exit 2, naming the sizes it takes."""
+    refused = _refusal(module, imgsz)
+    if refused is None:
+        return imgsz, where
+    import time
+
+    sizes, tried, ends = [], TRIED_SIZES[-1], time.monotonic() + SEARCH_S
+    for size in TRIED_SIZES:
+        if time.monotonic() > ends:  # a large model refusing for another reason: the search ends, and says where
+            tried = size - 1
+            break
+        if _refusal(module, size) is None:
+            sizes.append(size)
+    if len(sizes) == 1 and not chosen:
+        return sizes[0], "the one size the model runs at"
+    takes = (f"it runs at {', '.join(map(str, sizes[:8]))}{' ...' if len(sizes) > 8 else ''} px"
+             if sizes else f"it runs at no size from {TRIED_SIZES[0]} to {tried} px")
+    raise BadInputError(f"the model does not run on {imgsz} x {imgsz} inputs ({where}: {clip(' '.join(str(refused).split()), 80)}); "
+                        f"{takes}: pass --imgsz with one") from refused
+
+
 class PrepareInputsPass(Pass[Model, Prepared]):
     name = "prepare_inputs"
 
@@ -64,19 +106,15 @@ class PrepareInputsPass(Pass[Model, Prepared]):
             given = f"--imgsz {imgsz}" if config.imgsz else f"the size the checkpoint was trained at ({imgsz})"
             raise BadInputError(f"{given} is not a positive multiple of the model's stride {stride}; use {lower} or {lower + stride}"
                                 + ("" if config.imgsz else " (--imgsz)"))
+        if not stride:  # a model that states no stride: the sizes it takes are what it runs at
+            imgsz, where = own_size(value.module, imgsz, where, chosen=bool(config.imgsz or trained))
         check_memory(imgsz, config.max_calib + config.max_validate)
         # a quantised file is judged on images it was not calibrated on, where the user's images allow it
         calib, source, val, val_source, held_out = calibration_and_judging(
             config.calib_dir, config.val_dir, imgsz, calib=config.max_calib, judge=config.max_validate, seed=config.seed)
         module, reference = value.module, value.reference
         with torch.no_grad():
-            try:
-                out = module(torch.from_numpy(calib[:1]))
-            except (RuntimeError, ValueError) as exc:  # a size the model cannot take (it states no stride to check)
-                if stride:
-                    raise
-                raise BadInputError(f"the model does not run on {imgsz} x {imgsz} inputs ({where}): "
-                                    f"{' '.join(str(exc).split())}; pass the size it takes as --imgsz") from exc
+            out = module(torch.from_numpy(calib[:1]))
         require_tensors(out, config.outputs)
         if config.outputs is not None:  # export and parity see the tensors --outputs picks
             module = OutputSelector(module, config.outputs).eval()

@@ -37,11 +37,13 @@ class FixedSize(torch.nn.Module):
         return self.dense(x.flatten(1))
 
 
-def test_a_net_that_states_no_stride_runs_at_the_size_given_and_says_when_it_cannot(tmp_path):
+def test_a_net_that_states_no_stride_runs_at_its_own_size_and_any_other_is_refused_naming_it(tmp_path):
     _, _, result = _run(tmp_path, FixedSize(48), imgsz=48, stride=0, strides=())
     assert result.value.imgsz == 48 and result.value.output_shapes == ((1, 4),)
-    with pytest.raises(BadInputError, match=r"the model does not run on 64 x 64 inputs \(--imgsz\): .*mat1 and mat2.*"
-                                            r"pass the size it takes as --imgsz"):
+    _, _, result = _run(tmp_path, FixedSize(24), stride=0, strides=())  # no --imgsz: the one size it runs at
+    assert result.value.imgsz == 24 and "the one size the model runs at" in result.summary
+    with pytest.raises(BadInputError, match=r"the model does not run on 64 x 64 inputs \(--imgsz: .*mat1 and mat2.*\); "
+                                            r"it runs at 48 px: pass --imgsz with one"):
         _run(tmp_path, FixedSize(48), imgsz=64, stride=0, strides=())
 
 
