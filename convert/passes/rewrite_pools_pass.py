@@ -1,9 +1,10 @@
 """Write every ceil-mode max pool as one each converter computes exactly.
 
 ``MaxPool2d(ceil_mode=True)`` adds a last window that hangs over the input's edge and takes the
-maximum of what lies inside. onnx2tf 1.28 writes it as a zero PAD and a MAX_POOL_2D: where the
-values in that window are all negative (after a PReLU: MTCNN's R-Net and O-Net) the pad's zeros
-win, and even the float32 file computes something else. Here the pool becomes a floor-mode pool of
+maximum of what lies inside. A converter pads the overhang: with -FLT_MAX (onnx2tf 1.28's PADV2 on
+the default board) or, in the old board's conversion (quantised per tensor), with zeros, which win
+where the window's values are all negative (after a PReLU: MTCNN's R-Net and O-Net), so that even
+the float32 file computes something else. Here the pool becomes a floor-mode pool of
 the input with its last row (column) repeated as many times as the last window hangs over: a
 repeated value is one the window already holds, so no maximum changes -- exact, the check demands
 identical outputs -- and SLICE, CONCATENATION and MAX_POOL_2D are ops every board runs, uint8
