@@ -112,6 +112,7 @@ def test_shipped_detector_passes_on_the_old_board_with_labels(demo_ckpt, tmp_pat
     proc = cli("validate", str(demo_ckpt), "--tflite", str(tmp_path / "old" / "model_float32.tflite"), "--board", "tflite-1.13",
                "--data", str(data), "--out", str(tmp_path / "v"))
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "calibration" not in proc.stderr, "validate calibrates nothing, and says nothing of a calibration"
     report = json.loads((tmp_path / "v" / "report.json").read_text())
     assert report["inputs"]["labelled"] and report["inputs"]["random"] == 2
     rows = {r["runtime"]: r for r in report["results"]}

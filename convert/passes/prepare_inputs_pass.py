@@ -136,8 +136,9 @@ class PrepareInputsPass(Pass[Model, Prepared]):
         prepared = Prepared(value, module, reference, imgsz, calib, source, val, val_source, names, strides, head,
                             output_shapes(outputs), held_out=held_out)
         judged = f"judged on {val_source}" if held_out else f"judged on {val_source} (give --val DIR to hold images out)"
-        return PassResult(prepared, changed=False, summary=f"{imgsz}px ({where}), head {head.describe()}, calibration: {source}; "
-                                                           f"{judged}")
+        # `validate` judges a file it was given (``given``): it calibrates nothing, and its images are its --data's
+        said = "" if config.given is not None else f", calibration: {source}; {judged}"
+        return PassResult(prepared, changed=False, summary=f"{imgsz}px ({where}), head {head.describe()}{said}")
 
     def check(self, before: Model, after: Prepared, config: ConvertConfig) -> None:
         calib = after.calib
