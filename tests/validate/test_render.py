@@ -151,7 +151,7 @@ def test_a_row_judged_on_a_sample_says_so_in_every_rendering():
     report = Report.from_dict(data)
     md, page = render_markdown(report), render_html(report)
     assert "| float32 | tflite-ref \u2021 | PASS |" in md and "| float32 | board:default | PASS |" in md
-    said = "\u2021 judged on the first 2 images of the 10 inputs only"
+    said = "\u2021 judged on the first 2 of the 8 images only"
     assert said in md and said in page
     console = Console(file=io.StringIO(), width=240)
     print_table(report, console)

@@ -152,7 +152,7 @@ def legend(report: Report) -> list[str]:
     sampled = sorted({r.images for r in rows})
     if sampled:
         total = report.inputs
-        of = f" of the {total.count + total.random} inputs" if None not in (total.count, total.random) else ""
+        of = f" of the {total.count}" if total.count is not None else ""
         which = []
         if any(r.variant in ("folded", "onnx") for r in rows):
             which.append("the folded model and the ONNX graph (where an error entered: every file made from them is judged "
@@ -161,7 +161,7 @@ def legend(report: Report) -> list[str]:
             which.append("the reference kernels where no board row runs them (which op parts from the optimised kernels' "
                          "arithmetic; each image invoked once, its ms/img that invoke's, as the kernels load nothing on a "
                          "first invoke; the rows on every input check repeats)")
-        lines.append(f"{SAMPLED} judged on the first {', '.join(map(str, sampled))} images{of} only, a diagnostic: "
+        lines.append(f"{SAMPLED} judged on the first {', '.join(map(str, sampled))}{of} images only, a diagnostic: "
                      f"{' and '.join(which) or 'rows no verdict rests on'}; mAP is not computed on so few.")
     return lines
 
