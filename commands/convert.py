@@ -71,5 +71,5 @@ def convert(checkpoint: Path, *, board, out: Path | None = None, force: bool = F
                        "lowered_rules": dict(converted.lowered_rules), "cross_check": converted.cross_check},
         )
         check_written(report)  # before a file is written: a report the gate would refuse is edgeport's bug
-        write_reports(report, stage.result, sample_image=prepared.val[0])
+        write_reports(report, stage.result, sample_image=prepared.val[report.sample.image] if report.sample else None)
     return stage.out, report

@@ -56,5 +56,5 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
             stages=[r.to_dict() for r in records],
         )
         check_written(report)  # before a file is written: a report the gate would refuse is edgeport's bug
-        write_reports(report, stage.result, sample_image=made.inputs[0])
+        write_reports(report, stage.result, sample_image=made.inputs[report.sample.image] if report.sample else None)
     return stage.out, report

@@ -109,6 +109,8 @@ def test_demo_converts_end_to_end_within_targets(demo):
             "repaired", "ship"} == set(report)
     assert report["ship"]["file"] == "model_int8.tflite" and report["ship"]["float32"]["bytes"] > report["ship"]["bytes"]
     assert report["repairs"] is None and report["repaired"] == []  # its int8 passes: nothing to repair
+    # the sample figure shows the image PyTorch finds most boxes on, never an empty one where another has boxes
+    assert report["sample"]["reference"] and report["sample"]["row"] == "int8 / board:default", report["sample"]
     for r in report["results"]:
         assert {"variant", "runtime", "passed", "ms_per_image", "outputs", "detections", "map", "verdict", "divergence",
                 "error_histogram", "repeat", "reasons", "reported_runtime", "steps", "same_run_as", "op_errors", "images"} == set(r)

@@ -633,9 +633,10 @@ def run_parity(subject: ParitySubject, *, divergence: bool = True, plan=plan_row
         first_of.setdefault(row.runner.cache_key, row.runtime)
         results.append(result)
         if dets is not None and ref.detections is not None and (row.runtime.startswith("board:") or sample is None):
-            # the first image's boxes, preferably as the board computes them
-            sample = {"row": f"{row.variant} / {row.runtime}", "image": 0, "reference": _boxes(ref.detections[0]),
-                      "candidate": _boxes(dets[0])}
+            # the boxes of the image PyTorch finds most on (the first of them), preferably as the board computes them
+            shown = max(range(min(len(ref.detections), len(dets))), key=lambda i: len(ref.detections[i]))  # (a diagnostic: its images)
+            sample = {"row": f"{row.variant} / {row.runtime}", "image": shown, "reference": _boxes(ref.detections[shown]),
+                      "candidate": _boxes(dets[shown])}
     for variant, why in subject.not_converted.items():
         results.append(ResultRow.not_runnable(variant, "converter", Verdict("converter", False, (why,))))
     info = {"source": subject.inputs_source, "count": int(n_real), "random": RANDOM_INPUTS, "random_seed": subject.seed + 7,
