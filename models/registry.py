@@ -75,9 +75,9 @@ def arch_names() -> list[str]:
 # none of these frameworks itself. Checked in order; the first whose every pattern matches names it.
 FRAMEWORK_HINTS = (
     (("model.0.conv.weight", ".dfl."), "Ultralytics YOLO",
-     "def yolo(): from ultralytics import YOLO; return YOLO('yolov8n.yaml').model  # the .yaml it was trained from"),
+     "def yolo(): from ultralytics import YOLO; m = YOLO('yolov8n.yaml').model; m.model[-1].export = True; return m"),
     (("model.0.conv.weight", "model.24.m."), "Ultralytics YOLOv5",
-     "def yolo(): from ultralytics import YOLO; return YOLO('yolov5nu.yaml').model  # the .yaml it was trained from"),
+     "def yolo(): from ultralytics import YOLO; m = YOLO('yolov5nu.yaml').model; m.model[-1].export = True; return m"),
     (("backbone.body.", "head."), "a torchvision detector",
      "def det(): import torchvision; return torchvision.models.detection.fcos_resnet50_fpn(weights=None, num_classes=N)"),
     (("layer1.", "fc."), "a torchvision ResNet",

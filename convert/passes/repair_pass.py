@@ -411,6 +411,7 @@ class RepairPass(Pass[Validated, Validated]):
         if mine is not None and pure_row is not None and mine.runtime == pure_row.runtime:
             latency = {"runtime": mine.runtime, "ms_per_image": mine.ms_per_image, "pure_ms_per_image": pure_row.ms_per_image,
                        "ratio": round(mine.ms_per_image / pure_row.ms_per_image, 3)}
+            latency.update(_interleaved(job.dest, converted.files[variant], converted.files.get("float32"), pure_row, value, config))
             # and on today's optimised kernels (XNNPACK), where the board's own runtime is timed above
             fast = [next((r for r in rs if r.variant == v and r.runtime == "tflite" and r.ms_per_image), None)
                     for rs, v in ((mine_rows, name), (rows, variant))]
@@ -434,6 +435,28 @@ class RepairPass(Pass[Validated, Validated]):
         for v in set(files_after) - set(files_before):
             if not v.endswith(REPAIRED) or v not in after.gated.board.checks or not any(r.variant == v for r in after.parity.rows):
                 raise PassCheckError(f"the repaired file {v} has no board verdict or no rows")
+
+
+def _interleaved(repaired: Path, pure: Path, float32: Path | None, pure_row, value: Validated, config: ConvertConfig) -> dict:
+    """The repaired file's, the pure file's and float32's times on the runtime that times the pure
+    file (``result.timed``: the board's own, else today's TFLite), against each other in one process,
+    interleaved (``board_runner.time_interleaved``): what the stand-in's time condition reads. Rows timed
+    apart, beside other work, part by up to twice on a busy machine. Nothing where it cannot be timed."""
+    from edgeport.validate.board.reply import BoardRuntimeError
+    from edgeport.validate.board.runtime import this_python, transport_for
+    from edgeport.validate.parity.board_runner import time_interleaved
+    from edgeport.validate.parity.runners import RuntimeRefused
+
+    on_board = pure_row.verdict is not None and pure_row.verdict.judge == "runtime"
+    transport = transport_for(config.board) if on_board and config.board is not None else this_python()
+    if float32 is None or transport is None:
+        return {}
+    try:
+        ms, pure_ms, float_ms = time_interleaved(transport, [repaired, pure, float32], value.gated.tflite.prepared.val, config.work_dir)
+    except (BoardRuntimeError, RuntimeRefused):
+        return {}
+    return {"ms_per_image": ms, "pure_ms_per_image": pure_ms, "float32_ms_per_image": float_ms, "ratio": round(ms / pure_ms, 3),
+            "interleaved": True}
 
 
 def _worst_cosine(rows) -> float | None:

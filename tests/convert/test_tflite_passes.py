@@ -288,10 +288,15 @@ def test_repair_runs_a_float_tail_where_a_grid_cannot_move_and_the_report_names_
     assert not any(t.passed for t in info.applied[3].tried), "an island hands back onto the output's coarse grid"
     assert info.applied[4].tried[-1].passed and result.summary == "int8: 2 of 5 ops in float (tail), passes"
 
-    def report(ms: dict):  # rows timed as given (a 4x4 model's times are noise)
+    # the three files were timed against each other, interleaved, on the pure file's runtime (XNNPACK here)
+    assert info.latency.interleaved and info.latency.runtime == "tflite" and info.latency.float32_ms_per_image > 0
+
+    def report(ms: dict):  # rows and the interleaved timing as given (a 4x4 model's times are noise)
         rows = tuple(replace(r, ms_per_image=ms.get(r.variant, r.ms_per_image)) for r in after.parity.rows)
+        timing = replace(info.latency, ms_per_image=ms["int8-repaired"], pure_ms_per_image=ms.get("int8"),
+                         float32_ms_per_image=ms["float32"])
         return build_report(replace(after.parity, rows=rows), model={"arch": "relu", "weights_sha256": "0" * 64, "outputs": ["y"]},
-                            board=after.gated.board, artifacts={}, repairs=after.repairs)
+                            board=after.gated.board, artifacts={}, repairs={"int8": replace(info, latency=timing)})
 
     fast = report({"int8-repaired": 1.0, "float32": 2.0, "int8": 0.5})
     assert fast.passed and fast.repaired == ["int8"]

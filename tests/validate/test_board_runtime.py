@@ -72,6 +72,21 @@ def test_the_protocol_runs_a_model_and_names_the_runtime(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["id.tflite"]  # its run folder is gone
 
 
+def test_files_are_timed_against_each_other_in_one_process_and_a_reply_is_read_strictly(tmp_path):
+    from edgeport.validate.board.reply import Malformed, check_reply
+    from edgeport.validate.parity.board_runner import time_interleaved
+
+    a, b = _identity_model(tmp_path / "a.tflite"), _identity_model(tmp_path / "b.tflite", "MUL")
+    ms = time_interleaved(this_python(), [a, b, a], np.arange(6, dtype=np.float32), tmp_path)
+    assert len(ms) == 3 and all(t >= 0 for t in ms)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tflite", "b.tflite"]  # its folder is gone
+    good = {"ok": True, "runtime": "r", "version": "1", "package": "p", "ms": [0.1, 0.2]}
+    assert check_reply(good, "time", models=2)["ms"] == [0.1, 0.2]
+    for bad in ([0.1], [0.1, -1.0], [0.1, "fast"]):
+        with pytest.raises(Malformed, match="one time .* per model timed"):
+            check_reply({**good, "ms": bad}, "time", models=2)
+
+
 @pytest.mark.slow  # the runtime runs in a process
 def test_a_model_the_runtime_lacks_an_op_for_is_refused_in_its_own_words(tmp_path):
     model = _identity_model(tmp_path / "v99.tflite", "CONV_2D", 99)

@@ -47,7 +47,7 @@ def _real(value) -> bool:
 
 
 def check_reply(result, mode: str, *, images: int | None = None, probes: set[str] | None = None,
-                uint8_probes: set[str] | None = None) -> dict:
+                uint8_probes: set[str] | None = None, models: int | None = None) -> dict:
     """The worker's ``result.json``, checked field by field; raises ``Malformed`` naming the first
     field that is missing, of the wrong type or out of range. Text is made inert for the terminal."""
     if not isinstance(result, dict) or not isinstance(result.get("ok"), bool):
@@ -82,6 +82,11 @@ def check_reply(result, mode: str, *, images: int | None = None, probes: set[str
         if repeat is not None and not (_real(repeat) and (repeat >= 0 or repeat == -1.0)):
             raise Malformed("'repeat_max_abs' is not a difference >= 0 (or -1)")
         checked["repeat_max_abs"] = None if repeat is None else (float("inf") if repeat == -1.0 else float(repeat))
+    elif mode == "time":
+        ms = result.get("ms")
+        if not (isinstance(ms, list) and len(ms) == models and all(_real(v) and v >= 0 for v in ms)):
+            raise Malformed(f"'ms' is not one time (ms >= 0) per model timed ({models})")
+        checked["ms"] = [float(v) for v in ms]
     elif mode == "probe":
         accepted = result.get("accepted")
         if not isinstance(accepted, list) or not all(isinstance(a, str) and a in (probes or ()) for a in accepted):
@@ -102,8 +107,10 @@ def _read_result(folder: Path, returncode: int, stderr: str, what: str, mode: st
     images = len(list((folder / "inputs").glob("*.npy"))) if mode == "run" else None
     probes = {p.name[: -len(".tflite")] for p in (folder / "probes").glob("*.tflite")} if mode == "probe" else None
     uint8 = {p.name[: -len(".tflite")] for p in (folder / "uint8").glob("*.tflite")} if mode == "probe" else None
+    models = len(list((folder / "time").iterdir())) if mode == "time" else None
     try:  # bounded, UTF-8, no key twice (jsonfile.py): a whole reply is capped only at max_reply_mb
-        result = check_reply(read_json(path, MAX_RESULT_BYTES), mode, images=images, probes=probes, uint8_probes=uint8)
+        result = check_reply(read_json(path, MAX_RESULT_BYTES), mode, images=images, probes=probes, uint8_probes=uint8,
+                             models=models)
     except (OSError, ValueError) as exc:  # (Refused and Malformed are ValueErrors)
         why = f"it {exc}" if isinstance(exc, Refused) else str(exc)
         raise BoardRuntimeError(f"{what} answered with a result.json edgeport cannot use ({for_terminal(why[:200])}); "

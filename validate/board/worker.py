@@ -9,12 +9,15 @@ it into a run folder beside the model and the inputs:
     DIR/inputs/NNNN.npy       one input per image, already in the model's layout and dtype
     DIR/probes/*.tflite       (probe mode) one-op models, OP.VERSION.tflite
     DIR/uint8/*.tflite        (probe mode) one-op uint8 models, OP.tflite, each with OP.input.npy to run on
+    DIR/time/K/model.tflite   (time mode) models K = 0, 1, ... to time against each other, each with
+    DIR/time/K/inputs/*.npy   its inputs (the same images, in its layout and dtype)
 
-and runs ``python board_worker.py run|probe|version DIR``. The worker writes
+and runs ``python board_worker.py run|probe|time|version DIR``. The worker writes
 
     DIR/outputs/NNNN_K.npy    output K of image NNNN, as the runtime returned it (raw dtype)
     DIR/outputs/uint8.OP.npy  (probe mode) what the runtime computed for OP's uint8 model
     DIR/result.json           {"ok", "runtime", "version", "package", "outputs", "ms", "intermediates"}
+                              (time mode: "ms", each model's median invoke)
                               or {"ok": false, "error": KIND, "message": ...}
 
 KIND is ``no_runtime`` (nothing to run TFLite with), ``load`` (the runtime refused the model:
@@ -218,9 +221,53 @@ def _run_uint8(folder, interpreter_cls):
     return said
 
 
+TIME_ROUNDS = 3
+
+
+def time_models(folder, found):
+    """Each model of DIR/time/K on its own inputs, timed against the others interleaved: a warm-up
+    invoke each, then TIME_ROUNDS rounds of every image, the models in turn (the order turned each
+    round), so that whatever else the machine does falls on all of them alike. Per model, the median
+    of its invokes, in ms."""
+    import numpy as np
+
+    interpreter_cls, name, version, package = found
+    base = {"runtime": name, "version": version, "package": package}
+    runs = []
+    for k in sorted(os.listdir(os.path.join(folder, "time")), key=int):
+        where = os.path.join(folder, "time", k)
+        try:
+            interp = interpreter_cls(model_path=os.path.join(where, "model.tflite"))
+            interp.allocate_tensors()
+        except Exception as exc:
+            base.update(ok=False, error="load", message=_first_line(exc))
+            return base
+        inputs = [np.load(os.path.join(where, "inputs", n)) for n in sorted(os.listdir(os.path.join(where, "inputs")))]
+        runs.append((interp, interp.get_input_details()[0]["index"], inputs))
+    times = [[] for _ in runs]
+    try:
+        for interp, index, inputs in runs:
+            interp.set_tensor(index, inputs[0])
+            interp.invoke()
+        for r in range(TIME_ROUNDS):
+            order = [(r + k) % len(runs) for k in range(len(runs))]
+            for i in range(len(runs[0][2])):
+                for k in order:
+                    interp, index, inputs = runs[k]
+                    interp.set_tensor(index, inputs[i])
+                    t0 = time.perf_counter()
+                    interp.invoke()
+                    times[k].append((time.perf_counter() - t0) * 1e3)
+    except Exception as exc:
+        base.update(ok=False, error="run", message=_first_line(exc))
+        return base
+    base.update(ok=True, ms=[sorted(t)[len(t) // 2] for t in times])
+    return base
+
+
 def main(argv):
-    if len(argv) != 2 or argv[0] not in ("run", "probe", "version"):
-        sys.stderr.write("usage: board_worker.py run|probe|version DIR\n")
+    if len(argv) != 2 or argv[0] not in ("run", "probe", "time", "version"):
+        sys.stderr.write("usage: board_worker.py run|probe|time|version DIR\n")
         return 2
     mode, folder = argv
     here = "Python %d.%d here" % sys.version_info[:2]
@@ -236,6 +283,8 @@ def main(argv):
         result = run(folder, found)
     elif mode == "probe":
         result = probe(folder, found)
+    elif mode == "time":
+        result = time_models(folder, found)
     else:
         result = {"ok": True, "runtime": found[1], "version": found[2], "package": found[3],
                   "python": "%d.%d.%d" % sys.version_info[:3]}

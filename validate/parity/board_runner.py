@@ -78,3 +78,33 @@ class BoardRunner(Runner):
             raise BoardRuntimeError(f"{self.transport.what} wrote {path.name} as {y.dtype.name}{list(y.shape)}, but declared "
                                     f"{declared['dtype']}{declared['shape']}")
         return y
+
+
+# images each file is timed on, every round (``worker.TIME_ROUNDS``): the files' times against each other
+TIMED_IMAGES = 4
+
+
+def time_interleaved(transport, files: list[Path], inputs: np.ndarray, workdir: Path | None = None) -> list[float]:
+    """Each of ``files``' median ms an invoke on ``transport``'s runtime (``runtime.transport_for``, or
+    ``runtime.this_python``: today's TFLite), timed against each other in one process, interleaved
+    (``worker.time_models``), on the first ``TIMED_IMAGES`` of ``inputs`` as each file takes them: a
+    ratio between two files that holds on a machine doing other work, where rows timed apart do not."""
+    from edgeport.ops.tflite_model import read_tflite
+    from edgeport.validate.parity.tensors import to_model_input
+
+    folder = Path(tempfile.mkdtemp(prefix="board-time-", dir=workdir))
+    try:
+        for k, path in enumerate(files):
+            summary, where = read_tflite(path), folder / "time" / str(k)
+            (where / "inputs").mkdir(parents=True)
+            shutil.copy2(path, where / "model.tflite")
+            for i in range(min(TIMED_IMAGES, inputs.shape[0])):
+                x = to_model_input(np.ascontiguousarray(inputs[i : i + 1], dtype=np.float32), summary.input_shape,
+                                   summary.input_dtype, summary.input_quantization)
+                np.save(where / "inputs" / f"{i:04d}.npy", x)
+        result = transport.execute(folder, "time")
+        if not result["ok"]:
+            raise RuntimeRefused(f"{result['runtime']} {result['version']} refused a file it ran before: {result['message']}")
+        return result["ms"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

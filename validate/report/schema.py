@@ -135,18 +135,24 @@ class Report:
             return f"{repaired} says nothing of the ops it runs in float (repairs.{variant})"
         if made.float_ops > MAX_FLOAT_SHARE * made.ops:
             return f"{repaired} runs {made.float_ops} of its {made.ops} ops in float: more than half is no quantised file"
-        mine, floats, plain = timed(self.results, repaired), timed(self.results, "float32"), timed(self.results, variant)
-        if floats is None:
-            return None
-        if mine is None or mine.runtime != floats.runtime:
-            return f"{repaired} is not timed on {floats.runtime}, where float32 is"
-        if plain is not None and plain.runtime == mine.runtime and not plain.ms_per_image < floats.ms_per_image:
-            if not mine.ms_per_image <= SLOWER_THAN_PURE * plain.ms_per_image:
-                return (f"{repaired} takes {mine.ms_per_image / plain.ms_per_image:.2f}x its pure file's time on {mine.runtime} "
-                        f"({mine.ms_per_image:.3g} against {plain.ms_per_image:.3g} ms/img)")
-        elif not mine.ms_per_image < floats.ms_per_image:
-            return (f"{repaired} is no faster than float32 ({mine.ms_per_image:.3g} ms/img against {floats.ms_per_image:.3g} "
-                    f"on {floats.runtime})")
+        timing = made.latency if made.latency is not None and made.latency.interleaved else None
+        if timing is not None:  # the three timed against each other, interleaved (convert/passes/repair_pass.py)
+            where, mine, plain, floats = timing.runtime, timing.ms_per_image, timing.pure_ms_per_image, timing.float32_ms_per_image
+        else:  # the rows' times
+            rows = [timed(self.results, v) for v in (repaired, variant, "float32")]
+            if rows[2] is None:
+                return None
+            if rows[0] is None or rows[0].runtime != rows[2].runtime:
+                return f"{repaired} is not timed on {rows[2].runtime}, where float32 is"
+            where = rows[0].runtime
+            mine, plain, floats = (r.ms_per_image if r is not None and r.runtime == where else None for r in rows)
+        if None in (mine, floats):
+            return f"{repaired} is not timed against float32 on {where}"
+        if plain is not None and not plain < floats:
+            if not mine <= SLOWER_THAN_PURE * plain:
+                return f"{repaired} takes {mine / plain:.2f}x its pure file's time on {where} ({mine:.3g} against {plain:.3g} ms/img)"
+        elif not mine < floats:
+            return f"{repaired} is no faster than float32 ({mine:.3g} ms/img against {floats:.3g} on {where})"
         return None
 
     @property

@@ -232,6 +232,8 @@ class Latency(Section):
     pure_ms_per_image: float | None = None
     ratio: float | None = None
     tflite_ratio: float | None = None  # the same on today's optimised kernels, where the board's row is another runtime
+    float32_ms_per_image: float | None = None
+    interleaved: bool | None = None  # the three timed against each other in one process (else: the rows' times)
 
 
 def repair_changes(reranged: int | None = 0, pairs: int | None = 0, biases: int | None = 0, float_ops: int | None = 0,
