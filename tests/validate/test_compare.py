@@ -133,7 +133,29 @@ def test_a_probability_no_head_decodes_is_held_value_by_value_in_a_quantised_fil
     (near,) = [c for c in comparisons(["prob"], Head("raw"), [prob], [prob + 0.04], "int8") if c.name == "prob"]
     assert near.passed
     (float_file,) = [c for c in comparisons(["prob"], Head("raw"), [prob], [flipped], "float32") if c.name == "prob"]
-    assert float_file.tolerance == FLOAT32
+    assert float_file.tolerance.scale == 1.0  # a float file: 1e-4 of a probability's 1
     logits = prob * 10 - 5
     (beyond,) = [c for c in comparisons(["logits"], Head("raw"), [logits], [flipped * 10 - 5], "int8") if c.name == "logits"]
     assert beyond.tolerance == INT8 and beyond.passed
+
+
+def test_a_float_files_probability_is_held_on_the_scale_of_one_whatever_its_values():
+    """An untrained head's scores (1e-4): ONNX Runtime's sigmoid parts from PyTorch's by 5e-8 there,
+    5e-4 of the values' own max, a rounding on a probability's scale of 1; a score off by 1e-3 fails."""
+    from edgeport.models.heads import Head
+    from edgeport.validate.parity.run import comparisons
+
+    scores = np.full((1, 4, 50), 1.5e-4, np.float32)
+    (near,) = comparisons(["scores"], Head("raw"), [scores], [scores + 5e-8], "onnx")
+    assert near.passed and near.metrics.max_abs_rel > FLOAT32.max_abs_rel
+    # and the gate, reading it back, agrees: its scale is the output's own, a probability's 1 at most
+    from edgeport.validate.parity.result import own_tolerance_failure
+
+    written = near.to_dict()
+    assert written["tolerance"]["scale"] == 1.0 and own_tolerance_failure(written, {"max_abs_rel": 1e-4, "min_cosine": 0.99999}) is None
+    assert own_tolerance_failure({**written, "tolerance": {"max_abs_rel": 1e-4, "min_cosine": 0.99999}}) is not None
+    (far,) = comparisons(["scores"], Head("raw"), [scores], [scores + 1e-3], "float32")
+    assert not far.passed
+    logits = scores * 1e4 - 3.0  # beyond [0, 1]: held to its own max, as before
+    (plain,) = comparisons(["logits"], Head("raw"), [logits], [logits + 5e-3], "float32")
+    assert plain.tolerance == FLOAT32 and not plain.passed

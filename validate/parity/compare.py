@@ -18,7 +18,8 @@ from edgeport.validate.parity.result import QUANTISED_FILES, REPAIRED
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Pass when ``max_abs <= max_abs_rel * max|reference|`` -- or, for a float file,
+    """Pass when ``max_abs <= max_abs_rel * max|reference|`` -- or ``max_abs_rel * scale`` where the
+    output is a probability (``scale`` 1: its scale, whatever one run's values), or, for a float file,
     ``max_abs <= float32_error`` -- and ``cosine >= min_cosine``. ``None`` leaves that metric ungated.
     """
 
@@ -26,6 +27,7 @@ class Tolerance:
     min_cosine: float | None = None
     # a float file's: what float32 itself errs by on this output (``FLOAT32_ERROR``), where measured
     float32_error: float | None = None
+    scale: float | None = None
 
 
 # Float32 converters only reorder float arithmetic; int8 is judged on shape of the signal.
@@ -117,8 +119,8 @@ class TensorComparison:
 
     def to_dict(self) -> dict:
         d = {"name": self.name, **asdict(self.metrics), "max_abs_rel": self.metrics.max_abs_rel}
-        tolerance = {k: v for k, v in asdict(self.tolerance).items() if v is not None or k != "float32_error"}  # (where measured)
-        needed = {k: v for k, v in asdict(self.needed).items() if k != "float32_error"}
+        tolerance = {k: v for k, v in asdict(self.tolerance).items() if v is not None or k not in ("float32_error", "scale")}
+        needed = {k: v for k, v in asdict(self.needed).items() if k not in ("float32_error", "scale")}
         d.update(passed=self.passed, tolerance=tolerance, needed=needed, reasons=list(self.reasons))
         return d
 
@@ -157,9 +159,11 @@ def compare_tensors(name: str, ref: np.ndarray, got: np.ndarray, tol: Tolerance)
     if not finite:
         reasons.append("non-finite values")
     if tol.max_abs_rel is not None and not m.max_abs_rel <= tol.max_abs_rel and \
-            not (tol.float32_error is not None and m.max_abs <= tol.float32_error):
+            not (tol.float32_error is not None and m.max_abs <= tol.float32_error) and \
+            not (tol.scale is not None and m.max_abs <= tol.max_abs_rel * max(m.ref_max_abs, tol.scale)):
         own = f" and float32's own error ({tol.float32_error:.3g})" if tol.float32_error is not None else ""
-        reasons.append(f"max_abs {m.max_abs:.3g} > {tol.max_abs_rel:g} x max|ref| ({m.ref_max_abs:.3g}){own}")
+        reasons.append(f"max_abs {m.max_abs:.3g} > {tol.max_abs_rel:g} x max|ref| ({m.ref_max_abs:.3g}"
+                       f"{f', a probability: {tol.scale:g}' if tol.scale is not None else ''}){own}")
     if tol.min_cosine is not None and not m.cosine >= tol.min_cosine:
         reasons.append(f"cosine {m.cosine:.6f} < {tol.min_cosine}")
     needed = Tolerance(

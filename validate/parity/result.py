@@ -167,8 +167,8 @@ def _output(o, where: str) -> dict:
     metrics = {m: number(o[m], f"{where}.{m}", lo, hi) for m, (lo, hi) in OUTPUT_METRICS.items() if m in o}
     tol = expect(o.get("tolerance"), dict, f"{where}.tolerance")
     tolerance = {k: None if tol.get(k) is None else number(tol[k], f"{where}.tolerance.{k}", lo, hi)
-                 for k, lo, hi in (("max_abs_rel", 0.0, INF), ("min_cosine", -1.0, 1.0), ("float32_error", 0.0, INF))
-                 if k in tol or k != "float32_error"}  # (float32_error: a float file's, where measured)
+                 for k, lo, hi in (("max_abs_rel", 0.0, INF), ("min_cosine", -1.0, 1.0), ("float32_error", 0.0, INF), ("scale", 0.0, 1.0))
+                 if k in tol or k not in ("float32_error", "scale")}  # (a float file's, where measured; a probability's)
     bound = FLOAT32_ERROR_BOUND * metrics.get("ref_max_abs", 0.0)
     if tolerance.get("float32_error") is not None and not tolerance["float32_error"] <= bound:
         raise Malformed(f"{where}.tolerance.float32_error is {tolerance['float32_error']!r}, more than float32 errs by on an "
@@ -233,28 +233,29 @@ def sections(row: ResultRow) -> dict:
 
 
 def stricter(*tolerances: dict | None) -> dict:
-    """The strictest of ``{"max_abs_rel", "min_cosine", "float32_error"}`` tolerances (None: that
-    metric ungated there, or no float32 error measured): the smallest relative error, the largest
-    cosine and the smallest float32 error any of them asks."""
+    """The strictest of ``{"max_abs_rel", "min_cosine", "float32_error", "scale"}`` tolerances (None:
+    that metric ungated there, no float32 error measured, or no probability): the smallest relative
+    error, the largest cosine, and the smallest float32 error and probability scale any of them asks."""
     given = [t for t in tolerances if t]
 
     def each(key: str) -> list:
         return [t[key] for t in given if t.get(key) is not None]
 
-    rel, cos, own = each("max_abs_rel"), each("min_cosine"), each("float32_error")
+    rel, cos, own, scale = each("max_abs_rel"), each("min_cosine"), each("float32_error"), each("scale")
     return {"max_abs_rel": min(rel) if rel else None, "min_cosine": max(cos) if cos else None,
-            "float32_error": min(own) if own else None}
+            "float32_error": min(own) if own else None, "scale": min(scale) if scale else None}
 
 
 def own_tolerance_failure(o: dict, tolerance: dict | None = None) -> str | None:
     """How an output's metrics fail the tolerance it states -- or ``tolerance`` where that is
     stricter (the report's for its variant) -- in words (NaN fails); None: they pass."""
     tol = stricter(o["tolerance"], tolerance)
-    rel, cos, own = tol["max_abs_rel"], tol["min_cosine"], tol["float32_error"]
+    rel, cos, own, scale = tol["max_abs_rel"], tol["min_cosine"], tol["float32_error"], tol["scale"]
     for m in FINITE_METRICS:
         if m in o and not math.isfinite(o[m]):
             return f"{m} {o[m]!r}"
-    if rel is not None and not o["max_abs_rel"] <= rel and not (own is not None and o.get("max_abs", math.inf) <= own):
+    on_scale = scale is not None and rel is not None and o.get("max_abs", math.inf) <= rel * max(o.get("ref_max_abs", 0.0), scale)
+    if rel is not None and not o["max_abs_rel"] <= rel and not (own is not None and o.get("max_abs", math.inf) <= own) and not on_scale:
         return f"max_abs_rel {o['max_abs_rel']!r} > {rel!r}" + (f" and max_abs {o['max_abs']!r} > {own!r}" if own is not None else "")
     if cos is not None and not o["cosine"] >= cos:
         return f"cosine {o['cosine']!r} < {cos!r}"
