@@ -97,7 +97,13 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
     val.add_argument("--board", default="default", help="board profile for the emulator and the gate (default: default)")
     _add_output_args(val)
     _add_runner_arg(val)
-    val.add_argument("--data", type=Path, help="a dataset folder (val split with labels: mAP against ground truth) or a folder of images")
+    val.add_argument("--data", type=Path, help="a dataset folder (val split with labels: mAP@0.5:0.95, mAP@0.5 and each class's "
+                     "AP on every image, streamed) or a folder of images")
+    val.add_argument("--images", type=positive_int, help="measure the first N images of --data (default: every one; parity's "
+                     "rows are judged on the first 32)")
+    val.add_argument("--rows", choices=("all", "file"), default="all",
+                     help="all (default): every runtime and the board's, PyTorch's mAP beside the file's; file: the file's own "
+                     "rows on TFLite's kernels and its mAP alone, the work `yolo val` does")
     val.add_argument("--out", type=Path, help="report folder (default: a new numbered folder under runs/validate/, named when "
                      "it is written)")
     val.add_argument("--force", action="store_true", help="replace an earlier validate result in --out (never other files)")
@@ -166,7 +172,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
     out, report = validate(args.checkpoint, args.tflite, board=board(args.board, args.runner), out=args.out, force=args.force,
                            arch=args.arch, imgsz=args.imgsz, data=args.data, trust_checkpoint=args.trust_checkpoint,
-                           console=output.console(), head=args.head, outputs=args.outputs)
+                           console=output.console(), head=args.head, outputs=args.outputs, images=args.images, rows=args.rows)
     return output.finish(out, report, "report")
 
 

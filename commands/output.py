@@ -26,13 +26,20 @@ def finish(out: Path, report: Report, what: str) -> int:
     """Print the parity table and where it diverges on stdout, then apply the gate (exit 1)."""
     from rich.console import Console
 
-    from edgeport.validate.report.render import board_runtime_lines, divergence_lines, op_error_lines, print_table, repair_lines
+    from edgeport.validate.report.render import (
+        board_runtime_lines,
+        dataset_lines,
+        divergence_lines,
+        op_error_lines,
+        print_table,
+        repair_lines,
+    )
     from edgeport.validate.report.schema import gate
 
     stdout = Console(width=None if sys.stdout.isatty() else 140)
     print_table(report, stdout)
     for line in [f"- {item}" for item in board_runtime_lines(report)] + divergence_lines(report) + op_error_lines(report) + \
-            repair_lines(report):
+            repair_lines(report) + [f"- {item}" for item in dataset_lines(report)[:3]]:
         stdout.print(for_terminal(line), highlight=False, markup=False)
     gate(out, report, what=what)
     stdout.print(for_terminal(f"{what} in {out}/"), highlight=False, markup=False)

@@ -20,8 +20,11 @@ DEFAULT_RUNS = Path("runs/validate")
 
 
 def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, arch: str | None, imgsz: int | None,
-             board, data: Path | None, trust_checkpoint: bool, console=None, head: str = "auto", outputs: str | None = None):
-    """Judge ``tflite`` against ``checkpoint``; returns (output folder, ``report.schema.Report``)."""
+             board, data: Path | None, trust_checkpoint: bool, console=None, head: str = "auto", outputs: str | None = None,
+             images: int | None = None, rows: str = "all"):
+    """Judge ``tflite`` against ``checkpoint``; returns (output folder, ``report.schema.Report``). ``images``:
+    the first images of ``data`` measured (None: all); ``rows``: "all", or "file" (the file's own rows
+    alone, on TFLite's kernels, and its mAP without PyTorch's: the work ``yolo val`` does)."""
     with importing():  # torch, and the modules of every phase
         from edgeport.convert.base import ConvertConfig, run_pipeline
         from edgeport.convert.passes.given_file_pass import read_given
@@ -29,6 +32,7 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
         from edgeport.validate.gate.check import check_written
         from edgeport.validate.report.assemble import build_report
         from edgeport.validate.report.render import write_reports
+        from edgeport.validate.report.sections import Dataset
 
     if not Path(tflite).is_file():
         raise BadInputError(f"--tflite {str(tflite)!r} does not exist; pass a .tflite file")
@@ -42,7 +46,8 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
         config = ConvertConfig(checkpoint=Path(checkpoint), work_dir=stage.work, board=board, arch=arch, imgsz=size,
                                imgsz_from="--imgsz" if imgsz is not None else "the TFLite file's input",
                                trust_checkpoint=trust_checkpoint, head=head, outputs=outputs, given=Path(tflite),
-                               data=Path(data) if data is not None else None)
+                               data=Path(data) if data is not None else None, images=images,
+                               rows="all" if rows == "all" else "kernels")
         progress = Progress(console)
         try:
             validated, records = run_pipeline(config, VALIDATE, on_start=progress.start, on_stage=progress.done)
@@ -54,6 +59,7 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
             validated.parity, model=dict(made.prepared.describe(), tflite=str(tflite)), board=validated.gated.board,
             artifacts={f"model_{variant}.tflite": {"bytes": Path(tflite).stat().st_size, "path": str(tflite)}},
             stages=[r.to_dict() for r in records],
+            dataset=Dataset.of(validated.dataset, f"{data}/images/val") if validated.dataset is not None else None,
         )
         check_written(report)  # before a file is written: a report the gate would refuse is edgeport's bug
         write_reports(report, stage.result, sample_image=made.inputs[report.sample.image] if report.sample else None)

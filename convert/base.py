@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from edgeport.convert.converters.int8_groups import Plans
     from edgeport.models.heads import Head
     from edgeport.validate.board.profiles import BoardProfile
+    from edgeport.validate.dataset_score import DatasetScore
     from edgeport.validate.parity.early import EarlyRuns
     from edgeport.validate.parity.run import ParityResult
     from edgeport.validate.report.sections import Board, Repair
@@ -85,6 +86,7 @@ class ConvertConfig:
     # validate: the TFLite file to judge, and the dataset or image folder to judge it on (None: held-out images)
     given: Path | None = None
     data: Path | None = None
+    images: int | None = None  # validate: the first images of --data it measures (None: every one)
     # what the run starts in the background (children, threads, early runs), ended with it (convert/context.py)
     context: RunContext = field(default_factory=RunContext, compare=False, repr=False)
 
@@ -204,6 +206,7 @@ class Given:
     inputs_source: str
     ground_truth: list | None = None  # train.data.Sample per image, for mAP
     letterboxes: list | None = None  # models.preprocess.Letterbox per image
+    scored: tuple = ()  # every labelled sample (validate.datasets.Sample) mAP is measured on, streamed
 
     @property
     def not_written(self) -> dict[str, str]:
@@ -226,6 +229,8 @@ class Validated:
     parity: ParityResult
     # repair: per quantised variant that failed, what was tried and what the repaired file does (convert/passes/repair_pass.py)
     repairs: dict[str, Repair] = field(default_factory=dict)
+    # validate --data: mAP on every labelled image (validate/dataset_score.py)
+    dataset: DatasetScore | None = None
 
 
 @dataclass(frozen=True)

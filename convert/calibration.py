@@ -17,6 +17,14 @@ from edgeport.models.preprocess import IMAGE_SUFFIXES, list_images, load_image, 
 # judging images held out of a --calib folder that has at least this many, where no --val is given:
 # a quarter of them, every fourth, up to the run's judging images (ConvertConfig.max_validate)
 MIN_TO_HOLD_OUT = 16
+# --val's images judged: as many as the run's judging images cost at this size (each image's pixels),
+# up to this many -- a small net's held-out crops or tiles are judged on the set the user gave
+MAX_VAL_JUDGED, AT_SIZE = 32, 320
+
+
+def val_judged(imgsz: int, judge: int) -> int:
+    """How many of ``--val``'s images are judged at ``imgsz``: ``judge`` at ``AT_SIZE`` and above."""
+    return int(min(MAX_VAL_JUDGED, max(judge, judge * (AT_SIZE / imgsz) ** 2)))
 
 
 def calibration_and_judging(calib_dir: Path | None, val_dir: Path | None, imgsz: int, *, calib: int, judge: int,
@@ -27,7 +35,7 @@ def calibration_and_judging(calib_dir: Path | None, val_dir: Path | None, imgsz:
     seed. A smaller folder and no ``--val``: judged on its own images, and said so."""
     if val_dir is not None:
         images, source = load_calibration(calib_dir, imgsz, limit=calib, seed=seed)
-        val, val_source = load_calibration(val_dir, imgsz, limit=judge, seed=seed + 1, flag="--val")
+        val, val_source = load_calibration(val_dir, imgsz, limit=val_judged(imgsz, judge), seed=seed + 1, flag="--val")
         return images, source, val, val_source, True
     if calib_dir is None:
         images, source = load_calibration(None, imgsz, limit=calib, seed=seed)

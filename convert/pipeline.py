@@ -11,6 +11,7 @@ from edgeport.convert.base import Pass
 from edgeport.convert.passes.board_gate_pass import BoardGatePass
 from edgeport.convert.passes.build_model_pass import BuildModelPass
 from edgeport.convert.passes.cross_check_pass import CrossCheckPass
+from edgeport.convert.passes.dataset_score_pass import DatasetScorePass
 from edgeport.convert.passes.export_onnx_pass import ExportOnnxPass
 from edgeport.convert.passes.fold_bn_pass import FoldBNPass
 from edgeport.convert.passes.given_file_pass import GivenFilePass
@@ -42,4 +43,4 @@ PARITY = (ParityPass(), RepairPass(convert=(*EXPORT, *CONVERT), judge=(*GATE, Pa
 
 PIPELINE: tuple[Pass, ...] = (*LOAD, *PREPARE, *REWRITE, *EXPORT, *CONVERT, *GATE, *PARITY)
 # `edgeport validate`: the file it was given in place of one converted, judged as convert judges its own
-VALIDATE: tuple[Pass, ...] = (*LOAD, *PREPARE, GivenFilePass(), *GATE, ParityPass())
+VALIDATE: tuple[Pass, ...] = (*LOAD, *PREPARE, GivenFilePass(), *GATE, ParityPass(), DatasetScorePass())

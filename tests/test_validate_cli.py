@@ -119,9 +119,25 @@ def test_shipped_detector_passes_on_the_old_board_with_labels(demo_ckpt, tmp_pat
     assert set(rows) == {"pytorch", "tflite", "tflite-ref", EMULATED} | ({REAL} if _real_runtime() else set())
     for board_row in {EMULATED, REAL} & set(rows):
         assert rows[board_row]["map"]["map50"] == pytest.approx(rows["pytorch"]["map"]["map50"], abs=0.01)
+    # mAP on every labelled image, PyTorch's and the file's: here the 8 parity judged too, so the same figures
+    dataset = report["dataset"]
+    assert dataset["images"] == 8 and set(dataset["rows"]) == {"pytorch", "tflite"}
+    for name in ("pytorch", "tflite"):
+        assert dataset["rows"][name]["map50"] == pytest.approx(rows[name]["map"]["map50"], abs=1e-9)
+        assert dataset["rows"][name]["map50_95"] == pytest.approx(rows[name]["map"]["map50_95"], abs=1e-9)
+        (person,) = dataset["rows"][name]["classes"].values()
+        assert person["ap50"] == pytest.approx(dataset["rows"][name]["map50"]) and person["instances"] > 0
+    assert "- pytorch: mAP@0.5:0.95 " in proc.stdout and "mAP on the dataset" in (tmp_path / "v" / "report.md").read_text()
     html = (tmp_path / "v" / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 2  # error histograms and the sample; no row failed: no layer curve
     _render_in_browser(tmp_path / "v" / "report.html", tmp_path)
+    # yolo val's work: the file's own rows on TFLite's kernels and its mAP alone, on the first 5 images
+    proc = cli("validate", str(demo_ckpt), "--tflite", str(tmp_path / "old" / "model_float32.tflite"), "--board", "tflite-1.13",
+               "--data", str(data), "--out", str(tmp_path / "quick"), "--images", "5", "--rows", "file")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    quick = json.loads((tmp_path / "quick" / "report.json").read_text())
+    assert {r["runtime"] for r in quick["results"]} == {"pytorch", "tflite"} and quick["inputs"]["count"] == 5
+    assert quick["dataset"]["images"] == 5 and set(quick["dataset"]["rows"]) == {"tflite"}
 
 
 def _render_in_browser(page, tmp_path):

@@ -46,10 +46,12 @@ def cosine(ref: np.ndarray, got: np.ndarray) -> float:
     return min(1.0, max(-1.0, float(np.dot(r, g) / (nr * ng))))
 
 
-def coco_map(samples, detections: list[Detections]) -> dict[str, float]:
-    """COCO mAP of ``detections`` (original-image xyxy) against the samples' ground truth.
+def coco_map(samples, detections: list[Detections], *, per_class: bool = False) -> dict:
+    """COCO mAP of ``detections`` (original-image xyxy) against the samples' ground truth:
+    ``{"map50", "map50_95"}``, and with ``per_class`` ``"classes"``: class -> ``{"ap50", "ap50_95",
+    "instances"}`` for each class with a labelled box (its AP NaN-free: a class no image holds has none).
 
-    ``samples`` carry ``boxes`` (xyxy), ``classes``, ``width`` and ``height`` (``train.data.Sample``).
+    ``samples`` carry ``boxes`` (xyxy), ``classes``, ``width`` and ``height`` (``validate.datasets.Sample``).
     Detections must come from the ``COCO_EVAL`` decode protocol (``models.decode``).
     """
     from pycocotools.coco import COCO
@@ -67,10 +69,12 @@ def coco_map(samples, detections: list[Detections]) -> dict[str, float]:
         for box, score, cls in zip(d.boxes, d.scores, d.classes):
             x1, y1, x2, y2 = (float(v) for v in box)
             dt.append({"image_id": img_id, "category_id": int(cls) + 1, "bbox": [x1, y1, x2 - x1, y2 - y1], "score": float(score)})
+    instances = np.bincount([a["category_id"] - 1 for a in gt["annotations"]], minlength=num_classes)
     if not gt["annotations"]:
-        return {"map50": float("nan"), "map50_95": float("nan")}
+        return {"map50": float("nan"), "map50_95": float("nan"), **({"classes": {}} if per_class else {})}
     if not dt:
-        return {"map50": 0.0, "map50_95": 0.0}
+        return {"map50": 0.0, "map50_95": 0.0, **({"classes": {c: {"ap50": 0.0, "ap50_95": 0.0, "instances": int(n)}
+                                                             for c, n in enumerate(instances) if n}} if per_class else {})}
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its tables
         coco_gt = COCO()
         coco_gt.dataset = gt
@@ -80,4 +84,15 @@ def coco_map(samples, detections: list[Detections]) -> dict[str, float]:
         ev.evaluate()
         ev.accumulate()
         ev.summarize()
-    return {"map50": float(ev.stats[1]), "map50_95": float(ev.stats[0])}
+    out = {"map50": float(ev.stats[1]), "map50_95": float(ev.stats[0])}
+    if per_class:
+        # precision: [IoU threshold, recall point, class, area range, max detections]; -1 where a class has no box
+        precision = ev.eval["precision"][:, :, :, 0, -1]
+        out["classes"] = {c: {"ap50": _mean_of_known(precision[0, :, c]), "ap50_95": _mean_of_known(precision[:, :, c]),
+                              "instances": int(n)} for c, n in enumerate(instances) if n}
+    return out
+
+
+def _mean_of_known(precision: np.ndarray) -> float:
+    known = precision[precision > -1]
+    return float(known.mean()) if known.size else 0.0

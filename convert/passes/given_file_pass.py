@@ -16,7 +16,7 @@ import numpy as np
 from edgeport.convert.base import ConvertConfig, Given, Pass, PassResult, Prepared
 from edgeport.errors import BadInputError, PassCheckError
 
-MAX_IMAGES = 32  # a dataset's images judged at most
+PARITY_IMAGES = 32  # a dataset's first images, on which parity's rows are judged (mAP: on every image)
 
 
 def read_given(path: Path):
@@ -36,31 +36,29 @@ def read_given(path: Path):
     return shape[1], {"int8": "int8", "uint8": "uint8"}.get(summary.input_dtype, "float32"), summary
 
 
-def _dataset(data: Path, imgsz: int, num_classes: int, limit: int):
-    """Images (+ labels and letterboxes) from a dataset's val split or a plain image folder."""
-    from edgeport.models.preprocess import letterbox, list_images, load_image, to_input
+def _dataset(data: Path, imgsz: int, num_classes: int, images: int | None):
+    """(the first ``PARITY_IMAGES`` images as inputs, their source in words, their samples (labels and
+    sizes) or None for a folder of plain images, their letterboxes, every labelled sample scored for mAP):
+    from a dataset's val split or a plain image folder, the first ``images`` of it (None: all)."""
+    from edgeport.models.preprocess import list_images
+    from edgeport.validate.dataset_score import load_chunk
     from edgeport.validate.datasets import Sample, load_split
 
     if (data / "images" / "val").is_dir():
-        samples = load_split(data, "val", num_classes)[:limit]
+        every = load_split(data, "val", num_classes)[:images]
         labelled = True
-        source = f"{len(samples)} labelled images from {data}/images/val"
+        source = f"labelled images from {data}/images/val"
     else:
-        files = list_images(data)[:limit]
+        files = list_images(data)[:images]
         if not files:
             raise BadInputError(f"--data {str(data)!r} holds no images; pass a dataset folder or a folder of images")
-        samples = [Sample(f, np.zeros((0, 4), np.float32), np.zeros(0, np.int64), 0, 0) for f in files]
+        every = [Sample(f, np.zeros((0, 4), np.float32), np.zeros(0, np.int64), 0, 0) for f in files]
         labelled = False
-        source = f"{len(samples)} images from {data}"
-    inputs, boxes = [], []
-    for s in samples:
-        try:
-            img, lb = letterbox(load_image(s.image), imgsz)
-        except (OSError, ValueError) as exc:
-            raise BadInputError(f"image {str(s.image)!r} is unreadable ({exc})") from exc
-        inputs.append(to_input(img))
-        boxes.append(lb)
-    return np.stack(inputs), source, (samples if labelled else None), boxes
+        source = f"images from {data}"
+    judged = every[:PARITY_IMAGES]
+    inputs, boxes = load_chunk(judged, imgsz)
+    of = f" of {len(every)}" if len(every) > len(judged) else ""
+    return inputs, f"{len(judged)}{of} {source}", (judged if labelled else None), boxes, (tuple(every) if labelled else ())
 
 
 class GivenFilePass(Pass[Prepared, Given]):
@@ -82,8 +80,8 @@ class GivenFilePass(Pass[Prepared, Given]):
             given = Given(value, {variant: Path(path)}, value.val, value.val_source)
         else:
             num_classes = (value.model.arch_config or {}).get("num_classes", 1)
-            inputs, source, truth, letterboxes = _dataset(Path(config.data), value.imgsz, num_classes, MAX_IMAGES)
-            given = Given(value, {variant: Path(path)}, inputs, source, truth, letterboxes)
+            inputs, source, truth, letterboxes, scored = _dataset(Path(config.data), value.imgsz, num_classes, config.images)
+            given = Given(value, {variant: Path(path)}, inputs, source, truth, letterboxes, scored)
         return PassResult(given, changed=False, summary=f"{variant} {Path(path).name}; inputs: {given.inputs_source}")
 
     def check(self, before: Prepared, after: Given, config: ConvertConfig) -> None:

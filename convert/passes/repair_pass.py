@@ -348,7 +348,9 @@ class RepairPass(Pass[Validated, Validated]):
         if not config.repair:
             return PassResult(value, changed=False, summary="not asked (--no-repair)" if failing else "nothing to repair")
         if not failing:
-            return PassResult(value, changed=False, summary="nothing to repair: every quantised file passes")
+            unwritten = "".join(f"; no {v} file: {why}" for v, why in converted.not_written.items() if v in QUANTISED)
+            return PassResult(value, changed=False, summary=f"nothing to repair: every quantised file written passes{unwritten}"
+                              if unwritten else "nothing to repair: every quantised file passes")
         if "float32" not in converted.files or any(not r.passed for r in rows if r.variant == "float32"):
             why = "the float32 file fails or was not written: a float tail would carry its error"
             return PassResult(replace(value, repairs={v: Repair(repaired=False, why=why) for v in failing}), changed=False,

@@ -180,6 +180,9 @@ def test_a_quantised_file_is_judged_on_images_it_was_not_calibrated_on(tmp_path)
     assert np.array_equal(val[0], load_calibration(twenty, 32, limit=4, seed=0)[0][3]), "every fourth image"
     calib, _, val, val_source, held_out = calibration_and_judging(twenty, _images(tmp_path / "val", 3), 32, calib=32, judge=8, seed=0)
     assert held_out and len(calib) == 20 and len(val) == 3 and val_source.startswith("3 images from")
+    forty = _images(tmp_path / "forty", 40)  # a small net's --val: as many judged as 8 cost at 320 px, at most 32
+    assert [len(calibration_and_judging(twenty, forty, size, calib=32, judge=8, seed=0)[2]) for size in (32, 160, 226, 320, 640)] \
+        == [32, 32, 16, 8, 8]
     ten = _images(tmp_path / "ten", 10)
     calib, _, val, val_source, held_out = calibration_and_judging(ten, None, 32, calib=32, judge=8, seed=0)
     assert not held_out and np.array_equal(calib, val) and "none is held out" in val_source

@@ -298,7 +298,7 @@ def test_repair_runs_a_float_tail_where_a_grid_cannot_move_and_the_report_names_
         return build_report(replace(after.parity, rows=rows), model={"arch": "relu", "weights_sha256": "0" * 64, "outputs": ["y"]},
                             board=after.gated.board, artifacts={}, repairs={"int8": replace(info, latency=timing)})
 
-    fast = report({"int8-repaired": 1.0, "float32": 2.0, "int8": 0.5})
+    fast = report({"int8-repaired": 1.0, "float32": 2.0, "int8": 0.9})
     assert fast.passed and fast.repaired == ["int8"]
     assert verdict(fast).startswith("PASSED: ship model_int8_repaired.tflite (int8 with 2 of 5 ops in float (tail); ")
     assert "1 ms/img on tflite; the pure file" in verdict(fast) and "float32 size unknown, 2 ms/img" in verdict(fast)
@@ -314,6 +314,10 @@ def test_repair_leaves_a_passing_run_and_a_failing_float32_file_alone(tmp_path):
     passing = ParityPass().run(_gated(tmp_path / "ok", _relu_chain("float32", {}),
                                       int8=_relu_chain("int8", {n: FINE for n in "xaby"})), cfg).value
     assert REPAIR.run(passing, cfg).summary == "nothing to repair: every quantised file passes"
+    tflite = passing.gated.tflite
+    unwritten = replace(passing, gated=replace(passing.gated, tflite=replace(tflite, not_written={"uint8": "no TRANSPOSE v4"})))
+    assert REPAIR.run(unwritten, cfg).summary == ("nothing to repair: every quantised file written passes; "
+                                                  "no uint8 file: no TRANSPOSE v4")
     broken = ParityPass().run(_gated(tmp_path / "abs", unary("ABS", (1, 4, 4, 3)),
                                      int8=_relu_chain("int8", {"x": FINE, "a": FINE, "b": COARSE, "y": FINE})), cfg).value
     result = REPAIR.run(broken, cfg)

@@ -6,7 +6,7 @@ from edgeport._lazy import installed_versions
 from edgeport.validate.parity.compare import CHANNEL, DETECTION_TOLERANCES, NOISE_BOUNDS, TOLERANCES
 from edgeport.validate.parity.run import ParityResult
 from edgeport.validate.report.schema import Report, read_sections
-from edgeport.validate.report.sections import Board, Repair
+from edgeport.validate.report.sections import Board, Dataset, Repair
 
 VERSION_PACKAGES = ("edgeport", "torch", "onnx", "onnxruntime", "onnxslim", "onnx2tf", "tensorflow", "ai-edge-litert",
                     "tflite-micro", "numpy")
@@ -23,7 +23,7 @@ def tolerances() -> dict:
 
 def build_report(parity: ParityResult, *, model: dict, board: Board | None, artifacts: dict, stages=(),
                  upsample: dict | None = None, int8_normalised: list | None = None, converter: dict | None = None,
-                 repairs: dict[str, Repair] | None = None) -> Report:
+                 repairs: dict[str, Repair] | None = None, dataset: Dataset | None = None) -> Report:
     """``model``: checkpoint, layout, arch, config, imgsz, weights_sha256, outputs, strides (and what the
     command adds); the head parity resolved joins it. What the phases hand it as dicts (stage records'
     ``to_dict`` too) is read into the report's types by the reader a report file is read by
@@ -33,4 +33,4 @@ def build_report(parity: ParityResult, *, model: dict, board: Board | None, arti
              "board_runtime": parity.board_runtime,
              "sample": parity.sample, "upsample": upsample, "int8_normalised": int8_normalised, "converter": converter,
              "stages": list(stages)}
-    return Report(parity.rows, board=board, repairs=repairs, **read_sections(given))
+    return Report(parity.rows, board=board, repairs=repairs, dataset=dataset, **read_sections(given))

@@ -210,6 +210,7 @@ def render_markdown(report: Report) -> str:
     lines += _section("Where it diverges", divergence_lines(report, MARKDOWN))
     lines += _section(OP_ERRORS_TITLE, op_error_lines(report, MARKDOWN))
     lines += _section(REPAIRS_TITLE, repair_lines(report, MARKDOWN))
+    lines += _section(DATASET_TITLE, dataset_lines(report, MARKDOWN))
     lines += _section(_upsample_title(report), _upsample_items(report, MARKDOWN))
     if report.stages:
         lines += ["", "## Stages", "", "| stage | seconds | changed | summary |", "|---|---|---|---|"]
@@ -397,6 +398,30 @@ def board_runtime_lines(report: Report, q: Quoting = TERMINAL) -> list[str]:
     return [f"emulated only: the board's real runtime is not installed here{how}, and its rows then come from it"]
 
 
+DATASET_TITLE = "mAP on the dataset"
+
+
+def dataset_lines(report: Report, q: Quoting = TERMINAL) -> list[str]:
+    """``validate --data``: each row's mAP on every labelled image, then each class's AP."""
+    d = report.dataset
+    if d is None:
+        return []
+    judged = report.inputs.count
+    took = f", {d.seconds:.1f} s" if d.seconds is not None else ""
+    out = [f"mAP on {d.images} labelled images ({q.text(d.source or 'the dataset')}{took}); parity's rows on the first {judged}"]
+    for name, m in d.rows.items():
+        out.append(f"{q.text(name)}: mAP@0.5:0.95 {m.map50_95:.3f}, mAP@0.5 {m.map50:.3f}")
+    names = list(d.rows)
+    classes = sorted({c for m in d.rows.values() for c in m.classes}, key=int)
+    for c in classes:
+        aps = [d.rows[n].classes.get(c) for n in names]
+        count = next(a.instances for a in aps if a is not None)
+        out.append(f"class {q.text(c)} ({count} boxes): AP@0.5:0.95 " + ", ".join(
+            f"{q.text(n)} {a.ap50_95:.3f}" for n, a in zip(names, aps) if a is not None) + "; AP@0.5 " + ", ".join(
+            f"{q.text(n)} {a.ap50:.3f}" for n, a in zip(names, aps) if a is not None))
+    return out
+
+
 def _upsample_title(report: Report) -> str | None:
     up = report.upsample
     if not up or not up.sites:
@@ -459,6 +484,7 @@ def render_html(report: Report, figures: dict[str, bytes] | None = None) -> str:
                              ("Where it diverges", divergence_lines(report, PLAIN)),
                              (OP_ERRORS_TITLE, op_error_lines(report, PLAIN)),
                              (REPAIRS_TITLE, repair_lines(report, PLAIN)),
+                             (DATASET_TITLE, dataset_lines(report, PLAIN)),
                              (_upsample_title(report), _upsample_items(report, PLAIN)))
         if title and items
     )

@@ -274,3 +274,35 @@ class Repair(Section):
         eq = self.equalised
         return repair_changes(self.reranged, eq.pairs if eq else 0, eq.biases if eq else 0, self.float_ops, self.ops,
                               self.float_as)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassAP(Section):
+    ap50: float
+    ap50_95: float
+    instances: int  # labelled boxes of the class
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetMap(Section):
+    map50: float
+    map50_95: float
+    classes: dict[str, ClassAP] = field(default_factory=dict)  # class index -> its AP
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dataset(Section):
+    """validate ``--data``: mAP on every labelled image (or the first ``--images``), against the labels,
+    of PyTorch (where measured) and of the file on TFLite's optimised kernels (``validate/dataset_score.py``)."""
+
+    source: str | None = None
+    images: int
+    rows: dict[str, DatasetMap]  # "pytorch", "tflite" -> its mAP
+    seconds: float | None = None
+
+    @classmethod
+    def of(cls, score, source: str) -> "Dataset":
+        """From ``validate.dataset_score.DatasetScore``."""
+        return cls(source=source, images=score.images, seconds=round(score.seconds, 2), rows={
+            name: DatasetMap(map50=m["map50"], map50_95=m["map50_95"], classes={
+                str(c): ClassAP(**ap) for c, ap in m["classes"].items()}) for name, m in score.maps.items()})

@@ -1,0 +1,66 @@
+"""``validate --data``'s mAP on every labelled image (validate/dataset_score.py): streamed a chunk at a
+time, the same score as the whole set at once, and parity judged on the first images alone."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgeport.convert.passes import given_file_pass
+from edgeport.models.heads import Head
+from edgeport.models.synth import make_scene
+from edgeport.validate import dataset_score
+from edgeport.validate.datasets import load_split, write_dataset
+from edgeport.validate.parity.runners import Runner
+
+SIZE = 64
+
+
+class Truth(Runner):
+    """A YOLOv8-style output (4 box rows in input pixels, 1 score row) that finds each labelled box,
+    read back from the letterboxed image's own labels: no model, so the score depends on the pipe alone."""
+
+    runtime = "truth"
+
+    def __init__(self, boxes_by_image: list[np.ndarray]):
+        self.boxes, self.seen, self.largest = boxes_by_image, 0, 0
+
+    def run(self, inputs, stop=None, indices=None):
+        self.largest = max(self.largest, len(inputs))
+        return super().run(inputs, stop, indices)
+
+    def _run_one(self, x):
+        out = np.zeros((1, 5, 8), np.float32)
+        for j, (x1, y1, x2, y2) in enumerate(self.boxes[self.seen][:8]):
+            out[0, :, j] = ((x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1, 0.9)
+        self.seen += 1
+        return [out]
+
+
+def test_the_dataset_is_scored_a_chunk_at_a_time_as_the_whole_set_at_once(tmp_path, monkeypatch):
+    rng = np.random.default_rng(5)
+    write_dataset(tmp_path, {"val": [make_scene(rng, SIZE) for _ in range(11)]}, size=SIZE)
+    samples = load_split(tmp_path, "val", 1)
+    _, letterboxes = dataset_score.load_chunk(samples, SIZE)
+    in_input = [b.boxes * lb.scale + np.array([lb.pad_x, lb.pad_y] * 2, np.float32) for b, lb in zip(samples, letterboxes)]
+    head = Head("yolov8", nc=1)
+    whole = dataset_score.score_dataset(samples, SIZE, head, {"t": Truth(in_input)})
+    monkeypatch.setattr(dataset_score, "CHUNK", 3)
+    runner = Truth(in_input)
+    streamed = dataset_score.score_dataset(samples, SIZE, head, {"t": runner})
+    assert runner.largest == 3 and runner.seen == 11, "no more than a chunk of images is held at a time"
+    assert streamed.images == whole.images == 11 and streamed.maps == whole.maps
+    assert streamed.maps["t"]["map50"] > 0.95 and streamed.maps["t"]["classes"][0]["instances"] == sum(len(s.boxes) for s in samples)
+
+
+def test_parity_judges_the_first_images_and_map_takes_every_one_or_the_first_n(tmp_path, monkeypatch):
+    rng = np.random.default_rng(6)
+    write_dataset(tmp_path, {"val": [make_scene(rng, SIZE) for _ in range(7)]}, size=SIZE)
+    monkeypatch.setattr(given_file_pass, "PARITY_IMAGES", 4)
+    inputs, source, truth, letterboxes, scored = given_file_pass._dataset(tmp_path, SIZE, 1, None)
+    assert inputs.shape == (4, 3, SIZE, SIZE) and len(truth) == len(letterboxes) == 4 and len(scored) == 7
+    assert source.startswith("4 of 7 labelled images from ")
+    inputs, source, truth, _, scored = given_file_pass._dataset(tmp_path, SIZE, 1, 3)
+    assert inputs.shape[0] == len(truth) == len(scored) == 3 and source.startswith("3 labelled images from ")
+    plain = tmp_path / "images" / "val"  # a folder of images: parity's inputs, and nothing to score
+    inputs, _, truth, _, scored = given_file_pass._dataset(plain, SIZE, 1, None)
+    assert inputs.shape[0] == 4 and truth is None and scored == ()

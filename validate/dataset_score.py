@@ -1,0 +1,67 @@
+"""``edgeport validate --data``: mAP@0.5:0.95, mAP@0.5 and each class's AP on every labelled image of
+the dataset (or the first ``--images``), as ``yolo val`` measures a file.
+
+The images are streamed: a chunk at a time is loaded, letterboxed, run and decoded, and only its
+detections are kept, so memory stays flat as the set grows. Parity's rows are judged on the first
+images alone (``convert/passes/given_file_pass.py``); this scores the file's own row -- and PyTorch's,
+the mAP the file is measured against -- on all of them. The file runs on TFLite's optimised kernels
+on one thread beside PyTorch on the other core.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgeport.models.decode import COCO_EVAL, Detections
+
+CHUNK = 16  # images loaded at a time: about 80 MB at 640 px
+
+
+@dataclass(frozen=True)
+class DatasetScore:
+    images: int
+    maps: dict  # row label -> validate.metrics.coco_map(per_class=True)
+    seconds: float
+
+
+def load_chunk(samples, imgsz: int) -> tuple[np.ndarray, list]:
+    """The samples' images letterboxed to ``imgsz``: (N, 3, S, S) float32 inputs and each one's letterbox."""
+    from edgeport.errors import BadInputError
+    from edgeport.models.preprocess import letterbox, load_image, to_input
+
+    inputs, boxes = [], []
+    for s in samples:
+        try:
+            img, lb = letterbox(load_image(s.image), imgsz)
+        except (OSError, ValueError) as exc:
+            raise BadInputError(f"image {str(s.image)!r} is unreadable ({exc}); remove or replace it") from exc
+        inputs.append(to_input(img))
+        boxes.append(lb)
+    return np.stack(inputs), boxes
+
+
+def score_dataset(samples, imgsz: int, head, runners: dict) -> DatasetScore | None:
+    """Each runner's (``validate.parity.runners.Runner``, one invoke an image) detections on every sample,
+    decoded by the ``COCO_EVAL`` protocol and scored against the samples' labels; None where the head
+    has no boxes to decode."""
+    from edgeport.validate.metrics import coco_map
+
+    t0 = time.perf_counter()
+    found: dict[str, list[Detections]] = {name: [] for name in runners}
+    for runner in runners.values():
+        runner.once = True  # the outputs only: no second, timed invoke
+    with ThreadPoolExecutor(max_workers=len(runners)) as pool:
+        for start in range(0, len(samples), CHUNK):
+            x, boxes = load_chunk(samples[start:start + CHUNK], imgsz)
+            runs = {name: pool.submit(runner.run, x) for name, runner in runners.items()}
+            for name, run in runs.items():
+                dets = head.decode(run.result().outputs, COCO_EVAL)
+                if dets is None:
+                    return None
+                found[name] += [Detections(lb.to_original(d.boxes), d.scores, d.classes) for d, lb in zip(dets, boxes)]
+    maps = {name: coco_map(samples, dets, per_class=True) for name, dets in found.items()}
+    return DatasetScore(len(samples), maps, time.perf_counter() - t0)
