@@ -102,8 +102,8 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
     val.add_argument("--images", type=positive_int, help="measure the first N images of --data (default: every one; parity's "
                      "rows are judged on the first 32)")
     val.add_argument("--rows", choices=("all", "file"), default="all",
-                     help="all (default): every runtime and the board's, PyTorch's mAP beside the file's; file: the file's own "
-                     "rows on TFLite's kernels and its mAP alone, the work `yolo val` does")
+                     help="all (default): every runtime and the board's, PyTorch's mAP beside the file's; file: the file on "
+                     "TFLite's optimised kernels and its mAP alone, the work `yolo val` does")
     val.add_argument("--out", type=Path, help="report folder (default: a new numbered folder under runs/validate/, named when "
                      "it is written)")
     val.add_argument("--force", action="store_true", help="replace an earlier validate result in --out (never other files)")

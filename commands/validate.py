@@ -24,7 +24,7 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
              images: int | None = None, rows: str = "all"):
     """Judge ``tflite`` against ``checkpoint``; returns (output folder, ``report.schema.Report``). ``images``:
     the first images of ``data`` measured (None: all); ``rows``: "all", or "file" (the file's own rows
-    alone, on TFLite's kernels, and its mAP without PyTorch's: the work ``yolo val`` does)."""
+    alone, on TFLite's optimised kernels, and its mAP without PyTorch's: the work ``yolo val`` does)."""
     with importing():  # torch, and the modules of every phase
         from edgeport.convert.base import ConvertConfig, run_pipeline
         from edgeport.convert.passes.given_file_pass import read_given
@@ -47,7 +47,7 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
                                imgsz_from="--imgsz" if imgsz is not None else "the TFLite file's input",
                                trust_checkpoint=trust_checkpoint, head=head, outputs=outputs, given=Path(tflite),
                                data=Path(data) if data is not None else None, images=images,
-                               rows="all" if rows == "all" else "kernels")
+                               rows=rows)
         progress = Progress(console)
         try:
             validated, records = run_pipeline(config, VALIDATE, on_start=progress.start, on_stage=progress.done)

@@ -81,7 +81,8 @@ class ConvertConfig:
     early_parity: bool = True
     # which of parity's rows the run judges: "all" (the folded model's and the ONNX graph's too, with the
     # divergence analysis of a failing row), "files" (the files' rows alone: a repair's candidate, whose
-    # pure file's diagnostics stand), "kernels" (the files on TFLite's kernels alone: a repair's quick search)
+    # pure file's diagnostics stand), "kernels" (the files on TFLite's kernels alone: a repair's quick search),
+    # "file" (validate: the file on TFLite's optimised kernels alone, the work ``yolo val`` does)
     rows: str = "all"
     # validate: the TFLite file to judge, and the dataset or image folder to judge it on (None: held-out images)
     given: Path | None = None
@@ -301,8 +302,8 @@ def _run(config, passes, value, *, on_stage, on_start) -> tuple[Any, list[StageR
             if is_environment_error(exc):
                 raise  # permissions, a full disk: the CLI names the file (exit 2)
             raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
-        except EdgeportError as exc:
-            raise type(exc)(f"{p.name}: {exc}{_after(records)}") from exc
+        except EdgeportError as exc:  # a broken promise is edgeport's bug, placed; a converter's failure names its own step
+            raise type(exc)(f"{p.name}: {exc}{_after(records) if isinstance(exc, PassCheckError) else ''}") from exc
         except Exception as exc:  # a bug or an unsupported model: keep the pass context
             raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
         record = StageRecord(p.name, time.perf_counter() - t0, result.changed, result.summary)

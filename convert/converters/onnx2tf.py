@@ -27,6 +27,7 @@ import dataclasses
 import errno
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from edgeport.convert.converters.base import Conversion, Converter, condense, offline_env
+from edgeport.convert.converters.base import _ANSI, Conversion, Converter, condense, offline_env
 from edgeport.errors import ConversionError, MissingDependencyError
 
 if TYPE_CHECKING:
@@ -197,12 +198,18 @@ def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: s
 
 
 class Onnx2tfFailed(ConversionError):
-    """onnx2tf exited non-zero or did not write a file it had to write."""
+    """onnx2tf exited non-zero or did not write a file it had to write: at which ONNX node, where it
+    says, and which converter to try instead (``generation``: the line that failed)."""
 
-    def __init__(self, returncode: int, output: str, missing: list[str]):
+    def __init__(self, returncode: int, output: str, missing: list[str], generation: int | None = None):
         self.returncode, self.output = returncode, output
         what = f"exit {returncode}" if returncode else f"wrote no {', '.join(missing)}"
-        super().__init__(f"onnx2tf failed ({what}): {condense(output)}")
+        node = re.findall(r"onnx_op_name: (\S+)", _ANSI.sub("", output))
+        at = f" at the ONNX node {node[-1][:80]}" if node else ""
+        other = ("; the 2.x line (Python 3.12: make setup PYTHON=python3.12 VENV=.venv312) or --converter litert-torch "
+                 "may convert it"
+                 if generation == 1 else "; --converter litert-torch may convert it" if generation else "")
+        super().__init__(f"onnx2tf failed ({what}){at}: {condense(output, 80 if node else 240)}{other if node else ''}")
 
     def with_log(self) -> ConversionError:
         """The error for a run that ends here: the output folder is removed, so the full log is
@@ -334,9 +341,10 @@ class Onnx2tfRun:
         written = {k: p for k, p in wanted.items() if p.is_file()}
         missing = [k for k in (wanted if require is None else require) if k not in written]
         if missing or (returncode != 0 and not self.backend.keeps_validated_files):
-            raise Onnx2tfFailed(returncode, self.log.read_text(errors="replace"), missing)
+            raise Onnx2tfFailed(returncode, self.log.read_text(errors="replace"), missing, self.backend.generation)
         if returncode != 0 or len(written) < len(wanted):
-            self.failure = Onnx2tfFailed(returncode, self.log.read_text(errors="replace"), sorted(set(wanted) - set(written)))
+            self.failure = Onnx2tfFailed(returncode, self.log.read_text(errors="replace"), sorted(set(wanted) - set(written)),
+                                         self.backend.generation)
         if self.fast:
             if "float32" not in written:
                 raise FastRunDiffers("onnx2tf without strict mode wrote no float32 file to check the run by")

@@ -22,11 +22,11 @@ def subject_of(gated: Gated, config: ConvertConfig) -> ParitySubject:
                   board_checks=dict(gated.board.checks), workdir=config.work_dir, seed=config.seed,
                   export_reference=functools.partial(export_onnx, prepared.reference, prepared.imgsz,
                                                      output_names=list(prepared.output_names), opset=config.opset))
-    if config.rows == "kernels":
+    if config.rows in ("kernels", "file"):
         common["board"] = None
     if isinstance(made, Given):
         return ParitySubject(folded_module=None, onnx_path=None, inputs=made.inputs, inputs_source=made.inputs_source,
-                             ground_truth=made.ground_truth, letterboxes=made.letterboxes, **common)
+                             ground_truth=made.ground_truth, letterboxes=made.letterboxes, sampled=config.rows != "file", **common)
     diagnostics = config.rows == "all"
     return ParitySubject(
         folded_module=prepared.module if diagnostics else None, onnx_path=made.exported.onnx if diagnostics else None,

@@ -59,3 +59,25 @@ def test_a_model_litert_torch_cannot_capture_is_refused_not_a_crash(tmp_path, mo
 
     with pytest.raises(BadInputError, match="litert-torch cannot convert this model: torch.export cannot capture .* --converter onnx2tf"):
         litert.LiteRTTorch().convert(Exported(), tmp_path, quantised=None, timeout_s=10, context=RunContext())
+
+
+# what onnx2tf 1.28 prints where a node's conversion raises (RT-DETR-l's TopK), colours and all
+TOPK = ("\x1b[31mERROR:\x1b[0m The trace log is below.\nTraceback (most recent call last):\n"
+        "  File \"onnx2tf/ops/TopK.py\", line 120, in make_node\nValueError: Shape must be rank 1 but is rank 0\n"
+        "\x1b[31mERROR:\x1b[0m input_onnx_file_path: /tmp/x/model.onnx\n\x1b[31mERROR:\x1b[0m onnx_op_name: /model.28/TopK\n"
+        "\x1b[31mERROR:\x1b[0m Read this and deal with it. https://github.com/PINTO0309/onnx2tf#parameter-replacement\n")
+
+
+@pytest.mark.parametrize("generation, other", [(1, "the 2.x line (Python 3.12: make setup PYTHON=python3.12 VENV=.venv312) "
+                                                  "or --converter litert-torch may convert it"),
+                                               (2, "--converter litert-torch may convert it")])
+def test_a_node_the_converter_cannot_convert_is_named_with_the_converter_to_try(workspace, run_inproc, monkeypatch,
+                                                                                generation, other):
+    def crash(self, exported, work, *, quantised, timeout_s, context, meanwhile=None):
+        raise Onnx2tfFailed(1, TOPK, [], generation).with_log()
+
+    monkeypatch.setattr(Onnx2tf, "convert", crash)
+    r = run_inproc("convert", "model.pt", "--arch", "pdet-n", "--imgsz", "64", "--out", "out")
+    line = assert_one_line(r, 3, "onnx2tf failed (exit 1) at the ONNX node /model.28/TopK: ", other, "full log: ")
+    assert "ValueError: Shape must be rank 1" in line
+    Path(line.split("full log: ")[1].split()[0].rstrip(";")).unlink()

@@ -108,6 +108,7 @@ class ParitySubject:
     # runs started while the converter worked (``early.py``): taken where they are parity's own
     early: EarlyRuns | None = None
     held_out: bool = True  # ``inputs`` hold none of the images the quantised files were calibrated on
+    sampled: bool = True  # the reference kernels' rows on a diagnostic sample (False: the files' own rows alone)
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ def plan_rows(subject: ParitySubject, expected_shapes) -> list[PlannedRow]:
     on_reference = subject.board is not None and subject.board.kernels == "reference"
     sample = None if on_reference else DIAGNOSTIC_IMAGES
     for variant, path in subject.tflite.items():
-        for kernels in ("optimized", "reference") if on_reference or diagnosed(variant) else ("optimized",):
+        for kernels in ("optimized", "reference") if on_reference or (subject.sampled and diagnosed(variant)) else ("optimized",):
             runner = TFLiteRunner(path, expected_shapes, kernels=kernels, images=sample if kernels == "reference" else None)
             rows.append(PlannedRow(variant, runner.runtime, runner, path))
         if subject.board is None:
