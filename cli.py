@@ -103,7 +103,8 @@ def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
                      "rows are judged on the first 32)")
     val.add_argument("--rows", choices=("all", "file"), default="all",
                      help="all (default): every runtime and the board's, PyTorch's mAP beside the file's; file: the file on "
-                     "TFLite's optimised kernels and its mAP alone, the work `yolo val` does")
+                     "TFLite's optimised kernels (parity on the first 8 images at 320 px and above) and its mAP alone, the work "
+                     "`yolo val` does")
     val.add_argument("--out", type=Path, help="report folder (default: a new numbered folder under runs/validate/, named when "
                      "it is written)")
     val.add_argument("--force", action="store_true", help="replace an earlier validate result in --out (never other files)")

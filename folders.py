@@ -76,11 +76,8 @@ class Marker:
 def _sha256(path: Path) -> str:
     import hashlib
 
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 class NotOurs(BadInputError):
@@ -321,14 +318,6 @@ def lock_folder(folder: Path, command: str, what: str = "--out") -> FolderLock:
     return FolderLock(folder / LOCK, fd)
 
 
-def _is_within(path: Path, folder: Path) -> bool:
-    try:
-        path.relative_to(folder)
-        return True
-    except ValueError:
-        return False
-
-
 def _check_path(out: Path, flag: str) -> None:
     """A path edgeport can make: no component over the file system's name limit, no file on the way."""
     for part in Path(out).parts:
@@ -350,11 +339,11 @@ def check_out(out: Path, *, command: str, force: bool, inputs: tuple[Path | None
     if target.exists() and not target.is_dir():
         raise BadInputError(f"{flag} {str(out)!r} is a file; pass a folder")
     cwd = Path.cwd().resolve()
-    if _is_within(cwd, target):
+    if cwd.is_relative_to(target):
         what = "the working directory" if target == cwd else "a parent of the working directory"
         raise BadInputError(f"{flag} {str(out)!r} is {what}; pass a new folder such as runs/{command}/mine")
     for inp in inputs:
-        if inp is not None and _is_within(Path(inp).resolve(), target):
+        if inp is not None and Path(inp).resolve().is_relative_to(target):
             raise BadInputError(f"{flag} {str(out)!r} holds the input {str(inp)!r}; pass an output folder that holds none of the inputs")
     if not target.is_dir() or not any(target.iterdir()):
         return target

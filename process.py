@@ -1,6 +1,6 @@
 """This process's end: SIGTERM unwinds like Ctrl-C (so staging folders are removed, ``folders.py``),
-and an exit without the interpreter's teardown once everything is cleaned up. No torch, no numpy:
-the CLI imports this at start-up."""
+and an exit without the interpreter's teardown once everything is cleaned up; and what native code
+writes on its stderr, caught. No torch, no numpy: the CLI imports this at start-up."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ import contextlib
 import os
 import signal
 import sys
+import tempfile
+import threading
 from typing import NoReturn
+
+_STDERR = threading.Lock()  # one thread at a time points fd 2 elsewhere
+MAX_CAUGHT = 1 << 20
 
 
 class Terminated(BaseException):
@@ -73,3 +78,21 @@ def die_with(parent: int) -> None:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(128 + signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def caught_stderr():
+    """What native code writes on fd 2 while the block runs, caught in a temporary file (up to
+    ``MAX_CAUGHT`` bytes): yields a list that holds those bytes once the block ends, however it ends."""
+    caught: list[bytes] = []
+    with _STDERR, tempfile.TemporaryFile() as tmp:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield caught
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            caught.append(tmp.read(MAX_CAUGHT))

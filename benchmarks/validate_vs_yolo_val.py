@@ -99,7 +99,7 @@ def measure(args, work: Path, peer_python: Path) -> dict:
     val_yaml.write_text(f"path: {data}\ntrain: images/train\nval: images/val\nnames:\n  0: person\n")
     sd, ckpt = artifact_bench.yolo_weights("trained", args.imgsz, work)
     conv = artifact_bench.edgeport_convert(ckpt, args.imgsz, data / "images" / "train", work / "conv", arch="zoo_models:yolov8n",
-                                           cwd=artifact_bench.ZOO, val=data / "images" / "train")
+                                           cwd=artifact_bench.ZOO, val=data / "images" / "val")
     peer_run, peer_file = artifact_bench.peer_export(sd, args.imgsz, calib_yaml, work / "peer")
     ours = work / "conv" / "model_int8.tflite"
     if not ours.is_file() or peer_file is None:

@@ -6,21 +6,17 @@ Python) and TFLite Micro (``validate/parity/tflm_runner.py``) are other runtimes
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
-import threading
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from edgeport._lazy import require
+from edgeport.process import caught_stderr
 
 KERNELS = ("optimized", "reference")
 # what the runtime's C++ writes on stderr, once a process, when it takes a file on XNNPACK: news to no user
 DELEGATE_NOTE = b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
-_STDERR = threading.Lock()  # one thread at a time points stderr elsewhere
 # files whose reference kernels aborted a child process (sha256 -> what happened): loading one of
 # them here would end this process (``validate/parity/tflite_runner.py: run_in_child``)
 _ABORTED: dict[str, str] = {}
@@ -52,28 +48,16 @@ def load_interpreter(path: Path, *, kernels: str = "optimized", source: Path | N
     if kernels == "reference" and (why := _aborted(path) or (_aborted(source) if source is not None else None)) is not None:
         raise RuntimeError(f"{why}: not run in this process")
     resolver = litert.OpResolverType.BUILTIN_REF if kernels == "reference" else litert.OpResolverType.AUTO
-    with _without_delegate_note():
-        interp = litert.Interpreter(model_path=str(path), num_threads=1, experimental_op_resolver_type=resolver)
-        interp.allocate_tensors()
+    said: list[bytes] = []
+    try:
+        with caught_stderr() as said:
+            interp = litert.Interpreter(model_path=str(path), num_threads=1, experimental_op_resolver_type=resolver)
+            interp.allocate_tensors()
+    finally:  # what the runtime wrote meanwhile, passed on but for the note
+        rest = [line for line in b"".join(said).splitlines(keepends=True) if not line.startswith(DELEGATE_NOTE)]
+        if rest:
+            sys.stderr.write(b"".join(rest).decode(errors="replace"))
     return interp
-
-
-@contextmanager
-def _without_delegate_note():
-    """What the runtime writes on stderr meanwhile, passed on but for ``DELEGATE_NOTE``."""
-    with _STDERR, tempfile.TemporaryFile() as caught:
-        sys.stderr.flush()
-        saved = os.dup(2)
-        os.dup2(caught.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            caught.seek(0)
-            rest = [line for line in caught.read(1 << 20).splitlines(keepends=True) if not line.startswith(DELEGATE_NOTE)]
-            if rest:
-                sys.stderr.write(b"".join(rest).decode(errors="replace"))
 
 
 def run_tflite(path: Path, x: np.ndarray | list[np.ndarray], *, kernels: str = "reference",

@@ -2,7 +2,8 @@
 the dataset (or the first ``--images``), as ``yolo val`` measures a file.
 
 The images are streamed: a chunk at a time is loaded, letterboxed, run and decoded, and only its
-detections are kept, so memory stays flat as the set grows. Parity's rows are judged on the first
+detections are kept, so memory stays flat as the set grows; loading the next chunk and decoding the
+last one overlap the run of this one. Parity's rows are judged on the first
 images alone (``convert/passes/given_file_pass.py``); this scores the file's own row -- and PyTorch's,
 the mAP the file is measured against -- on all of them. The file runs on TFLite's optimised kernels
 on one thread beside PyTorch on the other core.
@@ -18,7 +19,7 @@ import numpy as np
 
 from edgeport.models.decode import COCO_EVAL, Detections
 
-CHUNK = 16  # images loaded at a time: about 80 MB at 640 px
+CHUNK = 16  # images loaded at a time: about 80 MB at 640 px, three chunks in flight
 
 
 @dataclass(frozen=True)
@@ -54,14 +55,26 @@ def score_dataset(samples, imgsz: int, head, runners: dict) -> DatasetScore | No
     found: dict[str, list[Detections]] = {name: [] for name in runners}
     for runner in runners.values():
         runner.once = True  # the outputs only: no second, timed invoke
-    with ThreadPoolExecutor(max_workers=len(runners)) as pool:
-        for start in range(0, len(samples), CHUNK):
-            x, boxes = load_chunk(samples[start:start + CHUNK], imgsz)
-            runs = {name: pool.submit(runner.run, x) for name, runner in runners.items()}
-            for name, run in runs.items():
-                dets = head.decode(run.result().outputs, COCO_EVAL)
-                if dets is None:
-                    return None
-                found[name] += [Detections(lb.to_original(d.boxes), d.scores, d.classes) for d, lb in zip(dets, boxes)]
+    chunks = [samples[i:i + CHUNK] for i in range(0, len(samples), CHUNK)]
+    # three stages overlapped: the next chunk loads, and the last one decodes, while this one runs
+    with ThreadPoolExecutor(max_workers=len(runners) + 1) as pool:
+        loading, pending = pool.submit(load_chunk, chunks[0], imgsz) if chunks else None, None
+        for k in range(len(chunks) + 1):
+            done = None
+            if pending is not None:  # a runner takes one chunk at a time: the last one's outputs first
+                runs, boxes = pending
+                done, pending = ({name: run.result().outputs for name, run in runs.items()}, boxes), None
+            if k < len(chunks):
+                x, boxes = loading.result()
+                if k + 1 < len(chunks):
+                    loading = pool.submit(load_chunk, chunks[k + 1], imgsz)
+                pending = ({name: pool.submit(runner.run, x) for name, runner in runners.items()}, boxes)
+            if done is not None:
+                outputs, boxes = done
+                for name, out in outputs.items():
+                    dets = head.decode(out, COCO_EVAL)
+                    if dets is None:
+                        return None
+                    found[name] += [Detections(lb.to_original(d.boxes), d.scores, d.classes) for d, lb in zip(dets, boxes)]
     maps = {name: coco_map(samples, dets, per_class=True) for name, dets in found.items()}
     return DatasetScore(len(samples), maps, time.perf_counter() - t0)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeport.convert.base import ConvertConfig, Given, Pass, PassResult, Prepared
+from edgeport.convert.calibration import val_judged
 from edgeport.errors import BadInputError, PassCheckError
 
 PARITY_IMAGES = 32  # a dataset's first images, on which parity's rows are judged (mAP: on every image)
@@ -36,8 +37,8 @@ def read_given(path: Path):
     return shape[1], {"int8": "int8", "uint8": "uint8"}.get(summary.input_dtype, "float32"), summary
 
 
-def _dataset(data: Path, imgsz: int, num_classes: int, images: int | None):
-    """(the first ``PARITY_IMAGES`` images as inputs, their source in words, their samples (labels and
+def _dataset(data: Path, imgsz: int, num_classes: int, images: int | None, parity_images: int | None = None):
+    """(the first ``parity_images`` (default ``PARITY_IMAGES``) images as inputs, their source in words, their samples (labels and
     sizes) or None for a folder of plain images, their letterboxes, every labelled sample scored for mAP):
     from a dataset's val split or a plain image folder, the first ``images`` of it (None: all)."""
     from edgeport.models.preprocess import list_images
@@ -55,7 +56,7 @@ def _dataset(data: Path, imgsz: int, num_classes: int, images: int | None):
         every = [Sample(f, np.zeros((0, 4), np.float32), np.zeros(0, np.int64), 0, 0) for f in files]
         labelled = False
         source = f"images from {data}"
-    judged = every[:PARITY_IMAGES]
+    judged = every[:parity_images or PARITY_IMAGES]
     inputs, boxes = load_chunk(judged, imgsz)
     of = f" of {len(every)}" if len(every) > len(judged) else ""
     return inputs, f"{len(judged)}{of} {source}", (judged if labelled else None), boxes, (tuple(every) if labelled else ())
@@ -80,7 +81,9 @@ class GivenFilePass(Pass[Prepared, Given]):
             given = Given(value, {variant: Path(path)}, value.val, value.val_source)
         else:
             num_classes = (value.model.arch_config or {}).get("num_classes", 1)
-            inputs, source, truth, letterboxes, scored = _dataset(Path(config.data), value.imgsz, num_classes, config.images)
+            # --rows file, yolo val's work: parity a check on as many images as convert judges --val on
+            judged = PARITY_IMAGES if config.rows == "all" else val_judged(value.imgsz, config.max_validate)
+            inputs, source, truth, letterboxes, scored = _dataset(Path(config.data), value.imgsz, num_classes, config.images, judged)
             given = Given(value, {variant: Path(path)}, inputs, source, truth, letterboxes, scored)
         return PassResult(given, changed=False, summary=f"{variant} {Path(path).name}; inputs: {given.inputs_source}")
 

@@ -7,15 +7,14 @@ hybrid (dynamic-range) models: only float32 and full-integer models are run here
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from edgeport._lazy import require
+from edgeport.process import caught_stderr
 from edgeport.validate.parity.runners import Runner
 from edgeport.validate.parity.tensors import from_model_output, match_outputs, to_model_input
 
@@ -32,20 +31,6 @@ class ArenaUse:
     total_bytes: int  # what the model needs: head (activations) + tail (persistent)
 
 
-def _capture_stderr(fn) -> str:
-    """TFLM prints its allocation report from C++ to fd 2: capture it."""
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            fn()
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        tmp.seek(0)
-        return tmp.read().decode(errors="replace")
-
-
 def _interpreter(path: Path, arena: int):
     runtime = require("tflite_micro.python.tflite_micro.runtime", package="tflite-micro", purpose="the TFLite Micro emulator")
     try:
@@ -59,7 +44,9 @@ def measure_arena(path: Path) -> ArenaUse:
     details = interp.get_input_details(0)
     interp.set_input(np.zeros(details["shape"], details["dtype"]), 0)
     interp.invoke()
-    report = _capture_stderr(interp.print_allocations)
+    with caught_stderr() as said:  # TFLM prints its allocation report from C++ to fd 2
+        interp.print_allocations()
+    report = said[0].decode(errors="replace")
     match = re.search(r"Arena allocation total (\d+) bytes", report)
     if not match:
         raise RuntimeError(f"TFLM printed no arena total: {report[:200]!r}")
