@@ -204,12 +204,11 @@ class Onnx2tfFailed(ConversionError):
     def __init__(self, returncode: int, output: str, missing: list[str], generation: int | None = None):
         self.returncode, self.output = returncode, output
         what = f"exit {returncode}" if returncode else f"wrote no {', '.join(missing)}"
-        node = re.findall(r"onnx_op_name: (\S+)", _ANSI.sub("", output))
+        node = [re.sub(r"^wa/", "/", n) for n in re.findall(r"onnx_op_name: (\S+)", _ANSI.sub("", output))]  # onnx2tf's wa/: a /
         at = f" at the ONNX node {node[-1][:80]}" if node else ""
-        other = ("; the 2.x line (Python 3.12: make setup PYTHON=python3.12 VENV=.venv312) or --converter litert-torch "
-                 "may convert it"
-                 if generation == 1 else "; --converter litert-torch may convert it" if generation else "")
-        super().__init__(f"onnx2tf failed ({what}){at}: {condense(output, 80 if node else 240)}{other if node else ''}")
+        other = ("; try onnx2tf 2.x (make setup PYTHON=python3.12 VENV=.venv312) or --converter litert-torch"
+                 if generation == 1 else "; try --converter litert-torch" if generation else "")
+        super().__init__(f"onnx2tf failed ({what}){at}: {condense(output, 64 if node else 240)}{other if node else ''}")
 
     def with_log(self) -> ConversionError:
         """The error for a run that ends here: the output folder is removed, so the full log is

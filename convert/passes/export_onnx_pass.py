@@ -3,12 +3,17 @@
 The TorchScript exporter (``dynamo=False``) is used: torch 2.13's default dynamo exporter
 needs ``onnxscript`` and produces graphs onnx2tf 1.28 handles less well. The graph is
 checked with ``onnx.checker``, simplified with onnxslim (constant folding, dead nodes), and
-must run in ONNX Runtime with the same outputs as the model it came from.
+must run in ONNX Runtime with the same outputs as the model it came from: within 1e-4 of its largest
+value, or within what float32 itself errs by there (the model in float32 against float64, as a
+float row is judged), or the same rows in another order (a top-k tail's ties).
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
+
+import numpy as np
 
 from edgeport._lazy import require
 from edgeport.convert.base import ConvertConfig, Exported, Pass, PassResult, Prepared
@@ -95,17 +100,28 @@ class ExportOnnxPass(Pass[Prepared, Exported]):
         from torch.nn.modules.batchnorm import _BatchNorm
 
         from edgeport.convert.modelcheck import rows_match
-        from edgeport.models.inference import forward
+        from edgeport.models.inference import float32_error, forward
         from edgeport.validate.metrics import max_abs_rel
+        from edgeport.validate.parity.compare import FLOAT32_ERROR
 
         counts = op_counts(after.onnx)
         bn_modules = sum(isinstance(m, _BatchNorm) for m in before.module.modules())
         if bn_modules == 0 and counts.get("BatchNormalization"):
             raise PassCheckError(f"{counts['BatchNormalization']} BatchNormalization nodes in a folded model")
         x = before.calib[:1]
-        for i, (ref, got) in enumerate(zip(forward(before.module, x), run_onnxruntime(after.onnx, x), strict=True)):
+        refs = forward(before.module, x)
+
+        @functools.cache
+        def own_error(i: int) -> float | None:  # the model in float32 against float64, measured where needed
+            errors = float32_error(before.module, x, refs)
+            return float(errors[i].max(initial=0.0)) if errors else None
+
+        for i, (ref, got) in enumerate(zip(refs, run_onnxruntime(after.onnx, x), strict=True)):
             if ref.shape != got.shape:
                 raise PassCheckError(f"ONNX output {i} has shape {got.shape}, PyTorch {ref.shape}")
             err = max_abs_rel(ref, got)
             if err > ORT_REL_TOL and not rows_match(ref, got, ORT_REL_TOL):
-                raise PassCheckError(f"ONNX Runtime output {i} differs from PyTorch by {err:.3g} x max|output|")
+                own = own_error(i)
+                if own is None or float(np.abs(ref - got).max()) > FLOAT32_ERROR * own:
+                    said = f", float32's own error {own:.3g}" if own is not None else ""
+                    raise PassCheckError(f"ONNX Runtime output {i} differs from PyTorch by {err:.3g} x max|output|{said}")

@@ -159,3 +159,23 @@ def test_a_float_files_probability_is_held_on_the_scale_of_one_whatever_its_valu
     logits = scores * 1e4 - 3.0  # beyond [0, 1]: held to its own max, as before
     (plain,) = comparisons(["logits"], Head("raw"), [logits], [logits + 5e-3], "float32")
     assert plain.tolerance == FLOAT32 and not plain.passed
+
+
+def test_float32s_own_error_lets_a_float_row_off_by_no_more_than_a_report_may_hold():
+    """Where float64 does not settle what float32 computes (RT-DETR's query top-k among ties), float32's
+    own error is most of the output: a float row is held to at most 1e-3 of the output's largest value
+    there (what the report's reader allows), so the report it writes reads back."""
+    from edgeport.models.heads import Head
+    from edgeport.validate.parity.result import FLOAT32_ERROR_BOUND, ResultRow
+    from edgeport.validate.parity.run import comparisons
+
+    ref = np.random.default_rng(1).uniform(0, 50, (1, 300, 6)).astype(np.float32)
+    got = ref.copy()
+    got[0, 7] += 20.0  # another query kept
+    small, large = np.full(ref.shape, 1e-6), np.abs(got - ref) + 1e-6
+    (held,) = comparisons(["y"], Head("raw"), [ref], [got], "float32", errors=[small])
+    (capped,) = comparisons(["y"], Head("raw"), [ref], [got], "float32", errors=[large])
+    assert held.tolerance.float32_error == pytest.approx(2e-6) and not held.passed
+    assert capped.tolerance.float32_error == FLOAT32_ERROR_BOUND * float(np.abs(ref).max()) and not capped.passed
+    row = ResultRow("float32", "tflite", False, outputs=(capped.to_dict(),))
+    assert ResultRow.from_dict(row.to_dict(), "row").outputs[0]["tolerance"]["float32_error"] == capped.tolerance.float32_error
