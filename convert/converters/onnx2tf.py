@@ -208,7 +208,10 @@ class Onnx2tfFailed(ConversionError):
         at = f" at the ONNX node {node[-1][:80]}" if node else ""
         other = ("; try onnx2tf 2.x (make setup PYTHON=python3.12 VENV=.venv312) or --converter litert-torch"
                  if generation == 1 else "; try --converter litert-torch" if generation else "")
-        super().__init__(f"onnx2tf failed ({what}){at}: {condense(output, 64 if node else 240)}{other if node else ''}")
+        cause = condense(output)
+        if node and len(cause) > 64:  # room for what to try: the cause cut at a word
+            cause = cause[:61].rsplit(" ", 1)[0] + " ..."
+        super().__init__(f"onnx2tf failed ({what}){at}: {cause}{other if node else ''}")
 
     def with_log(self) -> ConversionError:
         """The error for a run that ends here: the output folder is removed, so the full log is

@@ -82,9 +82,10 @@ EXPECTED = {
     "yolov8n_pose": (INT8, [U8]),
     "yolov8n_seg": (INT8, [U8]),  # the prototypes' TRANSPOSE_CONV: v1 + ADD (float32), a 1x1 conv (uint8)
     "yolov10n": (INT8, [U8]),
-    # its top-k tail: onnx2tf 1.28 crashes on it
-    "yolov10n_end2end": (converter_fails("onnx2tf failed (exit 1): TypeError: only 0-dimensional arrays can be converted to Python "
-                                         "scalars"), None),
+    # its top-k tail: onnx2tf 1.28 crashes on it, named with what to try
+    "yolov10n_end2end": (converter_fails("onnx2tf failed (exit 1) at the ONNX node /model.23/TopK: TypeError: only 0-dimensional "
+                                         "arrays can be converted to ...; try onnx2tf 2.x (make setup PYTHON=python3.12 "
+                                         "VENV=.venv312) or --converter litert-torch"), None),
     # torchvision's detectors post-process in forward: a result whose size follows the image, labels
     "ssdlite320": (refused("output 2 (Tensor(131,)) is int64, not floating point"), None),
     "fcos_resnet50": (refused("output 0 is empty for an image"), None),
