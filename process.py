@@ -12,7 +12,7 @@ import tempfile
 import threading
 from typing import NoReturn
 
-_STDERR = threading.Lock()  # one thread at a time points fd 2 elsewhere
+_STDERR = threading.RLock()  # one thread at a time points fd 2 elsewhere
 MAX_CAUGHT = 1 << 20
 
 
@@ -85,8 +85,15 @@ def caught_stderr():
     """What native code writes on fd 2 while the block runs, caught in a temporary file (up to
     ``MAX_CAUGHT`` bytes): yields a list that holds those bytes once the block ends, however it ends."""
     caught: list[bytes] = []
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all (2>&-): nothing to catch
+        yield caught
+        return
+    os.close(saved)
     with _STDERR, tempfile.TemporaryFile() as tmp:
-        sys.stderr.flush()
+        if sys.stderr is not None:
+            sys.stderr.flush()
         saved = os.dup(2)
         os.dup2(tmp.fileno(), 2)
         try:

@@ -2,8 +2,8 @@
 the dataset (or the first ``--images``), as ``yolo val`` measures a file.
 
 The images are streamed: a chunk at a time is loaded, letterboxed, run and decoded, and only its
-detections are kept, so memory stays flat as the set grows; loading the next chunk and decoding the
-last one overlap the run of this one. Parity's rows are judged on the first
+detections are kept (at most 100 an image), so the images' memory stays flat as the set grows; loading
+the next chunk and decoding the last one overlap the run of this one. Parity's rows are judged on the first
 images alone (``convert/passes/given_file_pass.py``); this scores the file's own row -- and PyTorch's,
 the mAP the file is measured against -- on all of them. The file runs on TFLite's optimised kernels
 on one thread beside PyTorch on the other core.

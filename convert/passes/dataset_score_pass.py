@@ -19,6 +19,8 @@ class DatasetScorePass(Pass[Validated, Validated]):
         given, head = value.gated.tflite, value.parity.head
         if not given.scored:
             return PassResult(value, changed=False, summary="no labelled dataset to score")
+        if not any(len(s.boxes) for s in given.scored):
+            return PassResult(value, changed=False, summary=f"no labelled box in the {len(given.scored)} images: no mAP")
         prepared = given.prepared
         (path,) = given.files.values()
         runners = {"tflite": TFLiteRunner(path, list(prepared.output_shapes))}

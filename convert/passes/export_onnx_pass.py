@@ -10,7 +10,6 @@ float row is judged), or the same rows in another order (a top-k tail's ties).
 
 from __future__ import annotations
 
-import functools
 import warnings
 
 import numpy as np
@@ -111,10 +110,12 @@ class ExportOnnxPass(Pass[Prepared, Exported]):
         x = before.calib[:1]
         refs = forward(before.module, x)
 
-        @functools.cache
-        def own_error(i: int) -> float | None:  # the model in float32 against float64, measured where needed
-            errors = float32_error(before.module, x, refs)
-            return float(errors[i].max(initial=0.0)) if errors else None
+        measured: list = []
+
+        def own_error(i: int) -> float | None:  # the model in float32 against float64, measured once, where needed
+            if not measured:
+                measured.append(float32_error(before.module, x, refs))
+            return float(measured[0][i].max(initial=0.0)) if measured[0] else None
 
         for i, (ref, got) in enumerate(zip(refs, run_onnxruntime(after.onnx, x), strict=True)):
             if ref.shape != got.shape:

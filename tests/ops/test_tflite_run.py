@@ -32,3 +32,15 @@ def test_loading_a_file_on_xnnpack_says_nothing_on_stderr_but_what_the_runtime_r
     assert ours.returncode == 0, ours.stderr.decode()
     assert DELEGATE_NOTE not in ours.stderr
     assert ours.stderr.decode().splitlines()[0] == "loaded" and "refused" in ours.stderr.decode()
+
+
+def test_a_process_without_stderr_still_loads_a_file(tmp_path):
+    """``edgeport ... 2>&-``: no fd 2 to point elsewhere, so nothing is caught, and the file loads."""
+    import os
+
+    model = tmp_path / "relu.tflite"
+    model.write_bytes(unary("RELU", (1, 4, 4, 3)))
+    script = "import sys\nfrom edgeport.ops.tflite_run import load_interpreter\nload_interpreter(sys.argv[1])\nprint('loaded')"
+    proc = subprocess.run([sys.executable, "-c", script, str(model)], capture_output=False, stdout=subprocess.PIPE,
+                          preexec_fn=lambda: os.close(2), timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == b"loaded"
