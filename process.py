@@ -85,21 +85,20 @@ def caught_stderr():
     """What native code writes on fd 2 while the block runs, caught in a temporary file (up to
     ``MAX_CAUGHT`` bytes): yields a list that holds those bytes once the block ends, however it ends."""
     caught: list[bytes] = []
-    try:
-        saved = os.dup(2)
-    except OSError:  # no stderr at all (2>&-): nothing to catch
-        yield caught
-        return
-    os.close(saved)
-    with _STDERR, tempfile.TemporaryFile() as tmp:
+    with _STDERR:
+        try:
+            saved = os.dup(2)
+        except OSError:  # no stderr at all (2>&-): nothing to catch
+            yield caught
+            return
         if sys.stderr is not None:
             sys.stderr.flush()
-        saved = os.dup(2)
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield caught
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            caught.append(tmp.read(MAX_CAUGHT))
+        with tempfile.TemporaryFile() as tmp:
+            os.dup2(tmp.fileno(), 2)
+            try:
+                yield caught
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                tmp.seek(0)
+                caught.append(tmp.read(MAX_CAUGHT))

@@ -176,6 +176,16 @@ def _said(proc: subprocess.CompletedProcess) -> str:
     return (named or lines or [""])[-1][:400]
 
 
+def edgeport_outcome(out: Path, result: dict) -> tuple[dict | None, Shipped | None]:
+    """edgeport's report in ``out`` and the file it says to ship; its verdict noted in ``result``."""
+    path = out / "report.json"
+    report = json.loads(path.read_text()) if path.is_file() else None
+    if report:
+        result["edgeport_passed"] = report.get("passed")
+        result["edgeport_repaired"] = report.get("repaired")
+    return report, shipped_file(report, out) if report else None
+
+
 def edgeport_convert(ckpt: Path, imgsz: int, calib: Path, out: Path, *, arch: str | None, cwd: Path, val: Path) -> dict:
     """``edgeport convert``, calibrating on every one of ``calib`` (as the peer does) and judging on ``val``."""
     t0 = time.perf_counter()
@@ -419,12 +429,7 @@ def measure_yolo(head_name: str, imgsz: int, data: Path, data_yaml: Path, x: np.
                                                   arch="zoo_models:yolov8n", cwd=ZOO)
     print(f"{head_name} {imgsz} px: Ultralytics export", file=sys.stderr)
     result["peer_export"], peer_file = peer_export(sd_path, imgsz, data_yaml, case / "peer")
-    report_path = case / "edgeport" / "report.json"
-    report = json.loads(report_path.read_text()) if report_path.is_file() else None
-    ship = shipped_file(report, case / "edgeport") if report else None
-    if report:
-        result["edgeport_passed"] = report.get("passed")
-        result["edgeport_repaired"] = report.get("repaired")
+    report, ship = edgeport_outcome(case / "edgeport", result)
     if ship is None or not ship.file.is_file() or peer_file is None:
         result["skipped"] = ("edgeport wrote no report" if report is None else "edgeport ships no file" if ship is None
                              else f"the shipped file {ship.file.name} is missing" if not ship.file.is_file()
@@ -465,12 +470,7 @@ def measure_pdet(rounds: int, folder: Path) -> dict:
     print(f"pdet {imgsz} px: edgeport convert", file=sys.stderr)
     result["edgeport_convert"] = edgeport_convert(PDET, imgsz, data / "images" / "val", case / "edgeport", arch=None, cwd=REPO,
                                                 val=data / "images" / "train")
-    report_path = case / "edgeport" / "report.json"
-    report = json.loads(report_path.read_text()) if report_path.is_file() else None
-    ship = shipped_file(report, case / "edgeport") if report else None
-    if report:
-        result["edgeport_passed"] = report.get("passed")
-        result["edgeport_repaired"] = report.get("repaired")
+    report, ship = edgeport_outcome(case / "edgeport", result)
     if ship is None or not ship.file.is_file():
         result["skipped"] = "edgeport wrote no report" if report is None else "edgeport ships no file"
         return result

@@ -36,6 +36,8 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
 
     if not Path(tflite).is_file():
         raise BadInputError(f"--tflite {str(tflite)!r} does not exist; pass a .tflite file")
+    if images is not None and data is None:
+        raise BadInputError(f"--images {images} takes the first images of --data; pass --data DIR, or drop --images")
     if data is not None and not Path(data).is_dir():
         raise BadInputError(f"--data {str(data)!r} is not a folder; pass a dataset folder or a folder of images")
     given = (Path(checkpoint), Path(tflite), Path(data) if data is not None else None)

@@ -123,16 +123,8 @@ def float_tail(quantised: bytes, float_file: bytes, seeds, fed_by) -> Tail | Non
     kept = [q.ops[i] for i in sorted(need)]
     mapped: dict[int, int] = {}
 
-    def take(t: int) -> int:  # the float32 file's tensor t, copied into the quantised model
-        if t not in mapped:
-            tensor = copy.copy(f.tensor(t))
-            tensor.buffer = 0
-            q.sg.tensors.append(tensor)
-            mapped[t] = len(q.sg.tensors) - 1
-            value = f.const(t)
-            if value is not None:
-                q.set_const(mapped[t], value)
-        return mapped[t]
+    def take(t: int) -> int:
+        return _taken(f, q, mapped, t)
 
     for t, s in fed.items():
         if q.dtype(s) == "float32":
@@ -203,16 +195,8 @@ def float_islands(quantised: bytes, float_file: bytes, ops, fed_by) -> Tail | No
     mapped: dict[int, int] = {}
     dequantized: dict[int, int] = {}
 
-    def take(t: int) -> int:  # the float32 file's tensor t, copied into the quantised model
-        if t not in mapped:
-            tensor = copy.copy(f.tensor(t))
-            tensor.buffer = 0
-            q.sg.tensors.append(tensor)
-            mapped[t] = len(q.sg.tensors) - 1
-            value = f.const(t)
-            if value is not None:
-                q.set_const(mapped[t], value)
-        return mapped[t]
+    def take(t: int) -> int:
+        return _taken(f, q, mapped, t)
 
     new_ops = []
     for i, op in enumerate(q.ops):
@@ -249,3 +233,16 @@ def float_islands(quantised: bytes, float_file: bytes, ops, fed_by) -> Tail | No
     q.prune()
     return Tail(q.to_bytes(), tuple(chosen), tuple(sorted({f.tensor_name(t) for j in chosen for t in f.ops[j].inputs
                                                            if t >= 0 and f.const(t) is None and t not in made})), islands=True)
+
+
+def _taken(f, q, mapped: dict[int, int], t: int) -> int:
+    """The float32 file ``f``'s tensor ``t``, copied into the quantised model ``q`` once (``mapped``: which are)."""
+    if t not in mapped:
+        tensor = copy.copy(f.tensor(t))
+        tensor.buffer = 0
+        q.sg.tensors.append(tensor)
+        mapped[t] = len(q.sg.tensors) - 1
+        value = f.const(t)
+        if value is not None:
+            q.set_const(mapped[t], value)
+    return mapped[t]

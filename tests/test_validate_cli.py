@@ -186,6 +186,8 @@ def test_validate_bad_input_is_one_line_and_leaves_nothing(bilinear, tmp_path, c
         (["--tflite", str(tmp_path / "junk.tflite")], "not a TFLite model"),
         (["--tflite", str(tfl), "--imgsz", "160"], "the TFLite model takes 96x96"),
         (["--tflite", str(tfl), "--data", str(tmp_path / "nodata")], "is not a folder"),
+        (["--tflite", str(tfl), "--images", "5"], "--images 5 takes the first images of --data"),
+        (["--tflite", str(tfl), "--images", "0"], "--images"),
         (["--tflite", str(tfl), "--board", "nope"], "unknown board 'nope'"),
     ]
     for args, needle in cases:

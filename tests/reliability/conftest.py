@@ -126,3 +126,15 @@ def workspace(tmp_path, monkeypatch, save_pdet) -> Path:
     (ws / "notes.txt").write_text("the user's own file\n")
     monkeypatch.chdir(ws)
     return ws
+
+
+@pytest.fixture
+def data(workspace) -> Path:
+    """A small dataset (8 train, 2 val scenes at 64 px) for ``train``'s and ``validate``'s runs."""
+    from edgeport.models.synth import make_scene
+    from edgeport.validate.datasets import write_dataset
+
+    rng = np.random.default_rng(0)
+    root = workspace / "data"
+    write_dataset(root, {"train": [make_scene(rng, 64) for _ in range(8)], "val": [make_scene(rng, 64) for _ in range(2)]}, size=64)
+    return root

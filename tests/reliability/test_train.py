@@ -12,25 +12,14 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from edgeport.folders import LOCK, MARKER, write_marker
-from edgeport.models.synth import make_scene
-from edgeport.validate.datasets import write_dataset
 
 from .conftest import assert_one_line, inventory, run_cli
 
 pytestmark = pytest.mark.one_line
-
-@pytest.fixture
-def data(workspace) -> Path:
-    rng = np.random.default_rng(0)
-    root = workspace / "data"
-    write_dataset(root, {"train": [make_scene(rng, 64) for _ in range(8)], "val": [make_scene(rng, 64) for _ in range(2)]}, size=64)
-    return root
-
 
 TRAIN = ("train", "--data", "data", "--imgsz", "64", "--batch-size", "4", "--eval-every", "1000")
 

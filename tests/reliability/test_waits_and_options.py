@@ -15,14 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from edgeport.errors import MAX_LINE, BadInputError, report
-from edgeport.models.synth import make_scene
 from edgeport.train.launch import free_port
-from edgeport.validate.datasets import write_dataset
 
 from .conftest import Result, assert_one_line, inventory, run_cli
 
@@ -30,14 +27,6 @@ pytestmark = pytest.mark.one_line
 
 TRAIN = ("train", "--data", "data", "--imgsz", "64", "--batch-size", "4", "--epochs", "1", "--eval-every", "1000")
 HUGE = "x" * 20_000_000  # past any argv limit: given in this process, or through a file
-
-
-@pytest.fixture
-def data(workspace) -> Path:
-    rng = np.random.default_rng(0)
-    root = workspace / "data"
-    write_dataset(root, {"train": [make_scene(rng, 64) for _ in range(8)], "val": [make_scene(rng, 64) for _ in range(2)]}, size=64)
-    return root
 
 
 def _rank_env(rank: int, port: int, **extra: str) -> dict:
