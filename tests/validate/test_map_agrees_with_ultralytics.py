@@ -47,7 +47,8 @@ def _scene(rng: np.random.Generator, images: int, classes: int):
 
 
 ULTRALYTICS = """
-import json, sys
+import json, os, sys
+os.environ["YOLO_OFFLINE"] = "1"  # Ultralytics: never reach for the network
 import numpy as np, torch
 from ultralytics.engine.validator import BaseValidator
 from ultralytics.utils.metrics import ap_per_class, box_iou
