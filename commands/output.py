@@ -6,10 +6,13 @@ Names from files reach the terminal through ``text.for_terminal`` and are never 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgeport.text import for_terminal
+
+BAR = 30  # the progress bar's width, in characters
 
 if TYPE_CHECKING:
     from edgeport.validate.report.schema import Report
@@ -39,7 +42,7 @@ def finish(out: Path, report: Report, what: str) -> int:
     stdout = Console(width=None if sys.stdout.isatty() else 140)
     print_table(report, stdout)
     for line in [f"- {item}" for item in board_runtime_lines(report)] + divergence_lines(report) + op_error_lines(report) + \
-            repair_lines(report) + [f"- {item}" for item in dataset_lines(report)[:3]]:
+            repair_lines(report) + [f"- {item}" for item in dataset_lines(report, classes=False)]:
         stdout.print(for_terminal(line), highlight=False, markup=False)
     gate(out, report, what=what)
     stdout.print(for_terminal(f"{what} in {out}/"), highlight=False, markup=False)
@@ -55,16 +58,29 @@ def fail_with_list(header: str, items) -> int:
 
 
 class Progress:
-    """One line per stage, with its time, on stderr."""
+    """One line per stage, with its time, on stderr; on a terminal, a spinner while a stage runs, and
+    a bar while validate scores a dataset."""
 
     def __init__(self, console):
         self.console = console
         self.status = None
+        self.name, self.began = "", 0.0
 
     def start(self, name: str) -> None:
+        self.name, self.began = name, time.perf_counter()
         if self.console is not None and self.console.is_terminal:  # a spinner's thread redraws nothing into a file
             self.status = self.console.status(f"{name} ...")
             self.status.start()
+
+    def advance(self, done: int, total: int) -> None:
+        """A bar under the running stage: ``done`` of ``total`` images, and the time left at this pace."""
+        if self.status is None or not total:
+            return
+        left = f", {(time.perf_counter() - self.began) / done * (total - done):.0f} s left" if done > 0 else ""
+        from rich.text import Text
+
+        filled = round(BAR * done / total)  # plain text: "[###...]" is not markup
+        self.status.update(Text(f"{self.name} [{'#' * filled}{'.' * (BAR - filled)}] {done}/{total} images{left}"))
 
     def close(self) -> None:
         if self.status is not None:

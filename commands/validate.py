@@ -41,6 +41,7 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
     if data is not None and not Path(data).is_dir():
         raise BadInputError(f"--data {str(data)!r} is not a folder; pass a dataset folder or a folder of images")
     given = (Path(checkpoint), Path(tflite), Path(data) if data is not None else None)
+    progress = Progress(console)
     with staged_output(out, command="validate", force=force, default_root=DEFAULT_RUNS, inputs=given) as stage:
         size, _, _ = read_given(Path(tflite))
         if imgsz is not None and imgsz != size:
@@ -49,8 +50,7 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
                                imgsz_from="--imgsz" if imgsz is not None else "the TFLite file's input",
                                trust_checkpoint=trust_checkpoint, head=head, outputs=outputs, given=Path(tflite),
                                data=Path(data) if data is not None else None, images=images,
-                               rows=rows)
-        progress = Progress(console)
+                               rows=rows, on_progress=progress.advance)
         try:
             validated, records = run_pipeline(config, VALIDATE, on_start=progress.start, on_stage=progress.done)
         finally:

@@ -88,6 +88,8 @@ class ConvertConfig:
     given: Path | None = None
     data: Path | None = None
     images: int | None = None  # validate: the first images of --data it measures (None: every one)
+    # validate --data: told (images done, images in all) as the dataset is scored (commands/output.Progress)
+    on_progress: Callable[[int, int], None] | None = field(default=None, compare=False, repr=False)
     # what the run starts in the background (children, threads, early runs), ended with it (convert/context.py)
     context: RunContext = field(default_factory=RunContext, compare=False, repr=False)
 

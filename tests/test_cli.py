@@ -251,3 +251,27 @@ def test_a_missing_checkpoint_is_said_before_the_heavy_imports(tmp_path, command
     proc = subprocess.run([sys.executable, "-c", code, *command], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.stdout.split("\n")[0] == "2 []", (proc.stdout, proc.stderr)
     assert proc.stderr.strip() == "edgeport: error: checkpoint 'missing.pt' does not exist; pass the path to a .pt/.pth file"
+
+
+def test_a_terminal_sees_a_bar_while_a_dataset_is_scored_and_a_file_sees_only_the_stage_lines():
+    import io
+
+    from rich.console import Console
+
+    from edgeport.commands.output import Progress
+
+    seen = []
+    progress = Progress(Console(file=io.StringIO(), force_terminal=True))
+    progress.start("dataset")
+    progress.status.update = lambda text: seen.append(text.plain)  # what the spinner would redraw
+    progress.advance(0, 40)
+    progress.advance(10, 40)
+    progress.advance(40, 40)
+    progress.close()
+    assert seen[0] == "dataset [" + "." * 30 + "] 0/40 images"
+    assert seen[1].startswith("dataset [" + "#" * 8 + "." * 22 + "] 10/40 images, ") and seen[1].endswith(" s left")
+    assert seen[2].startswith("dataset [" + "#" * 30 + "] 40/40 images, 0 s left")
+    into_a_file = Progress(Console(file=io.StringIO(), force_terminal=False))
+    into_a_file.start("dataset")
+    into_a_file.advance(10, 40)  # nothing drawn, nothing raised
+    assert into_a_file.status is None

@@ -4,9 +4,10 @@ the dataset (or the first ``--images``), as ``yolo val`` measures a file.
 The images are streamed: a chunk at a time is loaded, letterboxed, run and decoded, and only its
 detections are kept (at most 100 an image), so the images' memory stays flat as the set grows; loading
 the next chunk and decoding the last one overlap the run of this one. Parity's rows are judged on the first
-images alone (``convert/passes/given_file_pass.py``); this scores the file's own row -- and PyTorch's,
-the mAP the file is measured against -- on all of them. The file runs on TFLite's optimised kernels
-on one thread beside PyTorch on the other core.
+images alone (``convert/passes/given_file_pass.py``); this scores the cheap rows on all of them: the file
+on TFLite's optimised kernels, and (every row asked for) PyTorch's, the mAP the file is measured against,
+and the board's own runtime's, each on its own thread (the board's in its own process) side by side.
+The reference kernels and the board's emulator, slow, keep to parity's first images.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeport.models.decode import COCO_EVAL, Detections
+from edgeport.validate.parity.runners import RuntimeRefused
 
 CHUNK = 16  # images loaded at a time: about 80 MB at 640 px, three chunks in flight
 
@@ -27,6 +29,7 @@ class DatasetScore:
     images: int
     maps: dict  # row label -> validate.metrics.coco_map(per_class=True)
     seconds: float
+    refused: dict  # row label -> the runtime's own message, where it refused an image parity's first ones did not hold
 
 
 def load_chunk(samples, imgsz: int) -> tuple[np.ndarray, list]:
@@ -45,14 +48,16 @@ def load_chunk(samples, imgsz: int) -> tuple[np.ndarray, list]:
     return np.stack(inputs), boxes
 
 
-def score_dataset(samples, imgsz: int, head, runners: dict) -> DatasetScore | None:
+def score_dataset(samples, imgsz: int, head, runners: dict, on_progress=None) -> DatasetScore | None:
     """Each runner's (``validate.parity.runners.Runner``, one invoke an image) detections on every sample,
     decoded by the ``COCO_EVAL`` protocol and scored against the samples' labels; None where the head
-    has no boxes to decode."""
+    has no boxes to decode. ``on_progress(images done, images in all)`` after each chunk. A runner that
+    refuses an image is scored no further: its row has no mAP, and ``refused`` says why."""
     from edgeport.validate.metrics import coco_map
 
     t0 = time.perf_counter()
     found: dict[str, list[Detections]] = {name: [] for name in runners}
+    refused: dict[str, str] = {}
     for runner in runners.values():
         runner.once = True  # the outputs only: no second, timed invoke
     chunks = [samples[i:i + CHUNK] for i in range(0, len(samples), CHUNK)]
@@ -63,18 +68,32 @@ def score_dataset(samples, imgsz: int, head, runners: dict) -> DatasetScore | No
             done = None
             if pending is not None:  # a runner takes one chunk at a time: the last one's outputs first
                 runs, boxes = pending
-                done, pending = ({name: run.result().outputs for name, run in runs.items()}, boxes), None
+                done, pending = ({name: _outputs(run, name, refused) for name, run in runs.items()}, boxes), None
             if k < len(chunks):
                 x, boxes = loading.result()
                 if k + 1 < len(chunks):
                     loading = pool.submit(load_chunk, chunks[k + 1], imgsz)
-                pending = ({name: pool.submit(runner.run, x) for name, runner in runners.items()}, boxes)
+                pending = ({name: pool.submit(runner.run, x) for name, runner in runners.items() if name not in refused},
+                           boxes)
             if done is not None:
                 outputs, boxes = done
                 for name, out in outputs.items():
+                    if out is None:
+                        continue
                     dets = head.decode(out, COCO_EVAL)
                     if dets is None:
                         return None
                     found[name] += [Detections(lb.to_original(d.boxes), d.scores, d.classes) for d, lb in zip(dets, boxes)]
-    maps = {name: coco_map(samples, dets, per_class=True) for name, dets in found.items()}
-    return DatasetScore(len(samples), maps, time.perf_counter() - t0)
+                if on_progress is not None:
+                    on_progress(min(k * CHUNK, len(samples)), len(samples))
+    maps = {name: coco_map(samples, dets, per_class=True) for name, dets in found.items() if name not in refused}
+    return DatasetScore(len(samples), maps, time.perf_counter() - t0, refused)
+
+
+def _outputs(run, name: str, refused: dict):
+    """A chunk's outputs, or None where its runner refused it (said in ``refused``)."""
+    try:
+        return run.result().outputs
+    except RuntimeRefused as exc:
+        refused[name] = str(exc)
+        return None

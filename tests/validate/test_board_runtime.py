@@ -70,6 +70,10 @@ def test_the_protocol_runs_a_model_and_names_the_runtime(tmp_path):
     assert out.reported.startswith("LiteRT "), "the runtime says what it is, where its label does not"
     assert out.repeat_max_abs == 0.0, "each image invoked twice, the same answer"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["id.tflite"]  # its run folder is gone
+    runner.once = True  # validate --data's images: the outputs alone, each image invoked once
+    once = runner.run(x)
+    np.testing.assert_array_equal(once.outputs[0], x)
+    assert once.repeat_max_abs is None and len(once.image_ms) == 3
 
 
 def test_files_are_timed_against_each_other_in_one_process_and_a_reply_is_read_strictly(tmp_path):

@@ -10,7 +10,7 @@ from edgeport.models.heads import Head
 from edgeport.models.synth import make_scene
 from edgeport.validate import dataset_score
 from edgeport.validate.datasets import load_split, write_dataset
-from edgeport.validate.parity.runners import Runner
+from edgeport.validate.parity.runners import Runner, RuntimeRefused
 
 SIZE = 64
 
@@ -64,3 +64,32 @@ def test_parity_judges_the_first_images_and_map_takes_every_one_or_the_first_n(t
     plain = tmp_path / "images" / "val"  # a folder of images: parity's inputs, and nothing to score
     inputs, _, truth, _, scored = given_file_pass._dataset(plain, SIZE, 1, None)
     assert inputs.shape[0] == 4 and truth is None and scored == ()
+
+
+class RefusesFrom(Truth):
+    """Refuses every chunk from image ``first`` on, as a board's runtime refusing an image would."""
+
+    def __init__(self, boxes_by_image, first: int):
+        super().__init__(boxes_by_image)
+        self.first = first
+
+    def run(self, inputs, stop=None, indices=None):
+        if self.seen + len(inputs) > self.first:
+            raise RuntimeRefused("TFLite 1.13.1 refused the model: tensor too large")
+        return super().run(inputs, stop, indices)
+
+
+def test_a_row_that_refuses_an_image_has_no_map_and_says_why_and_the_others_go_on(tmp_path, monkeypatch):
+    rng = np.random.default_rng(7)
+    write_dataset(tmp_path, {"val": [make_scene(rng, SIZE) for _ in range(10)]}, size=SIZE)
+    samples = load_split(tmp_path, "val", 1)
+    _, letterboxes = dataset_score.load_chunk(samples, SIZE)
+    in_input = [b.boxes * lb.scale + np.array([lb.pad_x, lb.pad_y] * 2, np.float32) for b, lb in zip(samples, letterboxes)]
+    monkeypatch.setattr(dataset_score, "CHUNK", 4)
+    told = []
+    score = dataset_score.score_dataset(samples, SIZE, Head("yolov8", nc=1),
+                                        {"t": Truth(in_input), "board": RefusesFrom(in_input, 6)},
+                                        on_progress=lambda done, total: told.append((done, total)))
+    assert set(score.maps) == {"t"} and "tensor too large" in score.refused["board"]
+    assert score.maps["t"]["map50"] > 0.95, "the rows that run go on to the last image"
+    assert told == [(4, 10), (8, 10), (10, 10)], "progress after each chunk, ending at every image"

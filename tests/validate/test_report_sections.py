@@ -57,6 +57,9 @@ CONVERTER = {"name": "onnx2tf", "version": "1.28.8", "writer": "tensorflow", "no
                              "per_output": [3e-7, 0.0], "tolerance": 1e-5, "agree": True, "first_parting": None}}
 SAMPLE = {"row": "int8 / board:default", "image": 0, "reference": [{"box": [1.5, 2.0, 30.25, 40.0], "score": 0.9, "class": 0}],
           "candidate": []}
+# validate --data: the board's runtime refused an image past parity's, so its row has no mAP
+DATASET = {"source": "d/images/val", "images": 40, "seconds": 3.5, "refused": {"board:b (TFLite 1.13.1)": "refused: x"},
+           "rows": {"tflite": {"map50": 0.5, "map50_95": 0.25, "classes": {"0": {"ap50": 0.5, "ap50_95": 0.25, "instances": 9}}}}}
 
 
 @pytest.mark.parametrize("name, given", [
@@ -64,6 +67,7 @@ SAMPLE = {"row": "int8 / board:default", "image": 0, "reference": [{"box": [1.5,
     ("converter", {"name": "onnx2tf", "cross_check": {"name": "litert-torch", "version": "0.10.0", "ran": False,
                                                        "reason": "it wrote no float32 file: x"}}),
     ("int8_normalised", [[[1, 0, 4, 0.25], [1, 4, 5, 1.0]], []]),
+    ("dataset", DATASET),
 ])
 def test_what_a_phase_hands_the_report_is_written_as_it_was_given(name, given):
     assert written(read_sections({name: given})[name]) == given
@@ -85,3 +89,10 @@ def test_the_board_gates_verdict_is_the_reports_board_check():
                                                  "ops": [{"name": "MEAN", "version": 2, "count": 1, "notes": [], "needs": None,
                                                           "dtype": "int8"}], "activation_dtypes": ["int8"]}
 
+
+
+def test_a_runtime_that_refused_an_image_of_the_dataset_fails_the_report():
+    data = json.loads((ROOT / "ci" / "parity-baseline.json").read_text())
+    assert Report.from_dict(data).passed
+    assert not Report.from_dict({**data, "dataset": DATASET}).passed
+    assert Report.from_dict({**data, "dataset": {**DATASET, "refused": {}}}).passed

@@ -60,7 +60,7 @@ def check_reply(result, mode: str, *, images: int | None = None, probes: set[str
     checked = {"ok": True, **{k: _text(result.get(k), k) for k in ("runtime", "version", "package")}}
     if "python" in result:
         checked["python"] = _text(result["python"], "python")
-    if mode == "run":
+    if mode in ("run", "once"):
         outputs, ms = result.get("outputs"), result.get("ms")
         if not isinstance(outputs, list) or not 0 < len(outputs) <= MAX_OUTPUTS:
             raise Malformed(f"'outputs' is not a list of 1 to {MAX_OUTPUTS} outputs")
@@ -104,7 +104,7 @@ def _read_result(folder: Path, returncode: int, stderr: str, what: str, mode: st
     path = folder / "result.json"
     if not path.is_file():
         raise BoardRuntimeError(f"{what} crashed (exit {returncode}): {_last_line(stderr)}")
-    images = len(list((folder / "inputs").glob("*.npy"))) if mode == "run" else None
+    images = len(list((folder / "inputs").glob("*.npy"))) if mode in ("run", "once") else None
     probes = {p.name[: -len(".tflite")] for p in (folder / "probes").glob("*.tflite")} if mode == "probe" else None
     uint8 = {p.name[: -len(".tflite")] for p in (folder / "uint8").glob("*.tflite")} if mode == "probe" else None
     models = len(list((folder / "time").iterdir())) if mode == "time" else None

@@ -12,7 +12,8 @@ it into a run folder beside the model and the inputs:
     DIR/time/K/model.tflite   (time mode) models K = 0, 1, ... to time against each other, each with
     DIR/time/K/inputs/*.npy   its inputs (the same images, in its layout and dtype)
 
-and runs ``python board_worker.py run|probe|time|version DIR``. The worker writes
+and runs ``python board_worker.py run|once|probe|time|version DIR`` (``once``: as ``run``, each image
+invoked once, without the repeat check). The worker writes
 
     DIR/outputs/NNNN_K.npy    output K of image NNNN, as the runtime returned it (raw dtype)
     DIR/outputs/uint8.OP.npy  (probe mode) what the runtime computed for OP's uint8 model
@@ -131,7 +132,8 @@ def _first_line(exc):
     return (useful or lines)[0]
 
 
-def run(folder, found):
+def run(folder, found, again=True):
+    """Every input, each invoked twice (``again``) to report any difference, else once."""
     import numpy as np
 
     interpreter_cls, name, version, package = found
@@ -156,23 +158,26 @@ def run(folder, found):
             interp.invoke()
             ys = [np.array(interp.get_tensor(d["index"])) for d in outs]
             ms.append((time.perf_counter() - t0) * 1e3)
+            for k, y in enumerate(ys):
+                np.save(os.path.join(folder, "outputs", "%s_%d.npy" % (n[:-4], k)), y)
+            if not again:
+                continue
             # the same image again: an interpreter that keeps state between invokes answers otherwise
             interp.set_tensor(inp["index"], x)
             interp.invoke()
             for d, y in zip(outs, ys):
-                again = interp.get_tensor(d["index"])
+                again_y = interp.get_tensor(d["index"])
                 if y.size:
-                    repeat = max(repeat, float(np.max(np.abs(y.astype(np.float64) - again.astype(np.float64)))))
-            for k, y in enumerate(ys):
-                np.save(os.path.join(folder, "outputs", "%s_%d.npy" % (n[:-4], k)), y)
+                    repeat = max(repeat, float(np.max(np.abs(y.astype(np.float64) - again_y.astype(np.float64)))))
     except Exception as exc:
         base.update(ok=False, error="run", message=_first_line(exc))
         return base
     details = [{"shape": [int(v) for v in d["shape"]], "dtype": np.dtype(d["dtype"]).name,
                 "quantization": [float(d["quantization"][0]), int(d["quantization"][1])]} for d in outs]
     # no intermediates: TFLite reuses their memory, and 1.x cannot be told to keep it
-    base.update(ok=True, outputs=details, ms=ms, images=len(names), intermediates=False,
-                repeat_max_abs=repeat if repeat == repeat and repeat != float("inf") else -1.0)
+    base.update(ok=True, outputs=details, ms=ms, images=len(names), intermediates=False)
+    if again:
+        base["repeat_max_abs"] = repeat if repeat == repeat and repeat != float("inf") else -1.0
     return base
 
 
@@ -266,8 +271,8 @@ def time_models(folder, found):
 
 
 def main(argv):
-    if len(argv) != 2 or argv[0] not in ("run", "probe", "time", "version"):
-        sys.stderr.write("usage: board_worker.py run|probe|time|version DIR\n")
+    if len(argv) != 2 or argv[0] not in ("run", "once", "probe", "time", "version"):
+        sys.stderr.write("usage: board_worker.py run|once|probe|time|version DIR\n")
         return 2
     mode, folder = argv
     here = "Python %d.%d here" % sys.version_info[:2]
@@ -279,8 +284,8 @@ def main(argv):
         found, missing = _runtime(), here + " has none of tflite_runtime, ai_edge_litert, tensorflow"
     if found is None:
         result = {"ok": False, "error": "no_runtime", "message": missing}
-    elif mode == "run":
-        result = run(folder, found)
+    elif mode in ("run", "once"):
+        result = run(folder, found, again=mode == "run")
     elif mode == "probe":
         result = probe(folder, found)
     elif mode == "time":

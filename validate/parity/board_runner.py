@@ -45,7 +45,7 @@ class BoardRunner(Runner):
                 x = to_model_input(np.ascontiguousarray(inputs[i : i + 1], dtype=np.float32), summary.input_shape,
                                    summary.input_dtype, summary.input_quantization)
                 np.save(folder / "inputs" / f"{i:04d}.npy", x)
-            result = self.transport.execute(folder, "run")
+            result = self.transport.execute(folder, "once" if self.once else "run")
             said = f"{result['runtime']} {result['version']}"
             if not result["ok"]:
                 raise RuntimeRefused(f"{said} refused the model: {result['message']}")

@@ -189,10 +189,15 @@ def plan_rows(subject: ParitySubject, expected_shapes) -> list[PlannedRow]:
         if transport is not None:
             # the board's own runtime, whatever the emulator's gate said: it is the judge. It keeps
             # no intermediates, so a divergence is located on the emulator's file.
-            label = f"board:{subject.board.name} ({transport.identity(subject.board)})"
+            label = board_label(subject.board, transport)
             rows.append(PlannedRow(variant, label, BoardRunner(transport, path, expected_shapes, runtime=label,
                                                                workdir=subject.workdir), emulation.file))
     return rows
+
+
+def board_label(board, transport) -> str:
+    """The label of the board's own runtime's row."""
+    return f"board:{board.name} ({transport.identity(board)})"
 
 
 # -- 2. running them ---------------------------------------------------------------------------------

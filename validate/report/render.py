@@ -401,19 +401,20 @@ def board_runtime_lines(report: Report, q: Quoting = TERMINAL) -> list[str]:
 DATASET_TITLE = "mAP on the dataset"
 
 
-def dataset_lines(report: Report, q: Quoting = TERMINAL) -> list[str]:
-    """``validate --data``: each row's mAP on every labelled image, then each class's AP."""
+def dataset_lines(report: Report, q: Quoting = TERMINAL, *, classes: bool = True) -> list[str]:
+    """``validate --data``: each row's mAP on every labelled image, then (``classes``) each class's AP."""
     d = report.dataset
     if d is None:
         return []
     judged = report.inputs.count
     took = f", {d.seconds:.1f} s" if d.seconds is not None else ""
-    out = [f"mAP on {d.images} labelled images ({q.text(d.source or 'the dataset')}{took}); parity's rows on the first {judged}"]
+    out = [f"mAP on {d.images} labelled images ({q.text(d.source or 'the dataset')}{took}); parity's rows (the reference "
+           f"kernels' and the emulator's among them) on the first {judged} at most"]
     for name, m in d.rows.items():
         out.append(f"{q.text(name)}: mAP@0.5:0.95 {m.map50_95:.3f}, mAP@0.5 {m.map50:.3f}")
+    out += [f"{q.text(name)}: refused an image past parity's first {judged}, so no mAP: {q.text(why)}" for name, why in d.refused.items()]
     names = list(d.rows)
-    classes = sorted({c for m in d.rows.values() for c in m.classes}, key=int)
-    for c in classes:
+    for c in sorted({c for m in d.rows.values() for c in m.classes}, key=int) if classes else ():
         aps = [d.rows[n].classes.get(c) for n in names]
         count = next(a.instances for a in aps if a is not None)
         out.append(f"class {q.text(c)} ({count} boxes): AP@0.5:0.95 " + ", ".join(

@@ -80,13 +80,13 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        """Every row earned its pass and the board runs every file -- where a quantised file failed
+        """Every row earned its pass and the board runs every file (on every image scored for mAP) -- where a quantised file failed
         and its repaired file stands in for it (``repaired``), the repaired file's rows and board verdict are
         the file's: the run delivers a file that computes what the model computes."""
         stands_in = set(self.repaired)
         checks = self.board.checks.items() if self.board is not None else ()
         return all(self.earned(r) for r in self.results if r.variant not in stands_in) and \
-            all(c.runnable for v, c in checks if v not in stands_in)
+            all(c.runnable for v, c in checks if v not in stands_in) and not (self.dataset and self.dataset.refused)
 
     def tolerance(self, variant: str, output: str) -> dict | None:
         """The report's tolerance for one output of a variant: each channel's, or the variant's."""

@@ -293,16 +293,18 @@ class DatasetMap(Section):
 @dataclass(frozen=True, kw_only=True)
 class Dataset(Section):
     """validate ``--data``: mAP on every labelled image (or the first ``--images``), against the labels,
-    of PyTorch (where measured) and of the file on TFLite's optimised kernels (``validate/dataset_score.py``)."""
+    of the cheap rows: the file on TFLite's optimised kernels, PyTorch and the board's own runtime (where
+    measured: ``validate/dataset_score.py``). A row whose runtime refused an image has no mAP: ``refused``."""
 
     source: str | None = None
     images: int
-    rows: dict[str, DatasetMap]  # "pytorch", "tflite" -> its mAP
+    rows: dict[str, DatasetMap]  # "pytorch", "tflite", "board:NAME (RUNTIME)" -> its mAP
     seconds: float | None = None
+    refused: dict[str, str] = field(default_factory=dict)  # row -> the runtime's own message
 
     @classmethod
     def of(cls, score, source: str) -> "Dataset":
         """From ``validate.dataset_score.DatasetScore``."""
-        return cls(source=source, images=score.images, seconds=round(score.seconds, 2), rows={
+        return cls(source=source, images=score.images, seconds=round(score.seconds, 2), refused=dict(score.refused), rows={
             name: DatasetMap(map50=m["map50"], map50_95=m["map50_95"], classes={
                 str(c): ClassAP(**ap) for c, ap in m["classes"].items()}) for name, m in score.maps.items()})
