@@ -10,6 +10,7 @@ their own one-line explanation.
 
 from __future__ import annotations
 
+import argparse
 import pickle
 import re
 import zipfile
@@ -128,7 +129,10 @@ def torch_load(path: Path, *, trust: bool) -> Any:
     try:
         if trust:
             return torch.load(path, map_location="cpu", weights_only=False, pickle_module=_trusting_pickle())
-        return torch.load(path, map_location="cpu", weights_only=True)
+        # a training script's options, saved beside the weights (torchvision's reference scripts): plain
+        # attributes, each read back by the same restricted unpickler; nothing runs
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         culprit = _unsupported_global(str(exc))
         if not trust and culprit:

@@ -127,3 +127,17 @@ def test_untrusted_payload_is_never_executed(tmp_path):
         torch_load(path, trust=False)
     assert "system" in str(info.value)
     assert not marker.exists(), "the pickle payload ran during a safe load"
+
+
+def test_a_training_scripts_options_load_safely_and_carry_nothing_that_runs(tmp_path, sd):
+    import argparse
+
+    path = tmp_path / "ref.pt"  # as torchvision's references/detection/train.py saves it
+    torch.save({"model": sd, "optimizer": {"state": {}}, "args": argparse.Namespace(lr=0.01, epochs=26), "epoch": 25}, path)
+    loaded = torch_load(path, trust=False)
+    assert loaded["args"].lr == 0.01 and find_weights(loaded)[0] == "dict['model']"
+    marker = tmp_path / "PWNED"
+    torch.save({"model": sd, "args": argparse.Namespace(hook=_Payload(marker))}, path)
+    with pytest.raises(CheckpointError, match="--trust-checkpoint"):
+        torch_load(path, trust=False)
+    assert not marker.exists(), "what the options hold is read as strictly as the rest"
