@@ -65,14 +65,6 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def fraction(text: str) -> float:
-    """A number in (0, 1]."""
-    value = _finite(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
-
-
 def int_range(lo: int, hi: int):
     def parse(text: str) -> int:
         try:

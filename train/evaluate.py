@@ -23,22 +23,18 @@ def model_outputs(model: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]
         return [o.detach().float().cpu() for o in model(x.to(p.device, p.dtype))]
 
 
-def predict(model: torch.nn.Module, samples: list[Sample], imgsz: int, strides, *, batch: int = 16, images: list[np.ndarray] | None = None) -> list[Detections]:
+def predict(model: torch.nn.Module, samples: list[Sample], imgsz: int, strides, *, batch: int = 16) -> list[Detections]:
     """Run ``model`` (on any device) on the samples' images, letterboxed; original-coordinate detections."""
     model.eval()
     results: list[Detections] = []
     for start in range(0, len(samples), batch):
         chunk = samples[start : start + batch]
-        boxed = [letterbox(images[start + j] if images else load_image(s.image), imgsz) for j, s in enumerate(chunk)]
+        boxed = [letterbox(load_image(s.image), imgsz) for s in chunk]
         x = torch.from_numpy(np.stack([to_input(b) for b, _ in boxed]))
         outs = [o.numpy() for o in model_outputs(model, x)]
         for dets, (_, lb) in zip(decode(outs, strides, COCO_EVAL), boxed):
             results.append(Detections(lb.to_original(dets.boxes), dets.scores, dets.classes))
     return results
-
-
-def evaluate(model: torch.nn.Module, samples: list[Sample], imgsz: int, strides, *, images: list[np.ndarray] | None = None) -> dict[str, float]:
-    return coco_map(samples, predict(model, samples, imgsz, strides, images=images))
 
 
 def evaluate_sharded(model: torch.nn.Module, samples: list[Sample], imgsz: int, strides, *, rank: int, world: int,
