@@ -106,7 +106,7 @@ def parse_yolo_label(path: Path, width: int, height: int, num_classes: int, *, r
     return b, np.asarray(classes, np.int64)
 
 
-def load_yolo_split(root: Path, split: str, num_classes: int) -> list[Sample]:
+def load_yolo_split(root: Path, split: str, num_classes: int, first: int | None = None) -> list[Sample]:
     img_dir, lbl_dir = root / "images" / split, root / "labels" / split
     if not img_dir.is_dir():
         raise DataError(f"{str(img_dir)!r} does not exist; expected DIR/images/{{train,val}} (YOLO layout)")
@@ -114,7 +114,7 @@ def load_yolo_split(root: Path, split: str, num_classes: int) -> list[Sample]:
     if not images:
         raise DataError(f"{str(img_dir)!r} holds no images")
     samples = []
-    for image in images:
+    for image in images[:first]:
         w, h = _image_size(image)
         label = lbl_dir / f"{image.stem}.txt"
         if label.exists() or label.is_symlink():  # a broken link is an error, not an image without objects
@@ -156,7 +156,7 @@ def _coco_box(bbox, width: int, height: int) -> list[float] | None:
     return [max(x, 0.0), max(y, 0.0), min(x + w, float(width)), min(y + h, float(height))]
 
 
-def load_coco_split(root: Path, split: str, num_classes: int) -> list[Sample]:
+def load_coco_split(root: Path, split: str, num_classes: int, first: int | None = None) -> list[Sample]:
     ann = root / "annotations" / f"{split}.json"
     data = _read_in(root, ann, "COCO JSON file", lambda path: read_json(path, MAX_COCO_BYTES))
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
@@ -185,6 +185,9 @@ def load_coco_split(root: Path, split: str, num_classes: int) -> list[Sample]:
             raise DataError(f"{ann}: images[{i}] needs an integer 'id' and a 'file_name'")
         if img["id"] in per_image:
             raise DataError(f"{ann}: images[{i}] repeats the id {shown(img['id'])}")
+        per_image[img["id"]] = []
+        if first is not None and i >= first:
+            continue  # past the images asked for: its file is not read
         if not all(whole_number(img.get(k)) and img[k] > 0 for k in ("width", "height")):
             raise DataError(f"{ann}: images[{i}] ({shown(img['file_name'])}) needs positive integer 'width' and 'height'")
         path = _inside(folder, img["file_name"])
@@ -197,7 +200,6 @@ def load_coco_split(root: Path, split: str, num_classes: int) -> list[Sample]:
         if (width, height) != (img["width"], img["height"]):
             raise DataError(f"{ann}: images[{i}] ({shown(img['file_name'])}) declares {img['width']}x{img['height']} but the file "
                             f"is {width}x{height}; fix the annotation")
-        per_image[img["id"]] = []
         info[img["id"]] = (path, width, height)
     for i, a in enumerate(annotations):
         bbox = a.get("bbox") if isinstance(a, dict) else None
@@ -206,6 +208,8 @@ def load_coco_split(root: Path, split: str, num_classes: int) -> list[Sample]:
         image_id, category_id = a.get("image_id"), a.get("category_id")
         if not (whole_number(image_id) and image_id in per_image) or not (whole_number(category_id) and category_id in cat_index):
             raise DataError(f"{ann}: annotations[{i}] (id {str(a.get('id'))[:40]}) has an unknown image_id or category_id")
+        if image_id not in info:
+            continue  # an image past those asked for
         _, width, height = info[image_id]
         box = _coco_box(bbox, width, height)
         if box is None:
@@ -220,14 +224,15 @@ def load_coco_split(root: Path, split: str, num_classes: int) -> list[Sample]:
     return samples
 
 
-def load_split(root: Path, split: str, num_classes: int) -> list[Sample]:
-    """COCO JSON if ``annotations/{split}.json`` exists, else the YOLO layout."""
+def load_split(root: Path, split: str, num_classes: int, first: int | None = None) -> list[Sample]:
+    """COCO JSON if ``annotations/{split}.json`` exists, else the YOLO layout; the ``first`` images
+    alone (None: all), the others' files not read."""
     if not root.is_dir():
         raise DataError(f"--data {str(root)!r} is not a folder; create one with `edgeport data synth --out DIR`")
     ann = root / "annotations" / f"{split}.json"
     if ann.exists() or ann.is_symlink():  # a broken link is an error, not a dataset in another layout
-        return load_coco_split(root, split, num_classes)
-    return load_yolo_split(root, split, num_classes)
+        return load_coco_split(root, split, num_classes, first)
+    return load_yolo_split(root, split, num_classes, first)
 
 
 def preflight(samples: list[Sample]) -> None:

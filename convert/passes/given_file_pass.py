@@ -46,7 +46,7 @@ def _dataset(data: Path, imgsz: int, num_classes: int, images: int | None, parit
     from edgeport.validate.datasets import Sample, load_split
 
     if (data / "images" / "val").is_dir():
-        every = load_split(data, "val", num_classes)[:images]
+        every = load_split(data, "val", num_classes, images)
         labelled = True
         source = f"labelled images from {data}/images/val"
     else:

@@ -93,3 +93,19 @@ def test_a_row_that_refuses_an_image_has_no_map_and_says_why_and_the_others_go_o
     assert set(score.maps) == {"t"} and "tensor too large" in score.refused["board"]
     assert score.maps["t"]["map50"] > 0.95, "the rows that run go on to the last image"
     assert told == [(4, 10), (8, 10), (10, 10)], "progress after each chunk, ending at every image"
+
+
+def test_the_first_n_images_are_read_and_no_other_file(tmp_path, monkeypatch):
+    from edgeport.validate import datasets
+
+    rng = np.random.default_rng(8)
+    write_dataset(tmp_path, {"val": [make_scene(rng, SIZE) for _ in range(6)]}, size=SIZE)
+    read = []
+    real = datasets._image_size
+    monkeypatch.setattr(datasets, "_image_size", lambda p: read.append(p.name) or real(p))
+    for layout in ("coco", "yolo"):
+        read.clear()
+        first = datasets.load_split(tmp_path, "val", 1, 2)
+        assert [s.image.name for s in first] == read == ["val_00000.png", "val_00001.png"], layout
+        assert [len(s.boxes) for s in first] == [len(s.boxes) for s in datasets.load_split(tmp_path, "val", 1)[:2]]
+        (tmp_path / "annotations" / "val.json").unlink(missing_ok=True)  # the YOLO layout next
