@@ -623,3 +623,24 @@ def test_boxes_further_from_pytorchs_than_the_baselines_are_a_regression():
     assert str(found) == "float32/tflite: box centres' mean distance from PyTorch's (px) 1 -> 1.3"
     (gone,) = compare_reports(make_report(), with_boxes(1.0), CheckTolerance())
     assert "missing" in str(gone)
+
+
+def _with_dataset(map50_95: float, images: int = 500, rows=("tflite", "board:b (TFLite 1.13.1)")) -> dict:
+    report = make_report()
+    report["dataset"] = {"source": "d/images/val", "images": images, "seconds": 9.0, "refused": {}, "rows": {
+        row: {"map50": 0.6, "map50_95": map50_95, "classes": {}} for row in rows}}
+    return report
+
+
+def test_the_whole_sets_map_may_not_fall_and_is_compared_on_the_same_images_only():
+    base = _with_dataset(0.40)
+    assert compare_reports(_with_dataset(0.395), base, CheckTolerance()) == [], "within the map tolerance (0.01)"
+    fell = compare_reports(_with_dataset(0.38), base, CheckTolerance())
+    assert sorted(str(r) for r in fell) == ["dataset board:b (TFLite 1.13.1): map50_95 0.4 -> 0.38",
+                                            "dataset tflite: map50_95 0.4 -> 0.38"]
+    lost = compare_reports(_with_dataset(0.40, rows=("tflite",)), base, CheckTolerance())
+    assert {(r.row, r.now) for r in lost} == {("dataset board:b (TFLite 1.13.1)", "missing")}
+    other = compare_reports(_with_dataset(0.40, images=100), base, CheckTolerance())
+    assert [(r.row, r.now) for r in other] == [("dataset", "100 images of d/images/val")]
+    assert [(r.row, r.now) for r in compare_reports(make_report(), base, CheckTolerance())] == [("dataset", "missing")]
+    assert compare_reports(_with_dataset(0.1), make_report(), CheckTolerance()) == [], "a baseline without one compares none"

@@ -31,7 +31,8 @@ while the gate says it passed.
   not: one step is a rounding apart, more is a different computation); a repeat check gone; a
   row judged on fewer images than the baseline's (a diagnostic's sample, ``ResultRow.images``);
   fewer passing rows; a report that claims to pass while something in it fails; a tolerance of
-  the report's laxer than the baseline's. Timings are never compared.
+  the report's laxer than the baseline's; validate --data's whole-set mAP (each row's) falling by
+  more than ``map``, or measured on other images. Timings are never compared.
 - A repaired file stands in for its failing quantised file only where it proves it
   (``Report.stand_in_refusal``: a row on each of the file's runtimes, with the same outputs,
   images and sections, each earned); a report naming a repaired file that does not is malformed.
@@ -317,6 +318,24 @@ def _laxer_tolerances(now: Report, base: Report) -> list[Regression]:
     return out
 
 
+def _dataset(now: Report, base: Report, tol: CheckTolerance) -> list[Regression]:
+    """validate --data's mAP on the whole set: each row's mAP@0.5 and mAP@0.5:0.95 may fall by ``map``
+    at most, measured on the same images (a baseline measured on others compares nothing here)."""
+    b, n = base.dataset, now.dataset
+    if b is None:
+        return []
+    if n is None or (n.source, n.images) != (b.source, b.images):
+        said = "missing" if n is None else f"{n.images} images of {n.source}"
+        return [Regression("dataset", "mAP measured on", f"{b.images} images of {b.source}", said)]
+    out = []
+    for row, bm in b.rows.items():
+        nm = n.rows.get(row)
+        for metric in ("map50", "map50_95"):
+            if nm is None or not getattr(nm, metric) >= getattr(bm, metric) - tol.map:
+                out.append(Regression(f"dataset {row}", metric, getattr(bm, metric), "missing" if nm is None else getattr(nm, metric)))
+    return out
+
+
 def compare_reports(report: dict | Report, baseline: dict | Report, tol: CheckTolerance) -> list[Regression | Contradiction]:
     """Every regression of ``report`` against ``baseline``, and every row of ``report`` that says
     it passed while one of its checks failed; raises ``BadInputError`` when either is malformed
@@ -343,7 +362,7 @@ def compare_reports(report: dict | Report, baseline: dict | Report, tol: CheckTo
             out.append(Regression(n.key, "new row", "absent", "failing"))
         if n.passed:
             out += [Contradiction(n.key, failed) for failed in now.failures(n)]
-    out += _laxer_tolerances(now, base)
+    out += _laxer_tolerances(now, base) + _dataset(now, base, tol)
     runnable_now = _board_runnable(now)
     for variant, runnable in _board_runnable(base).items():
         if runnable and not runnable_now.get(variant, False):
