@@ -11,13 +11,14 @@ their own one-line explanation.
 from __future__ import annotations
 
 import argparse
+import functools
 import pickle
 import re
 import zipfile
 from pathlib import Path
 from typing import Any
 
-from edgeport.errors import CheckpointError
+from edgeport.errors import CheckpointError, first_line
 
 # Where training scripts keep the weights, in the order they are looked up.
 # ``ema`` first: scripts that save both keep the EMA weights as the ones to deploy.
@@ -82,24 +83,20 @@ def _unsupported_global(message: str) -> str | None:
     return match.group(1) if match else None
 
 
-_STANDINS: dict = {}
-
-
+@functools.cache
 def _ddp_contents() -> type:
     """What a pickled ``DistributedDataParallel`` unpickles as: its modules, without the process
     group DDP's own ``__setstate__`` insists on (a checkpoint saved as ``torch.save(ddp_model)``
     loads on a machine with no process group, and no GPU)."""
-    if "ddp" not in _STANDINS:
-        from torch import nn
+    from torch import nn
 
-        class DistributedDataParallelContents(nn.Module):
-            """A DistributedDataParallel's state, unpickled without its communication: ``module`` is the model."""
+    class DistributedDataParallelContents(nn.Module):
+        """A DistributedDataParallel's state, unpickled without its communication: ``module`` is the model."""
 
-            def __setstate__(self, state):
-                nn.Module.__setstate__(self, state)
+        def __setstate__(self, state):
+            nn.Module.__setstate__(self, state)
 
-        _STANDINS["ddp"] = DistributedDataParallelContents
-    return _STANDINS["ddp"]
+    return DistributedDataParallelContents
 
 
 def _trusting_pickle():
@@ -130,19 +127,20 @@ def torch_load(path: Path, *, trust: bool) -> Any:
         if trust:
             return torch.load(path, map_location="cpu", weights_only=False, pickle_module=_trusting_pickle())
         # a training script's options, saved beside the weights (torchvision's reference scripts): plain
-        # attributes, each read back by the same restricted unpickler; nothing runs
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            return torch.load(path, map_location="cpu", weights_only=True)
+        # attributes, each read back by the same restricted unpickler; nothing runs. Process-wide: torch
+        # 2.4, the oldest supported, has no per-call form
+        torch.serialization.add_safe_globals([argparse.Namespace])
+        return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         culprit = _unsupported_global(str(exc))
         if not trust and culprit:
             raise CheckpointError(
                 f"checkpoint {str(path)!r} holds pickled objects ({culprit}) that safe loading refuses; " + TRUST_HINT
             ) from exc
-        raise CheckpointError(f"checkpoint {str(path)!r} cannot be unpickled ({_first_line(exc)}); re-save it") from exc
+        raise CheckpointError(f"checkpoint {str(path)!r} cannot be unpickled ({first_line(exc)[:160]}); re-save it") from exc
     except (EOFError, RuntimeError, zipfile.BadZipFile, ValueError) as exc:
         raise CheckpointError(
-            f"checkpoint {str(path)!r} is truncated or corrupt ({_first_line(exc)}); re-save or re-download it"
+            f"checkpoint {str(path)!r} is truncated or corrupt ({first_line(exc)[:160]}); re-save or re-download it"
         ) from exc
     except (ModuleNotFoundError, AttributeError) as exc:
         # Only reachable with --trust-checkpoint: the pickle names code that is not importable.
@@ -150,11 +148,6 @@ def torch_load(path: Path, *, trust: bool) -> Any:
             f"checkpoint {str(path)!r} needs code that is not importable ({exc}); run from the "
             f"project that defines it or add it to PYTHONPATH"
         ) from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:160] if text else type(exc).__name__
 
 
 def _is_state_dict(obj: Any) -> bool:

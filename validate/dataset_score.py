@@ -12,6 +12,7 @@ The reference kernels and the board's emulator, slow, keep to parity's first ima
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ class DatasetScore:
     images: int
     maps: dict  # row label -> validate.metrics.coco_map(per_class=True)
     seconds: float
-    refused: dict  # row label -> the runtime's own message, where it refused an image parity's first ones did not hold
+    refused: dict  # row label -> the images of the chunk its runtime refused, and its own message
 
 
 def load_chunk(samples, imgsz: int) -> tuple[np.ndarray, list]:
@@ -61,39 +62,45 @@ def score_dataset(samples, imgsz: int, head, runners: dict, on_progress=None) ->
     for runner in runners.values():
         runner.once = True  # the outputs only: no second, timed invoke
     chunks = [samples[i:i + CHUNK] for i in range(0, len(samples), CHUNK)]
+    stop = threading.Event()  # set on the way out of an error or Ctrl-C: the runs stop at their next image
     # three stages overlapped: the next chunk loads, and the last one decodes, while this one runs
     with ThreadPoolExecutor(max_workers=len(runners) + 1) as pool:
-        loading, pending = pool.submit(load_chunk, chunks[0], imgsz) if chunks else None, None
-        for k in range(len(chunks) + 1):
-            done = None
-            if pending is not None:  # a runner takes one chunk at a time: the last one's outputs first
-                runs, boxes = pending
-                done, pending = ({name: _outputs(run, name, refused) for name, run in runs.items()}, boxes), None
-            if k < len(chunks):
-                x, boxes = loading.result()
-                if k + 1 < len(chunks):
-                    loading = pool.submit(load_chunk, chunks[k + 1], imgsz)
-                pending = ({name: pool.submit(runner.run, x) for name, runner in runners.items() if name not in refused},
-                           boxes)
-            if done is not None:
-                outputs, boxes = done
-                for name, out in outputs.items():
-                    if out is None:
-                        continue
-                    dets = head.decode(out, COCO_EVAL)
-                    if dets is None:
-                        return None
-                    found[name] += [Detections(lb.to_original(d.boxes), d.scores, d.classes) for d, lb in zip(dets, boxes)]
-                if on_progress is not None:
-                    on_progress(min(k * CHUNK, len(samples)), len(samples))
+        try:
+            loading, pending = pool.submit(load_chunk, chunks[0], imgsz) if chunks else None, None
+            for k in range(len(chunks) + 1):
+                done = None
+                if pending is not None:  # a runner takes one chunk at a time: the last one's outputs first
+                    runs, boxes, start = pending
+                    done = {name: _outputs(run, name, refused, f"images {start + 1}-{start + len(boxes)}") for name, run in runs.items()}
+                    done, pending = (done, boxes), None
+                if k < len(chunks):
+                    x, boxes = loading.result()
+                    if k + 1 < len(chunks):
+                        loading = pool.submit(load_chunk, chunks[k + 1], imgsz)
+                    pending = ({name: pool.submit(runner.run, x, stop) for name, runner in runners.items() if name not in refused},
+                               boxes, k * CHUNK)
+                if done is not None:
+                    outputs, boxes = done
+                    for name, out in outputs.items():
+                        if out is None:
+                            continue
+                        dets = head.decode(out, COCO_EVAL)
+                        if dets is None:
+                            return None
+                        found[name] += [Detections(lb.to_original(d.boxes), d.scores, d.classes) for d, lb in zip(dets, boxes)]
+                    if on_progress is not None:
+                        on_progress(min(k * CHUNK, len(samples)), len(samples))
+        except BaseException:
+            stop.set()  # the pool's exit waits for the runs: each ends at its next image
+            raise
     maps = {name: coco_map(samples, dets, per_class=True) for name, dets in found.items() if name not in refused}
     return DatasetScore(len(samples), maps, time.perf_counter() - t0, refused)
 
 
-def _outputs(run, name: str, refused: dict):
-    """A chunk's outputs, or None where its runner refused it (said in ``refused``)."""
+def _outputs(run, name: str, refused: dict, which: str):
+    """A chunk's outputs, or None where its runner refused it (said in ``refused``: which images, and why)."""
     try:
         return run.result().outputs
     except RuntimeRefused as exc:
-        refused[name] = str(exc)
+        refused[name] = f"{which}: {exc}"
         return None

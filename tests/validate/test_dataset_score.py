@@ -3,7 +3,10 @@ time, the same score as the whole set at once, and parity judged on the first im
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
+import pytest
 
 from edgeport.convert.passes import given_file_pass
 from edgeport.models.heads import Head
@@ -90,7 +93,7 @@ def test_a_row_that_refuses_an_image_has_no_map_and_says_why_and_the_others_go_o
     score = dataset_score.score_dataset(samples, SIZE, Head("yolov8", nc=1),
                                         {"t": Truth(in_input), "board": RefusesFrom(in_input, 6)},
                                         on_progress=lambda done, total: told.append((done, total)))
-    assert set(score.maps) == {"t"} and "tensor too large" in score.refused["board"]
+    assert set(score.maps) == {"t"} and score.refused["board"] == "images 5-8: TFLite 1.13.1 refused the model: tensor too large"
     assert score.maps["t"]["map50"] > 0.95, "the rows that run go on to the last image"
     assert told == [(4, 10), (8, 10), (10, 10)], "progress after each chunk, ending at every image"
 
@@ -109,3 +112,25 @@ def test_the_first_n_images_are_read_and_no_other_file(tmp_path, monkeypatch):
         assert [s.image.name for s in first] == read == ["val_00000.png", "val_00001.png"], layout
         assert [len(s.boxes) for s in first] == [len(s.boxes) for s in datasets.load_split(tmp_path, "val", 1)[:2]]
         (tmp_path / "annotations" / "val.json").unlink(missing_ok=True)  # the YOLO layout next
+
+
+class Slow(Truth):
+    def _run_one(self, x):
+        time.sleep(0.05)
+        return super()._run_one(x)
+
+
+def test_ctrl_c_stops_the_runs_at_their_next_image(tmp_path, monkeypatch):
+    rng = np.random.default_rng(9)
+    write_dataset(tmp_path, {"val": [make_scene(rng, SIZE) for _ in range(12)]}, size=SIZE)
+    samples = load_split(tmp_path, "val", 1)
+    monkeypatch.setattr(dataset_score, "CHUNK", 6)
+
+    def interrupt(done, total):
+        raise KeyboardInterrupt
+
+    runner = Slow([np.zeros((0, 4))] * 12)
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        dataset_score.score_dataset(samples, SIZE, Head("yolov8", nc=1), {"t": runner}, on_progress=interrupt)
+    assert runner.seen < 12 and time.perf_counter() - t0 < 6 * 0.05 * 2, "the second chunk's run stopped early"

@@ -96,3 +96,17 @@ def test_a_runtime_that_refused_an_image_of_the_dataset_fails_the_report():
     assert Report.from_dict(data).passed
     assert not Report.from_dict({**data, "dataset": DATASET}).passed
     assert Report.from_dict({**data, "dataset": {**DATASET, "refused": {}}}).passed
+
+
+def test_a_refused_image_is_named_as_the_failure_and_the_verdict_says_so_and_the_gate_refuses_a_claimed_pass():
+    from edgeport.validate.gate.check import CheckTolerance, compare_reports
+    from edgeport.validate.report.render import verdict
+    from edgeport.validate.report.schema import failures
+
+    data = json.loads((ROOT / "ci" / "parity-baseline.json").read_text())
+    report = Report.from_dict({**data, "dataset": DATASET})
+    assert [str(f) for f in failures(report)] == ["dataset board:b (TFLite 1.13.1): refused refused: x"]
+    assert verdict(report).startswith("FAILED: ") and verdict(report).endswith(
+        "passes parity, but board:b (TFLite 1.13.1) refused images of the dataset")
+    claimed = {**data, "dataset": DATASET, "passed": True}
+    assert any(r.metric == "passed" for r in compare_reports(claimed, data, CheckTolerance()))

@@ -369,7 +369,8 @@ def compare_reports(report: dict | Report, baseline: dict | Report, tol: CheckTo
             out.append(Regression(f"board {variant}", "runnable", True, runnable_now.get(variant, "missing")))
     stands_in = set(now.repaired)  # a quantised file whose repaired file proves what it stands in for (``Report.passed``)
     failing = [k for k, ok in earned_now.items() if not ok and rows_now[k].variant not in stands_in] + \
-        [f"board {v}" for v, ok in runnable_now.items() if not ok and v not in stands_in]
+        [f"board {v}" for v, ok in runnable_now.items() if not ok and v not in stands_in] + \
+        [f"dataset {row}" for row in (now.dataset.refused if now.dataset is not None else {})]
     if now.says_passed and failing:
         out.append(Regression("report", "passed", f"claimed, with {', '.join(failing[:3])} failing", False))
     if base.says_passed and not now.says_passed:

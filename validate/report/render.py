@@ -307,6 +307,9 @@ def verdict(report: Report) -> str:
     said += ")"
     if ship.passes:
         return f"PASSED: ship {said}"
+    refused = report.dataset.refused if report.dataset is not None else {}
+    if refused and report.parity_passed:
+        return f"FAILED: {said} passes parity, but {', '.join(refused)} refused images of the dataset"
     return f"FAILED: no quantised file passes; {said} passes: ship it where the board's float32 is fast enough"
 
 
@@ -412,7 +415,7 @@ def dataset_lines(report: Report, q: Quoting = TERMINAL, *, classes: bool = True
            f"kernels' and the emulator's among them) on the first {judged} at most"]
     for name, m in d.rows.items():
         out.append(f"{q.text(name)}: mAP@0.5:0.95 {m.map50_95:.3f}, mAP@0.5 {m.map50:.3f}")
-    out += [f"{q.text(name)}: refused an image past parity's first {judged}, so no mAP: {q.text(why)}" for name, why in d.refused.items()]
+    out += [f"{q.text(name)}: refused {q.text(why)}, so it has no mAP" for name, why in d.refused.items()]
     names = list(d.rows)
     for c in sorted({c for m in d.rows.values() for c in m.classes}, key=int) if classes else ():
         aps = [d.rows[n].classes.get(c) for n in names]

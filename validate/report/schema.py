@@ -80,13 +80,18 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        """Every row earned its pass and the board runs every file (on every image scored for mAP) -- where a quantised file failed
+        """Parity passed (``parity_passed``), and no runtime refused images of validate --data's set."""
+        return self.parity_passed and not (self.dataset and self.dataset.refused)
+
+    @property
+    def parity_passed(self) -> bool:
+        """Every row earned its pass and the board runs every file -- where a quantised file failed
         and its repaired file stands in for it (``repaired``), the repaired file's rows and board verdict are
         the file's: the run delivers a file that computes what the model computes."""
         stands_in = set(self.repaired)
         checks = self.board.checks.items() if self.board is not None else ()
         return all(self.earned(r) for r in self.results if r.variant not in stands_in) and \
-            all(c.runnable for v, c in checks if v not in stands_in) and not (self.dataset and self.dataset.refused)
+            all(c.runnable for v, c in checks if v not in stands_in)
 
     def tolerance(self, variant: str, output: str) -> dict | None:
         """The report's tolerance for one output of a variant: each channel's, or the variant's."""
@@ -329,7 +334,8 @@ class Failure:
 
 
 def failures(report: Report) -> list[Failure]:
-    """Every failed row and every file the board cannot run.
+    """Every failed row, every file the board cannot run, and every runtime that refused images of
+    validate --data's set.
 
     The one place the failed rows are listed: the pipeline's summary, the gate's error and
     the renderers all read this. A row's reasons name every check it failed, each with its value
@@ -360,6 +366,8 @@ def failures(report: Report) -> list[Failure]:
     for variant, check in (board.checks if board is not None else {}).items():
         if not check.runnable:
             out.append(Failure(f"{variant} not runnable on {board.name}", check.reasons))
+    for row, why in (report.dataset.refused if report.dataset is not None else {}).items():
+        out.append(Failure(f"dataset {row}", (f"refused {why}",)))
     return out
 
 
