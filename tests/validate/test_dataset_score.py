@@ -39,12 +39,17 @@ class Truth(Runner):
         return [out]
 
 
-def test_the_dataset_is_scored_a_chunk_at_a_time_as_the_whole_set_at_once(tmp_path, monkeypatch):
-    rng = np.random.default_rng(5)
-    write_dataset(tmp_path, {"val": [make_scene(rng, SIZE) for _ in range(11)]}, size=SIZE)
-    samples = load_split(tmp_path, "val", 1)
+def _labelled(folder, n: int, *, seed: int):
+    """A labelled dataset of ``n`` scenes: its samples, and each one's boxes in the letterboxed input's pixels."""
+    rng = np.random.default_rng(seed)
+    write_dataset(folder, {"val": [make_scene(rng, SIZE) for _ in range(n)]}, size=SIZE)
+    samples = load_split(folder, "val", 1)
     _, letterboxes = dataset_score.load_chunk(samples, SIZE)
-    in_input = [b.boxes * lb.scale + np.array([lb.pad_x, lb.pad_y] * 2, np.float32) for b, lb in zip(samples, letterboxes)]
+    return samples, [b.boxes * lb.scale + np.array([lb.pad_x, lb.pad_y] * 2, np.float32) for b, lb in zip(samples, letterboxes)]
+
+
+def test_the_dataset_is_scored_a_chunk_at_a_time_as_the_whole_set_at_once(tmp_path, monkeypatch):
+    samples, in_input = _labelled(tmp_path, 11, seed=5)
     head = Head("yolov8", nc=1)
     whole = dataset_score.score_dataset(samples, SIZE, head, {"t": Truth(in_input)})
     monkeypatch.setattr(dataset_score, "CHUNK", 3)
@@ -83,11 +88,7 @@ class RefusesFrom(Truth):
 
 
 def test_a_row_that_refuses_an_image_has_no_map_and_says_why_and_the_others_go_on(tmp_path, monkeypatch):
-    rng = np.random.default_rng(7)
-    write_dataset(tmp_path, {"val": [make_scene(rng, SIZE) for _ in range(10)]}, size=SIZE)
-    samples = load_split(tmp_path, "val", 1)
-    _, letterboxes = dataset_score.load_chunk(samples, SIZE)
-    in_input = [b.boxes * lb.scale + np.array([lb.pad_x, lb.pad_y] * 2, np.float32) for b, lb in zip(samples, letterboxes)]
+    samples, in_input = _labelled(tmp_path, 10, seed=7)
     monkeypatch.setattr(dataset_score, "CHUNK", 4)
     told = []
     score = dataset_score.score_dataset(samples, SIZE, Head("yolov8", nc=1),
