@@ -50,8 +50,6 @@ EXTRA_BYTES = 1 << 20  # what the vectors and strings reached may add to twice t
 MAX_TABLES = 500_000
 
 
-
-
 class DamagedModel(BadInputError):
     """A .tflite whose flatbuffer is out of bounds or larger unpacked than its size allows (exit 2)."""
 

@@ -22,8 +22,6 @@ DTYPES = {"FLOAT32": np.float32, "INT8": np.int8, "UINT8": np.uint8, "INT32": np
           "INT16": np.int16, "BOOL": np.bool_, "FLOAT16": np.float16}
 
 
-
-
 def _inline_buffers(model, raw: bytes) -> None:
     """Constants stored after the flatbuffer (a buffer's ``offset``/``size``, as ai-edge-quantizer
     writes them) are read into the buffer itself: the object API would drop them on writing, and

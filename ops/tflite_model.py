@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeport.errors import BadInputError
-from edgeport.ops.tflite_file import ByContent
+from edgeport.ops.tflite_file import ByContent, digest
 from edgeport.userfiles import Refused, read_bounded
 
 # a flatbuffer's offsets are signed 32-bit: no .tflite whose tensors lie inside it is larger
@@ -55,8 +55,6 @@ def read_tflite(path: Path) -> TFLiteSummary:
     """What a board needs to know of the file at ``path``, read through the one bounded reader
     (``ops/tflite_file.py``): a damaged or hostile flatbuffer is bad input (exit 2), a file that
     unpacks but cannot run (``structural_problems``) is summarised with its problems."""
-    from edgeport.ops.tflite_file import digest
-
     try:
         data = read_bounded(path, MAX_TFLITE_BYTES)
     except Refused as exc:

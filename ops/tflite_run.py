@@ -6,6 +6,7 @@ Python) and TFLite Micro (``validate/parity/tflm_runner.py``) are other runtimes
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -23,16 +24,12 @@ _ABORTED: dict[str, str] = {}
 
 
 def note_abort(path: Path, why: str) -> None:
-    import hashlib
-
     _ABORTED[hashlib.sha256(Path(path).read_bytes()).hexdigest()] = why
 
 
 def _aborted(path: Path) -> str | None:
     if not _ABORTED:
         return None
-    import hashlib
-
     return _ABORTED.get(hashlib.sha256(Path(path).read_bytes()).hexdigest())
 
 

@@ -57,13 +57,11 @@ DATA_INPUT = {"TRANSPOSE_CONV": 2, "SPLIT": 1}
 
 def data_type(g: Graph, op) -> str:
     """The type an op computes on: its data input's (``float32``, ``uint8``, ...), or ``""``."""
-    k = DATA_INPUT.get(g.name(op), 0)
-    return g.dtype(op.inputs[k]) if k < len(op.inputs) and op.inputs[k] >= 0 else ""
+    return _type(g, op, DATA_INPUT.get(g.name(op), 0)) or ""
 
 
-def _type(g: Graph, op, k: int, outputs: bool = False) -> str | None:
-    ids = op.outputs if outputs else op.inputs
-    return g.dtype(ids[k]) if k < len(ids) and ids[k] >= 0 else None
+def _type(g: Graph, op, k: int) -> str | None:
+    return g.dtype(op.inputs[k]) if k < len(op.inputs) and op.inputs[k] >= 0 else None
 
 
 def _rank(g: Graph, op, k: int = 0) -> int:

@@ -47,7 +47,8 @@ def int32(g: Graph, name: str, values) -> int:
 
 def zero_bias(g: Graph, name: str, n: int, x: int, w: int) -> int:
     """A zero bias of ``n`` channels for an op with input ``x`` and weights ``w``: float zeros, or
-    int32 zeros at scale ``s_x * s_w`` where they are quantised (the bias a quantised kernel expects)."""
+    int32 zeros at scale ``s_x * s_w`` where they are quantised (the bias a quantised kernel expects;
+    TFLite 1.13's uint8 kernels crash without one). Adding 0 changes nothing."""
     if g.dtype(x) == "float32":
         return g.constant(name, np.zeros(n, np.float32), "float32")
     qx, qw = g.quant(x), g.quant(w)
@@ -64,8 +65,8 @@ def reshape(g: Graph, x: int, out: int, shape, tag: str):
     return g.new_op("RESHAPE", [x, int32(g, f"{tag}/shape", shape)], [out], "ReshapeOptions", newShape=[int(v) for v in shape])
 
 
-def concatenation(g: Graph, xs: list[int], out: int, axis: int, activation: int = 0):
-    return g.new_op("CONCATENATION", xs, [out], "ConcatenationOptions", axis=axis, fusedActivationFunction=activation)
+def concatenation(g: Graph, xs: list[int], out: int, axis: int):
+    return g.new_op("CONCATENATION", xs, [out], "ConcatenationOptions", axis=axis)
 
 
 def requantize(g: Graph, x: int, out: int):

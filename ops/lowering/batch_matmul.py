@@ -5,8 +5,7 @@ batch entry is ``FULLY_CONNECTED(A, B^T)``, the same dot products. The batch is 
 split (SPLIT), each entry reshaped to 2-D, ``B`` transposed once for all entries (TRANSPOSE),
 and the products concatenated back (CONCATENATION, RESHAPE). YOLO11's C2PSA attention then runs
 on TFLite 1.13.1 within 1e-6 of PyTorch (measured); broadcasting ``A * B`` and summing instead
-would build a heads x N x N x d tensor (82 MB at 640 px). A zero bias is given (float zeros,
-or int32 zeros at ``s_A s_B``): TFLite 1.13's uint8 kernel crashes without one.
+would build a heads x N x N x d tensor (82 MB at 640 px). A zero bias is given (``base.zero_bias``).
 """
 
 from __future__ import annotations

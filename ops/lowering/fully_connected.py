@@ -2,9 +2,7 @@
 
 Version 1 flattens the input to ``[rows, K]`` and writes ``[rows, N]``; ``keep_num_dims`` only
 keeps the leading dimensions in the output's shape, so a RESHAPE to that shape after a v1 op
-holds the same values in the same order. A missing bias is a zero bias (float zeros; int32
-zeros at scale ``s_in * s_w`` when quantised): adding 0 changes nothing, and TFLite 1.13's uint8
-kernel crashes without one.
+holds the same values in the same order. A missing bias is a zero bias (``base.zero_bias``).
 """
 
 from __future__ import annotations

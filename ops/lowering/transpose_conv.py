@@ -20,7 +20,7 @@ from edgeport.ops.lowering.base import LoweringRule, int32, reshape, zero_bias
 from edgeport.ops.tflite_graph import Graph
 
 
-def _parts(g: Graph, op):
+def _parts(op):
     """(output shape, weights, input, bias or None) of a TRANSPOSE_CONV."""
     bias = op.inputs[3] if len(op.inputs) > 3 and op.inputs[3] >= 0 else None
     return op.inputs[0], op.inputs[1], op.inputs[2], bias
@@ -33,10 +33,10 @@ class TransposeConvBias(LoweringRule):
 
     def applies(self, g: Graph, op) -> bool:
         opts = op.builtinOptions
-        return _parts(g, op)[3] is not None and not (opts is not None and getattr(opts, "fusedActivationFunction", 0))
+        return _parts(op)[3] is not None and not (opts is not None and getattr(opts, "fusedActivationFunction", 0))
 
     def lower(self, g: Graph, op) -> list:
-        shape, w, x, b = _parts(g, op)
+        shape, w, x, b = _parts(op)
         (y,) = op.outputs
         opts = op.builtinOptions
         raw = g.like(y, "without_bias")
@@ -52,7 +52,7 @@ class TransposeConvAsConv(LoweringRule):
     proof = "kernel = stride, no padding: windows do not overlap, a 1x1 convolution and a channel shuffle"
 
     def applies(self, g: Graph, op) -> bool:
-        _, w, x, _ = _parts(g, op)
+        _, w, x, _ = _parts(op)
         opts = op.builtinOptions
         if g.const(w) is None or g.per_channel(w) or opts is None:
             return False
@@ -61,7 +61,7 @@ class TransposeConvAsConv(LoweringRule):
         return (kh, kw) == (opts.strideH, opts.strideW) and tuple(out) == (1, h * kh, wd * kw, cout)
 
     def lower(self, g: Graph, op) -> list:
-        _, w, x, b = _parts(g, op)
+        _, w, x, b = _parts(op)
         (y,) = op.outputs
         tag = g.tensor_name(y)
         cout, kh, kw, cin = g.shape(w)
@@ -69,7 +69,7 @@ class TransposeConvAsConv(LoweringRule):
         weights = g.const(w).transpose(1, 2, 0, 3).reshape(kh * kw * cout, 1, 1, cin)  # channel (a, b, o)
         filt = g.constant(f"{tag}/as_1x1", np.ascontiguousarray(weights), g.dtype(w), g.quant(w))
         bias = (g.constant(f"{tag}/bias_tiled", np.tile(g.const(b), kh * kw), g.dtype(b), g.quant(b)) if b is not None
-                else zero_bias(g, f"{tag}/zero_bias", kh * kw * cout, x, w))  # (TFLite 1.13's conv wants one)
+                else zero_bias(g, f"{tag}/zero_bias", kh * kw * cout, x, w))
         inputs = [x, filt, bias]
         conv = g.like(y, "1x1", shape=[1, h, wd, kh * kw * cout])
         rows = g.like(y, "rows", shape=[h, wd, kh, kw * cout])

@@ -113,20 +113,17 @@ class RunnerSpec:
 
     @property
     def user(self) -> str | None:
-        return self._parts()[0]
+        return parse_ssh_url(self.url)[0]
 
     @property
     def host(self) -> str:
-        return self._parts()[1]
+        return parse_ssh_url(self.url)[1]
 
     @property
     def port(self) -> int:
         if self.ssh_port is not None and not _url_names_port(self.url):
             return self.ssh_port
-        return self._parts()[2]
-
-    def _parts(self) -> tuple[str | None, str, int]:
-        return parse_ssh_url(self.url)
+        return parse_ssh_url(self.url)[2]
 
 
 _SSH_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")

@@ -67,14 +67,14 @@ def _binary(name: str, options: str | None = None, same: bool = False):
     return build
 
 
-def _weights(g: Graph, name: str, shape, x: int) -> tuple[int, int]:
+def _weights(g: Graph, name: str, shape) -> tuple[int, int]:
     w = g.constant(name, (np.arange(int(np.prod(shape))) * 53 % 256).astype(np.uint8).reshape(shape), "uint8", Quant(0.01, 128))
     b = g.constant(f"{name}/bias", (np.arange(shape[0]) * 7 - 10).astype(np.int32), "int32", Quant(IN.scale * 0.01, 0))
     return w, b
 
 
 def _conv(g: Graph, x: int) -> int:
-    w, b = _weights(g, "w", (5, 3, 3, 4), x)
+    w, b = _weights(g, "w", (5, 3, 3, 4))
     y = g.add_tensor("y", (1, 6, 6, 5), "uint8", Quant(0.2, 100))
     g.add(g.new_op("CONV_2D", [x, w, b], [y], "Conv2DOptions", padding=g.schema.Padding.SAME, strideW=1, strideH=1,
                    dilationWFactor=1, dilationHFactor=1, fusedActivationFunction=ACTIVATIONS["RELU6"]))
@@ -82,7 +82,7 @@ def _conv(g: Graph, x: int) -> int:
 
 
 def _depthwise(g: Graph, x: int) -> int:
-    w, b = _weights(g, "w", (1, 3, 3, 4), x)
+    w, b = _weights(g, "w", (1, 3, 3, 4))
     b = g.constant("bias4", np.arange(4, dtype=np.int32), "int32", Quant(IN.scale * 0.01, 0))
     y = g.add_tensor("y", SHAPE, "uint8", Quant(0.1, 120))
     g.add(g.new_op("DEPTHWISE_CONV_2D", [x, w, b], [y], "DepthwiseConv2DOptions", padding=g.schema.Padding.SAME,
@@ -93,7 +93,7 @@ def _depthwise(g: Graph, x: int) -> int:
 def _fully_connected(g: Graph, x: int) -> int:
     flat = g.add_tensor("flat", (6, 24), "uint8", IN)
     g.add(g.new_op("RESHAPE", [x, int32(g, "shape", [6, 24])], [flat], "ReshapeOptions", newShape=[6, 24]))
-    w, b = _weights(g, "w", (7, 24), x)
+    w, b = _weights(g, "w", (7, 24))
     y = g.add_tensor("y", (6, 7), "uint8", Quant(0.3, 128))
     g.add(g.new_op("FULLY_CONNECTED", [flat, w, b], [y], "FullyConnectedOptions"))
     return y
@@ -168,7 +168,7 @@ def _batch_matmul(g: Graph, x: int) -> int:
 
 
 def _transpose_conv(g: Graph, x: int) -> int:
-    w, _ = _weights(g, "w", (3, 2, 2, 4), x)
+    w, _ = _weights(g, "w", (3, 2, 2, 4))
     y = g.add_tensor("y", (1, 12, 12, 3), "uint8", Quant(0.2, 128))
     g.add(g.new_op("TRANSPOSE_CONV", [int32(g, "out", [1, 12, 12, 3]), w, x], [y], "TransposeConvOptions",
                    padding=g.schema.Padding.VALID, strideW=2, strideH=2))

@@ -216,10 +216,10 @@ def magnitude_groups(ref: np.ndarray, axis: int, channels=None) -> list[tuple[in
     return [tuple(sorted(g)) for g in groups]
 
 
-def compare_channels(name: str, ref: np.ndarray, got: np.ndarray, axis: int, tol: Tolerance = CHANNEL,
+def compare_channels(name: str, ref: np.ndarray, got: np.ndarray, axis: int,
                      groups: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> TensorComparison:
     """Every channel along ``axis`` on its own: a varying channel (``VARYING``, against its group's
-    range) that came back constant has collapsed; one whose cosine falls under ``tol`` has lost its
+    range) that came back constant has collapsed; one whose cosine falls under ``CHANNEL`` has lost its
     signal. ``groups``: (name, channels) of the head's channel groups; channels in none are grouped
     by magnitude (``magnitude_groups``). The metrics are the worst varying channel's; the reasons
     name each failing channel, with its group."""
@@ -240,13 +240,13 @@ def compare_channels(name: str, ref: np.ndarray, got: np.ndarray, axis: int, tol
         worst = cos if not cos >= worst else worst  # NaN sticks
         if np.ptp(g[c]) == 0:
             reasons.append(f"{label} collapsed to the constant {g[c][0]:.4g}; PyTorch's varies {r[c].min():.4g}..{r[c].max():.4g}")
-        elif not cos >= tol.min_cosine:
-            reasons.append(f"{label} cosine {cos:.4f} < {tol.min_cosine}")
+        elif not cos >= CHANNEL.min_cosine:
+            reasons.append(f"{label} cosine {cos:.4f} < {CHANNEL.min_cosine}")
     m = tensor_metrics(ref, got)
     metrics = TensorMetrics(max_abs=m.max_abs, mean_abs=m.mean_abs, rmse=m.rmse, cosine=worst, snr_db=m.snr_db, p99_abs=m.p99_abs,
                             ref_max_abs=m.ref_max_abs)
     shown = reasons[:8] + ([f"and {len(reasons) - 8} more channels"] if len(reasons) > 8 else [])
-    return TensorComparison(f"{name}[channels]", metrics, tol, passed=not reasons, needed=Tolerance(min_cosine=worst),
+    return TensorComparison(f"{name}[channels]", metrics, CHANNEL, passed=not reasons, needed=Tolerance(min_cosine=worst),
                             reasons=tuple(shown))
 
 

@@ -74,8 +74,6 @@ STEPS_ALLOWED = 1
 
 @dataclass(frozen=True)
 class ParitySubject:
-    """What is being validated, and on what."""
-
     reference_module: object
     folded_module: object | None
     onnx_path: Path | None
@@ -162,7 +160,7 @@ def plan_rows(subject: ParitySubject, expected_shapes) -> list[PlannedRow]:
     conversion starts early (``convert/passes/to_tflite_pass.py``) is planned here too."""
     from edgeport.validate.board.runtime import transport_for
     from edgeport.validate.parity.board_runner import BoardRunner
-    from edgeport.validate.parity.emulator import emulate
+    from edgeport.validate.parity.emulator import emulate, emulator_label
     from edgeport.validate.parity.runners import OnnxRuntimeRunner
     from edgeport.validate.parity.tflite_runner import TFLiteRunner
 
@@ -182,8 +180,6 @@ def plan_rows(subject: ParitySubject, expected_shapes) -> list[PlannedRow]:
             rows.append(PlannedRow(variant, runner.runtime, runner, path))
         if subject.board is None:
             continue
-        from edgeport.validate.parity.emulator import emulator_label
-
         emulation = emulate(path, subject.board, expected_shapes, subject.workdir, subject.board_checks.get(variant))
         rows.append(PlannedRow(variant, emulator_label(subject.board), emulation.runner, emulation.file, emulation.verdict))
         if transport is not None:
@@ -196,7 +192,6 @@ def plan_rows(subject: ParitySubject, expected_shapes) -> list[PlannedRow]:
 
 
 def board_label(board, transport) -> str:
-    """The label of the board's own runtime's row."""
     return f"board:{board.name} ({transport.identity(board)})"
 
 
@@ -562,6 +557,7 @@ def _step_checks(subject: ParitySubject, rows: list[PlannedRow], runs: dict, twi
     """(variant, runtime) -> the step checks of that row: a board's rows of a quantised file against
     the reference kernels on the same file; every row but XNNPACK's (its own rounding) of a
     variant with a twin against the twin."""
+    from edgeport.validate.parity.divergence import first_parting
     from edgeport.validate.parity.tflite_runner import output_steps
 
     checks: dict = {}
@@ -569,8 +565,6 @@ def _step_checks(subject: ParitySubject, rows: list[PlannedRow], runs: dict, twi
         reference = next((r for r in rows if r.variant == variant and r.runtime == "tflite-ref" and r.runner), None)
         if variant == "float32" or reference is None:
             continue
-        from edgeport.validate.parity.divergence import first_parting
-
         steps = output_steps(path, expected)
         work = subject.workdir or Path(path).parent
         # a board's kernels against today's on the same file: a diagnostic that says where the two
