@@ -76,8 +76,8 @@ def _add_convert_args(p: argparse.ArgumentParser) -> None:
                        help="allow full unpickling (runs code from the file): only for checkpoints you trust")
 
 
-def build_parser(prog: str = "edgeport") -> argparse.ArgumentParser:
-    parser = Parser(prog=prog, description="Ship a DDP + SyncBN trained PyTorch detector to a TFLite board, with proof.")
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="edgeport", description="Ship a DDP + SyncBN trained PyTorch detector to a TFLite board, with proof.")
     parser.add_argument("--version", action="version", version=f"edgeport {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     conv = sub.add_parser(

@@ -90,19 +90,14 @@ def seed(text: str) -> int:
 
 def explicit_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
     """The option destinations given on the command line (not left at their defaults)."""
+    import copy
+
     probe = argparse.ArgumentParser(add_help=False)
     probe.error = parser.error  # type: ignore[method-assign]
     for action in parser._actions:  # noqa: SLF001 - argparse offers no public walk of its options
         if action.option_strings and action.dest != "help":
-            probe._add_action(_copy_suppressed(action))  # noqa: SLF001
+            clone = copy.copy(action)
+            clone.default, clone.required = argparse.SUPPRESS, False
+            probe._add_action(clone)  # noqa: SLF001
     namespace, _ = probe.parse_known_args(argv)
     return set(vars(namespace))
-
-
-def _copy_suppressed(action: argparse.Action) -> argparse.Action:
-    import copy
-
-    clone = copy.copy(action)
-    clone.default = argparse.SUPPRESS
-    clone.required = False
-    return clone

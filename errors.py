@@ -77,6 +77,11 @@ def is_environment_error(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in ENVIRONMENT_ERRNOS
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, or its type's name where it says nothing."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 # the longest error line edgeport prints: a message longer than this (a name from a file, a path)
 # is clipped on the terminal and written whole to a log file the line names
 MAX_LINE = 300

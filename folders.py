@@ -126,15 +126,12 @@ def _read_own(path: Path) -> str:
     return data.decode()
 
 
-def _write_json_atomically(path: Path, data: dict) -> None:
-    with writing(path) as f:
-        f.write((json.dumps(data) + "\n").encode())
-
-
 def write_marker(folder: Path, command: str, files: dict[str, str] | None = None, dirs=()) -> None:
     """Mark ``folder`` as ``command``'s, with the manifest of what it wrote there (empty at first)."""
-    _write_json_atomically(folder / MARKER, {"schema": MARKER_SCHEMA, "command": command, "created": _now(),
-                                             "files": dict(sorted((files or {}).items())), "dirs": sorted(dirs)})
+    data = {"schema": MARKER_SCHEMA, "command": command, "created": _now(), "files": dict(sorted((files or {}).items())),
+            "dirs": sorted(dirs)}
+    with writing(folder / MARKER) as f:
+        f.write((json.dumps(data) + "\n").encode())
 
 
 def read_marker(folder: Path) -> Marker | None:
@@ -150,12 +147,6 @@ def read_marker(folder: Path) -> Marker | None:
             and isinstance(dirs, list) and all(isinstance(d, str) for d in dirs)):
         return None
     return Marker(data["command"], files, frozenset(dirs))
-
-
-def marker_command(folder: Path) -> str | None:
-    """The command whose marker ``folder`` carries, or None."""
-    marker = read_marker(folder)
-    return marker.command if marker else None
 
 
 def manifest(folder: Path) -> tuple[dict[str, str], list[str]]:
@@ -222,7 +213,8 @@ def foreign_entries(folder: Path, command: str) -> list[str]:
 
 def owned(folder: Path, command: str) -> bool:
     """``folder`` carries ``command``'s marker and holds nothing but what its manifest lists."""
-    return marker_command(folder) == command and not foreign_entries(folder, command)
+    marker = read_marker(folder)
+    return marker is not None and marker.command == command and not foreign_entries(folder, command)
 
 
 # -- locks: a live run's folder is never replaced or resumed by another -----------------------------
@@ -481,7 +473,7 @@ def make_parents(path: Path) -> list[Path]:
     return created
 
 
-def _remove_empty(created: list[Path]) -> None:
+def remove_empty(created: list[Path]) -> None:
     """Remove the parent folders ``make_parents`` made, deepest first, each only while still empty."""
     for folder in reversed(created):
         with contextlib.suppress(OSError):
@@ -649,7 +641,7 @@ def staged_output(out: Path | None, *, command: str, force: bool, default_root: 
             try:
                 target = claim_run_dir(default_root, command)
             except BaseException:
-                _remove_empty(created)
+                remove_empty(created)
                 raise
     else:
         target = check_out(out, command=command, force=force, inputs=inputs)
@@ -682,7 +674,7 @@ def staged_output(out: Path | None, *, command: str, force: bool, default_root: 
             shutil.rmtree(tmp, ignore_errors=True)
         if claimed:
             release_claim(target)
-        _remove_empty(created)
+        remove_empty(created)
         raise
     finally:
         if owner is not None:

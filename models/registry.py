@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -26,40 +26,21 @@ class ArchSpec:
     summary: str
 
 
+PDET_N = DetectorConfig(widths=(16, 24, 32, 48, 80), neck_width=32, depth=1)
+
 # The registry is a plain literal: adding an architecture is adding a line here.
 REGISTRY: dict[str, ArchSpec] = {
     spec.name: spec
     for spec in (
-        ArchSpec(
-            "pdet-n",
-            PDet,
-            DetectorConfig(widths=(16, 24, 32, 48, 80), neck_width=32, depth=1),
-            "person detector, nano: 0.32M params, 160-320 px on a CPU (default)",
-        ),
-        ArchSpec(
-            "pdet-s",
-            PDet,
-            DetectorConfig(widths=(16, 32, 64, 128, 192), neck_width=64, depth=1),
-            "person detector, small: 1.7M params, 224-320 px",
-        ),
-        ArchSpec(
-            "pdet-n-bilinear",
-            PDet,
-            DetectorConfig(widths=(16, 24, 32, 48, 80), neck_width=32, depth=1, upsample="bilinear"),
-            "pdet-n with bilinear (align_corners=False) upsampling in the neck",
-        ),
-        ArchSpec(
-            "pdet-n-board",
-            PDet,
-            DetectorConfig(widths=(16, 24, 32, 48, 80), neck_width=32, depth=1, upsample="board_bilinear"),
-            "pdet-n trained with TFLite 1.13's own bilinear resize (BoardUpsample)",
-        ),
-        ArchSpec(
-            "pdet-n-leaky-spp",
-            PDet,
-            DetectorConfig(widths=(16, 24, 32, 48, 80), neck_width=32, depth=1, act="leaky_relu", spp=True),
-            "pdet-n in the write-up's style: LeakyReLU(0.1) and an SPP block before the upsampling neck",
-        ),
+        ArchSpec("pdet-n", PDet, PDET_N, "person detector, nano: 0.32M params, 160-320 px on a CPU (default)"),
+        ArchSpec("pdet-s", PDet, DetectorConfig(widths=(16, 32, 64, 128, 192), neck_width=64, depth=1),
+                 "person detector, small: 1.7M params, 224-320 px"),
+        ArchSpec("pdet-n-bilinear", PDet, replace(PDET_N, upsample="bilinear"),
+                 "pdet-n with bilinear (align_corners=False) upsampling in the neck"),
+        ArchSpec("pdet-n-board", PDet, replace(PDET_N, upsample="board_bilinear"),
+                 "pdet-n trained with TFLite 1.13's own bilinear resize (BoardUpsample)"),
+        ArchSpec("pdet-n-leaky-spp", PDet, replace(PDET_N, act="leaky_relu", spp=True),
+                 "pdet-n in the write-up's style: LeakyReLU(0.1) and an SPP block before the upsampling neck"),
     )
 }
 
@@ -121,7 +102,7 @@ def build_model(arch: str, config: dict | None = None, *, origin: str = "--arch"
     return spec.factory(cfg), cfg.to_dict()
 
 
-def _build_from_callable(target: str, origin: str = "--arch") -> nn.Module:
+def _build_from_callable(target: str, origin: str) -> nn.Module:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise ArchitectureError(f"{origin} {target!r} must look like package.module:callable")

@@ -159,7 +159,6 @@ class TrainConfig:
         return tuple(k for k in self.explicit if k not in ENVIRONMENT)
 
 
-
 def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="dataset folder (YOLO layout or COCO JSON); see `edgeport data synth`")
     p.add_argument("--out", type=Path, help="run folder (default: a new numbered folder under runs/train/)")
@@ -207,7 +206,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace an earlier edgeport training run in --out (never other files)")
 
 
-def config_from_args(args: argparse.Namespace, explicit: set[str] = frozenset()) -> TrainConfig:
+def config_from_args(args: argparse.Namespace, explicit: set[str]) -> TrainConfig:
     fields = TrainConfig.__dataclass_fields__
     values = {k: v for k, v in vars(args).items() if k in fields}
     return TrainConfig(**values, explicit=tuple(sorted(k for k in explicit if k in fields)))

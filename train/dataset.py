@@ -65,13 +65,13 @@ def clip_boxes(boxes: np.ndarray, classes: np.ndarray, imgsz: int) -> tuple[np.n
 
 
 class DetectionDataset(torch.utils.data.Dataset):
-    def __init__(self, samples: list[Sample], imgsz: int, strides: tuple[int, ...], *, augment: bool, seed: int = 0, aug: AugmentConfig | None = None):
+    def __init__(self, samples: list[Sample], imgsz: int, strides: tuple[int, ...], *, augment: bool, seed: int = 0):
         self.samples = samples
         self.imgsz = imgsz
         self.strides = tuple(strides)
         self.augment = augment
         self.seed = seed
-        self.aug = aug or AugmentConfig()
+        self.aug = AugmentConfig()
         self.epoch = 0
         self._cache: dict[int, np.ndarray] = {}
 

@@ -37,8 +37,8 @@ def predict(model: torch.nn.Module, samples: list[Sample], imgsz: int, strides, 
     return results
 
 
-def evaluate_sharded(model: torch.nn.Module, samples: list[Sample], imgsz: int, strides, *, rank: int, world: int,
-                     group=None) -> dict[str, float] | None:
+def evaluate_sharded(model: torch.nn.Module, samples: list[Sample], imgsz: int, strides, *, rank: int,
+                     world: int) -> dict[str, float] | None:
     """Every rank predicts every ``world``-th image; rank 0 gathers them and scores the whole set.
 
     No rank waits idle while another evaluates alone (a long validation would otherwise trip
@@ -50,7 +50,7 @@ def evaluate_sharded(model: torch.nn.Module, samples: list[Sample], imgsz: int, 
     if world == 1:
         return coco_map(samples, mine)
     gathered: list | None = [None] * world if rank == 0 else None
-    dist.gather_object(mine, gathered, dst=0, group=group)
+    dist.gather_object(mine, gathered, dst=0)
     if rank != 0:
         return None
     ordered = [gathered[i % world][i // world] for i in range(len(samples))]

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as _dt
 import os
 import signal
@@ -45,6 +44,7 @@ from edgeport.folders import (
     read_marker,
     record_outputs,
     release_claim,
+    remove_empty,
     remove_transient,
     write_marker,
 )
@@ -203,9 +203,7 @@ def prepare_out(cfg: TrainConfig, *, force: bool) -> tuple[TrainConfig, bool, Fo
                 lock.release()
             if not existed:
                 release_claim(target)
-                for folder in reversed(created):
-                    with contextlib.suppress(OSError):
-                        folder.rmdir()
+                remove_empty(created)
             raise
         claimed = not existed
     return TrainConfig.from_dict({**cfg.to_dict(), "out": str(target)}), claimed, lock
@@ -332,8 +330,8 @@ def spawn(argv: list[str], cfg: TrainConfig) -> int:
         raise
 
 
-def build_parser(prog: str = "edgeport train") -> argparse.ArgumentParser:
-    p = Parser(prog=prog, description="Train a detector with DDP (gloo on CPU, NCCL on GPU), SyncBN and gradient accumulation.")
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="edgeport train", description="Train a detector with DDP (gloo on CPU, NCCL on GPU), SyncBN and gradient accumulation.")
     add_train_args(p)
     return p
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from edgeport.errors import BadInputError
+from edgeport.errors import BadInputError, first_line
 from edgeport.text import shown
 
 SCHEMES = ("env", "tcp", "file")
@@ -111,9 +111,8 @@ class Address:
         return shown(f"{where} (env://: MASTER_ADDR, MASTER_PORT)" if self.url.startswith("env:") else where, 120)
 
 
-def address(url: str, env=None) -> Address:
+def address(url: str) -> Address:
     """The store ``url`` names; env:// reads MASTER_ADDR and MASTER_PORT (bad input where unset or no port)."""
-    env = os.environ if env is None else env
     problem = url_problem(url)
     if problem:
         raise BadInputError(f"--dist-url {shown(url)}: {problem}; pass {FORMS}")
@@ -122,7 +121,7 @@ def address(url: str, env=None) -> Address:
         return Address(url, path=Path(parts.path))
     if parts.scheme == "tcp":
         return Address(url, host=parts.hostname, port=parts.port)
-    host, port = env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", "")
+    host, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
     if not host or not port:
         raise BadInputError(f"--dist-url env:// but {'MASTER_ADDR' if not host else 'MASTER_PORT'} is not set; launch with "
                             f"torchrun, export MASTER_ADDR and MASTER_PORT to every rank, or pass --dist-url tcp://HOST:PORT")
@@ -168,10 +167,6 @@ def remove_store_file(path: Path | None) -> None:
             path.unlink()
 
 
-def _first_line(exc: BaseException) -> str:
-    return shown((str(exc).strip().splitlines() or [type(exc).__name__])[0], 160)
-
-
 def _wait_for_port(where: Address, deadline: float, timeout_s: float) -> None:
     """Until rank 0's store answers at ``where`` (a plain connect: torch's client logs a C++ trace
     for every try that fails), within ``deadline``."""
@@ -205,7 +200,7 @@ def _store(where: Address, rank: int, world: int, deadline: float, timeout_s: fl
             return dist.TCPStore(where.host, where.port, world, True, timeout=_dt.timedelta(seconds=timeout_s),
                                  wait_for_workers=False, multi_tenant=True)
         except dist.DistNetworkError as exc:
-            raise RendezvousError(f"rank 0 cannot serve the rendezvous at {where.shown}: {_first_line(exc)}; choose a free "
+            raise RendezvousError(f"rank 0 cannot serve the rendezvous at {where.shown}: {shown(first_line(exc), 160)}; choose a free "
                                   f"port") from exc
     _wait_for_port(where, deadline, timeout_s)
     connect = max(1.0, min(CONNECT_S, deadline - time.monotonic()))
@@ -239,5 +234,5 @@ def join(url: str, rank: int, world: int, *, timeout_s: float = RENDEZVOUS_TIMEO
                 store.add(key, -1)
             raise
     except dist.DistError as exc:  # the store went away meanwhile: rank 0's process ended
-        raise RendezvousError(f"the rendezvous at {where.shown} failed: {_first_line(exc)}") from exc
+        raise RendezvousError(f"the rendezvous at {where.shown} failed: {shown(first_line(exc), 160)}") from exc
     return store

@@ -34,7 +34,7 @@ from edgeport.models.registry import build_model
 from edgeport.models.syncbn import convert_sync_batchnorm
 from edgeport.train.checkpoint import FORMAT, VERSION_PACKAGES, atomic_save, load_initial_weights, load_resume
 from edgeport.train.config import DEFAULT_EPOCHS, TrainConfig
-from edgeport.train.dataset import AugmentConfig, DetectionDataset, collate
+from edgeport.train.dataset import DetectionDataset, collate
 from edgeport.train.targets import detection_loss
 from edgeport.validate.datasets import load_split
 
@@ -92,11 +92,6 @@ def window_sizes(sizes: list[int], k: int) -> list[int]:
 def log(rank: int, message: str) -> None:
     if rank == 0:
         print(message, file=sys.stderr, flush=True)
-
-
-def _freeze_backbone(model: torch.nn.Module) -> None:
-    for p in model.backbone.parameters():
-        p.requires_grad_(False)
 
 
 def _set_train_mode(model: torch.nn.Module, frozen: bool) -> None:
@@ -173,10 +168,10 @@ def set_determinism() -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
-def reduce_totals(totals: torch.Tensor, group=None) -> torch.Tensor:
+def reduce_totals(totals: torch.Tensor) -> torch.Tensor:
     """Sum the per-rank metric totals over ranks. ``totals`` lives on the group's device
     (NCCL has no CPU tensors); the result is brought to the CPU for logging."""
-    dist.all_reduce(totals, group=group)
+    dist.all_reduce(totals)
     return totals.cpu()
 
 
@@ -251,7 +246,7 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
         loaded, skipped = load_initial_weights(model, cfg.weights)
         log(rank, f"--weights: loaded {loaded} tensors" + (f"; skipped {len(skipped)}: {', '.join(skipped[:8])}" if skipped else ""))
     if cfg.freeze_layers:
-        _freeze_backbone(model)
+        model.backbone.requires_grad_(False)
     if cfg.sync_bn:
         model = convert_sync_batchnorm(model, device)
     dtype = torch.float64 if cfg.float64 else torch.float32
@@ -262,7 +257,7 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
 
     train_samples = load_split(cfg.data, "train", cfg.num_classes)
     val_samples = load_split(cfg.data, "val", cfg.num_classes)
-    dataset = DetectionDataset(train_samples, cfg.imgsz, strides, augment=not cfg.deterministic, seed=cfg.seed, aug=AugmentConfig())
+    dataset = DetectionDataset(train_samples, cfg.imgsz, strides, augment=not cfg.deterministic, seed=cfg.seed)
     sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=not cfg.deterministic, seed=cfg.seed)
     workers = loader_workers(cfg, world)
     loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, collate_fn=collate,
