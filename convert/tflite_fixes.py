@@ -1,12 +1,8 @@
-"""Corrections applied to a converter's int8 TFLite output: where it broke what TFLite's kernels
-require, and where it rounds a constant it could hold exactly.
-
-Three kinds, each written through ``ops/tflite_graph.Graph``, in every subgraph. A resize's output
-can simply take its input's quantisation (exact, since a resize never leaves its input's range). Everywhere else
-the broken quantisation is one the graph relies on (a Concat's shared scale, a sigmoid's
-fixed 1/256), so ``requantize_int8_constraints`` inserts QUANTIZE ops instead, as
-TensorFlow's converter does. And ``exact_constants`` gives a constant of an elementwise op the
-grid that holds its values exactly, where one exists.
+"""Corrections applied to a converter's int8 TFLite output, each written through
+``ops/tflite_graph.Graph``, in every subgraph: where it broke what TFLite's kernels require
+(``share_resize_quantization``; elsewhere the broken quantisation is one the graph relies on, a
+Concat's shared scale, a sigmoid's fixed 1/256, so ``requantize_int8_constraints`` inserts QUANTIZE
+ops instead), and where it rounds a constant it could hold exactly (``exact_constants``).
 
 ``share_resize_quantization``: onnx2tf 2.x (``flatbuffer_direct``) calibrates the int8 output
 of RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR apart from its input, so the two get slightly
@@ -111,12 +107,11 @@ def requantize_int8_constraints(model: bytes) -> tuple[bytes, int]:
     g, views = _subgraphs(model)
     inserted = 0
 
-    def requantized(view: Graph, source: int, quant: Quant):
-        """A new tensor shaped like ``source`` and quantised as given, and the QUANTIZE op that fills it."""
+    def quantize(view: Graph, source: int, into: int):
+        """The QUANTIZE op that requantises ``source`` into ``into``."""
         nonlocal inserted
         inserted += 1
-        tensor = view.like(source, "requantized", quant=quant)
-        return tensor, view.new_op("QUANTIZE", [], [], "QuantizeOptions")
+        return view.new_op("QUANTIZE", [source], [into], "QuantizeOptions")
 
     for view in views:
         ops = []
@@ -125,10 +120,9 @@ def requantize_int8_constraints(model: bytes) -> tuple[bytes, int]:
             if kind in FIXED_OUTPUT_OPS and len(op.outputs) == 1:
                 out, fixed = op.outputs[0], Quant(*FIXED_OUTPUT_OPS[kind])
                 if _int8_quant(view, out) not in (None, fixed):
-                    written, requant = requantized(view, out, fixed)
+                    written = view.like(out, "requantized", quant=fixed)
                     op.outputs = [written]  # the op writes at its fixed quantisation...
-                    requant.inputs, requant.outputs = [written], [out]  # ...then at its consumers'
-                    ops += [op, requant]
+                    ops += [op, quantize(view, written, out)]  # ...then at its consumers'
                     continue
             if kind not in SAME_SCALE_OPS or not op.outputs:
                 ops.append(op)
@@ -142,10 +136,9 @@ def requantize_int8_constraints(model: bytes) -> tuple[bytes, int]:
                 for k, out in enumerate(list(op.outputs)):
                     if qsource is None or _int8_quant(view, out) in (None, qsource):
                         continue
-                    written, requant = requantized(view, out, qsource)  # the split writes at its input's grid...
+                    written = view.like(out, "requantized", quant=qsource)  # the split writes at its input's grid...
                     op.outputs[k] = written
-                    requant.inputs, requant.outputs = [written], [out]  # ...then to the output's
-                    ops.append(requant)
+                    ops.append(quantize(view, written, out))  # ...then to the output's
                 continue
             out = op.outputs[0]
             qout = _int8_quant(view, out)
@@ -153,10 +146,9 @@ def requantize_int8_constraints(model: bytes) -> tuple[bytes, int]:
                 source = op.inputs[i]
                 if qout is None or _int8_quant(view, source) in (None, qout):
                     continue
-                fed, requant = requantized(view, source, qout)
-                requant.inputs, requant.outputs = [source], [fed]
+                fed = view.like(source, "requantized", quant=qout)
                 op.inputs[i] = fed
-                ops.append(requant)
+                ops.append(quantize(view, source, fed))
             ops.append(op)
         view.sg.operators = ops
     return (g.to_bytes(), inserted) if inserted else (model, 0)

@@ -73,9 +73,8 @@ _SIGNATURE_DUMP = re.compile(r"TensorSpec\(|^\* Endpoint|^(Output Type|Captures|
 
 def condense(output: str, limit: int = 240) -> str:
     """The most telling line of onnx2tf's output, for a one-line error: in a chain of Python
-    exceptions, the first one (the cause), not the wrapper that re-raised it; never a line
-    TensorFlow logs from C++ (``failed call to cuInit`` on every machine without a GPU) or its
-    listing of a saved model's signature. Without an error line, it says so (and quotes the last)."""
+    exceptions, the first one (the cause), not the wrapper that re-raised it; never noise
+    (``_NATIVE_LOG``, ``_SIGNATURE_DUMP``). Without an error line, it says so (and quotes the last)."""
     output = output.split(_CAUSED, 1)[0]
     lines = [_ANSI.sub("", line).strip() for line in output.splitlines()]
     lines = [line for line in lines if line and not _NATIVE_LOG.search(line) and not _SIGNATURE_DUMP.search(line)]

@@ -5,13 +5,11 @@ with class scores (0 to 1); a pose head adds keypoint pixels and visibility scor
 segmentation head mask coefficients. Full-integer int8 gives a tensor one scale: about 4.5 px
 per step at 1280 px, so every score rounds to 0 and the model detects nothing. When an output's
 channel groups (``models.heads.Head.groups``) differ in range by more than ``MAX_GROUP_RATIO``,
-the int8 model is converted from a float graph with each group scaled *before* the tensors that
-carry it are joined (after, the damage is done) -- the ONNX graph onnx2tf converts, or the float32
-TFLite file litert-torch wrote, which ai-edge-quantizer quantises: pixels divided by the input size -- 0..1, as
-Ultralytics' own TFLite export writes boxes -- and scores that never reach 1/16 (an untrained
-head) or values far past 1 raised or lowered by a power of two. The float32 model keeps the
-model's own values. The factors are in the report (``int8_normalised``); parity multiplies the
-int8 outputs back before comparing, so every metric is in the model's units.
+the int8 model is converted from a float graph with each group scaled (``group_factor``) *before*
+the tensors that carry it are joined (after, the damage is done) -- the ONNX graph onnx2tf
+converts, or the float32 TFLite file litert-torch wrote, which ai-edge-quantizer quantises. The
+float32 model keeps the model's own values. The factors are in the report (``int8_normalised``);
+parity multiplies the int8 outputs back before comparing, so every metric is in the model's units.
 
 The scaling walks back from the output through the ops that only place channels -- a Concat
 along the channel axis, a Reshape that splits it (a pose head's ``(K, 3)`` keypoints become
@@ -51,8 +49,7 @@ Plans = list[list[tuple[int, int, int, float]]]
 
 
 def group_scales(outputs: list[np.ndarray], head: Head, imgsz: int) -> Plans:
-    """Per output: (axis, start, stop, factor) for each run of channels the int8 model divides by
-    ``factor``; empty where the groups already share a range."""
+    """The ``Plans`` of ``outputs``: empty for an output whose groups already share a range."""
     plans = []
     for k, out in enumerate(outputs):
         groups = head.groups(k, out.shape)
@@ -77,11 +74,12 @@ def group_scales(outputs: list[np.ndarray], head: Head, imgsz: int) -> Plans:
 
 class _Walk:
     """A graph being rewritten: the walk back from an output through the ops that only place
-    channels (the same for an ONNX graph and a TFLite one; each subclass reads its own format)."""
+    channels (the same for an ONNX graph and a TFLite one; each subclass reads its own format).
+    ``made_by``: tensor -> the op that makes it (none for a graph input, a constant); ``read``: how
+    many read each tensor (the ops that take it, and the graph, where it is an output)."""
 
-    def producer(self, tensor):
-        """The op that makes ``tensor``, or None (a graph input, a constant)."""
-        raise NotImplementedError
+    made_by: dict
+    read: Counter
 
     def shape(self, tensor) -> list[int]:
         raise NotImplementedError
@@ -111,17 +109,13 @@ class _Walk:
             return True
         return self.scale_made(self.inputs(consumer)[index], axis, factors)
 
-    def users(self, tensor) -> int:
-        """How many read ``tensor``: the ops that take it, and the graph, where it is an output."""
-        raise NotImplementedError
-
     def scale_made(self, tensor, axis: int, factors: np.ndarray) -> bool:
         """Scale ``tensor`` channel by channel where the op making it reads its parts. Only a
         tensor with one reader (the op the walk came from, or the graph for its output): another
         would read the divided values too."""
-        node, shape = self.producer(tensor), self.shape(tensor)
+        node, shape = self.made_by.get(tensor), self.shape(tensor)
         rank = len(shape)
-        if node is None or not rank or self.users(tensor) != 1:
+        if node is None or not rank or self.read[tensor] != 1:
             return False
         kind = self.places(node)
         if kind == "concat" and self.concat_axis(node) % rank == axis:
@@ -168,19 +162,13 @@ class _Onnx(_Walk):
 
     def __init__(self, model):
         onnx = require("onnx", purpose="int8 output groups")
-        self.onnx, self.model, self.graph = onnx, model, model.graph
+        self.onnx, self.graph = onnx, model.graph
         inferred = onnx.shape_inference.infer_shapes(model).graph
         self.shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
                        for vi in [*inferred.value_info, *inferred.output, *inferred.input]}
         self.made_by = {out: node for node in self.graph.node for out in node.output}
         self.read = Counter([*(i for node in self.graph.node for i in node.input), *(o.name for o in self.graph.output)])
         self.added = 0
-
-    def producer(self, tensor):
-        return self.made_by.get(tensor)
-
-    def users(self, tensor) -> int:
-        return self.read[tensor]
 
     def shape(self, tensor) -> list[int]:
         return self.shapes.get(tensor, [])
@@ -215,12 +203,6 @@ class _Tflite(_Walk):
         self.made_by = {t: op for op in graph.ops for t in op.outputs}
         self.read = Counter([*(i for op in graph.ops for i in op.inputs), *graph.sg.outputs])
         self.added = 0
-
-    def producer(self, tensor):
-        return self.made_by.get(tensor)
-
-    def users(self, tensor) -> int:
-        return self.read[tensor]
 
     def shape(self, tensor) -> list[int]:
         return list(self.g.shape(tensor))
@@ -259,9 +241,7 @@ def normalise_onnx(src: Path, dst: Path, plans: Plans) -> bool:
 
 
 def normalise_tflite(src: Path, dst: Path, plans: Plans) -> bool:
-    """``normalise_onnx`` for a float32 TFLite file (litert-torch's, which ai-edge-quantizer
-    quantises): each planned channel range divided before the tensors carrying the groups are
-    joined. False, writing nothing, when some group cannot be reached apart."""
+    """``normalise_onnx`` for a float32 TFLite file (litert-torch's, which ai-edge-quantizer quantises)."""
     from edgeport.ops.tflite_graph import Graph
 
     g = Graph(src.read_bytes(), what=str(src))
@@ -271,8 +251,9 @@ def normalise_tflite(src: Path, dst: Path, plans: Plans) -> bool:
     return True
 
 
-def plan_for(module, calib: np.ndarray, head: Head, imgsz: int) -> Plans | None:
+def plan_for(prepared) -> Plans | None:
+    """The plans for the prepared model's outputs on its first calibration images; None where no output mixes scales."""
     from edgeport.models.inference import forward
 
-    plans = group_scales(forward(module, calib), head, imgsz)
+    plans = group_scales(forward(prepared.module, prepared.calib[:4]), prepared.head, prepared.imgsz)
     return plans if any(plans) else None

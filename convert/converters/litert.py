@@ -55,11 +55,6 @@ MARKER = ".edgeport-converter.json"
 WORKER = Path(__file__).with_name("litert_worker.py")
 
 
-def _host_site() -> list[str]:
-    paths = sysconfig.get_paths()
-    return list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
-
-
 def env_dir() -> Path:
     """This environment's litert-torch: one per Python and host environment, under EDGEPORT_HOME."""
     host = hashlib.sha256(sys.prefix.encode()).hexdigest()[:8]
@@ -115,7 +110,8 @@ def install(*, log=print) -> dict:
         the rest (torch) from here, pinned to this torch; its own layer pinned (``LAYER_PINS``)."""
         site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               capture_output=True, text=True, check=True).stdout.strip()
-        Path(site, "edgeport-host.pth").write_text("".join(f"{p}\n" for p in _host_site()))
+        host = sysconfig.get_paths()
+        Path(site, "edgeport-host.pth").write_text("".join(f"{p}\n" for p in dict.fromkeys([host["purelib"], host["platlib"]])))
         (folder / "constraints.txt").write_text("".join(f"{pin}\n" for pin in (f"torch=={torch.split('+')[0]}", *LAYER_PINS)))
         return ["-c", str(folder / "constraints.txt")]
 
@@ -166,6 +162,10 @@ class Begun:
     failed: Conversion | None = None  # the model torch.export could not capture or save: the reason
     source: object = None  # the ``Prepared`` it was begun from (``LiteRTTorch.begin``)
 
+    def no_file(self, why: str) -> Conversion:
+        """No file: the same reason for every variant."""
+        return Conversion({}, {v: why for v in self.variants}, {}, time.perf_counter() - self.t0)
+
 
 def begin(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float, context: RunContext,
           per_tensor: bool = False) -> Begun:
@@ -180,10 +180,10 @@ def begin(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float
     python = require()
     work.mkdir(parents=True, exist_ok=True)
     variants = ["float32", "int8"] if int8 else ["float32"]
-    begun = Begun(work, variants, time.perf_counter(), timeout_s)
+    begun = Begun(work, variants, time.perf_counter(), timeout_s, ask=int8)
 
-    def failed(why: str) -> Begun:  # no file: the same reason for every variant
-        begun.failed = Conversion({}, {v: why for v in variants}, {}, time.perf_counter() - begun.t0)
+    def failed(why: str) -> Begun:
+        begun.failed = begun.no_file(why)
         return begun
 
     sample = np.ascontiguousarray(calib[:1], np.float32)
@@ -202,9 +202,6 @@ def begin(module, calib: np.ndarray, work: Path, *, int8: bool, timeout_s: float
     except Exception as exc:  # noqa: BLE001 -- a captured program torch cannot serialise (a custom object in it)
         return failed(f"torch.export cannot save the captured model: {condense(f'{type(exc).__name__}: {exc}')}")
     np.save(work / "sample.npy", sample)
-    # int8 from the float32 file edgeport names once the worker has written it: with its output groups
-    # apart where the plans (computed meanwhile) reach them, else the file itself
-    begun.ask = int8
     if int8:
         np.save(work / "calib.npy", np.ascontiguousarray(calib, np.float32))
     (work / "job.json").write_text(json.dumps({"variants": variants, "per_tensor": per_tensor, "ask": begun.ask}))
@@ -239,10 +236,6 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
     proc = child.proc
     meanwhile = meanwhile or (lambda files: None)
     log, asked = work / "litert-torch.log", work / "float32.done"
-
-    def failed(why: str) -> Conversion:  # no file: the same reason for every variant
-        return Conversion({}, {v: why for v in variants}, {}, time.perf_counter() - begun.t0)
-
     try:
         meanwhile({})
         if begun.ask:
@@ -250,7 +243,7 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
         proc.wait(timeout=max(0.0, begun.deadline - time.perf_counter()))
     except subprocess.TimeoutExpired:
         tail = condense(log.read_text(errors="replace")[-4000:]) if log.is_file() else "no output"
-        return failed(f"litert-torch did not finish within {begun.timeout_s:.0f} s (its last words: {tail})")
+        return begun.no_file(f"litert-torch did not finish within {begun.timeout_s:.0f} s (its last words: {tail})")
     finally:
         child.end()
     seconds = time.perf_counter() - begun.t0
@@ -261,7 +254,7 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
     if result is None:  # it ended before it wrote what it did (a crash, an import that failed)
         tail = condense(log.read_text(errors="replace")[-4000:]) if log.is_file() else f"exit {proc.returncode}, no log"
         if not asked.exists():
-            return failed(f"litert-torch failed: {tail}")
+            return begun.no_file(f"litert-torch failed: {tail}")
         result = {"written": ["float32"], "errors": {"int8": f"it failed after writing float32: {tail}"}}
     # (a worker that crashed while shutting down, after result.json, still wrote its files)
     files = {v: work / f"model_{v}.tflite" for v in result["written"] if (work / f"model_{v}.tflite").is_file()}
@@ -337,19 +330,8 @@ class LiteRTTorch(Converter):
         install(log=log)
 
     def warm(self, context: RunContext) -> None:
-        """Its worker, started at once: it imports torch and litert-torch while the passes before the
-        conversion run, and the conversion takes it. Nothing starts where the converter is not installed."""
         if installed() is not None:
             context.warm(_worker_argv(env_dir() / "bin" / "python"), _worker_env())
-
-    @staticmethod
-    def _plans(prepared, quantised: str | None):
-        """Each output's channel groups scaled apart for int8, where one output mixes scales."""
-        if quantised is None:
-            return None
-        from edgeport.convert.converters.int8_groups import plan_for
-
-        return plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)
 
     def begin(self, prepared, work: Path, *, quantised: str | None, timeout_s: float, context: RunContext) -> Begun:
         begun = begin(prepared.module, prepared.calib, work / "litert", int8=quantised is not None, timeout_s=timeout_s,
@@ -365,9 +347,11 @@ class LiteRTTorch(Converter):
             if isinstance(begun, Begun) and begun.child is not None:
                 begun.child.end()
             begun = None
+        from edgeport.convert.converters.int8_groups import plan_for
+
         # (where begun: while the worker converts) which output groups its int8 is quantised apart, its answer once it asks
         done = convert_variants(prepared.module, prepared.calib, work / "litert", int8=quantised is not None, timeout_s=timeout_s,
-                                per_tensor=quantised == "uint8", plans=self._plans(prepared, quantised), meanwhile=meanwhile,
+                                per_tensor=quantised == "uint8", plans=plan_for(prepared) if quantised else None, meanwhile=meanwhile,
                                 begun=begun, context=context)
         why = done.not_written.get("float32", "")
         if why.startswith("torch.export cannot"):  # the model, as litert-torch takes it: refused, not a crash (exit 2)

@@ -9,10 +9,8 @@ Both take the same flags for what edgeport asks (float32 + full-integer int8 wit
 input and output, per-channel, our calibration set) and write the same file names.
 
 onnx2tf runs in a child process: it calls ``sys.exit`` on errors, prints a great deal,
-and (1.28) imports TensorFlow, none of which should happen inside the caller's process.
-``convert`` starts that child first (``warm_converter``), so its imports (TensorFlow's,
-onnx2tf 2.x's) overlap the caller's own, and the conversion takes it when its ONNX is
-ready.
+and (1.28) imports TensorFlow, none of which should happen inside the caller's process
+(a run starts it at once: ``warm_command``).
 
 Offline, on purpose: onnx2tf 1.28 downloads sample images from the internet whenever an
 input looks like an NHWC image, unless ``calibration_image_sample_data_20x128x128x3_float32.npy``
@@ -25,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import json
 import os
 import re
@@ -56,14 +55,14 @@ AWAIT_JOB = "--await-job"
 SHIPS = "--ships"
 
 
-def write_calibration(work: Path, calib_nchw: np.ndarray) -> Path:
+def write_calibration(work: Path, calib_nchw: np.ndarray) -> None:
     """Write onnx2tf's sample-data file and our -cind calibration file (NHWC, [0, 1])."""
     from PIL import Image
 
     nhwc = np.ascontiguousarray(calib_nchw.transpose(0, 2, 3, 1), dtype=np.float32)
     save_npy(work / CALIB_FILE, nhwc)
     if nhwc.shape[-1] != 3:
-        return work / CALIB_FILE  # onnx2tf only fetches sample images for 3-channel inputs
+        return  # onnx2tf only fetches sample images for 3-channel inputs
     # onnx2tf's own sanity check wants exactly 20 images of 128x128: resize ours
     idx = np.arange(20) % len(nhwc)
     small = np.stack(
@@ -73,14 +72,12 @@ def write_calibration(work: Path, calib_nchw: np.ndarray) -> Path:
         ]
     ).astype(np.float32) / 255.0
     save_npy(work / ONNX2TF_SAMPLE_FILE, small)
-    return work / CALIB_FILE
 
 
 def share_calibration(written: Path, work: Path, calib_nchw: np.ndarray) -> None:
     """The calibration files ``write_calibration`` wrote from ``calib_nchw`` in ``written``, in
-    ``work`` too: linked, not written again (hundreds of MB at 640 px, which onnx2tf
-    only reads). Where the file system links no file,
-    written again."""
+    ``work`` too: linked, not written again (hundreds of MB at 640 px, which onnx2tf only reads).
+    Where the file system links no file, written again."""
     names = [n for n in (CALIB_FILE, ONNX2TF_SAMPLE_FILE) if (written / n).is_file()]
     try:
         for name in names:
@@ -120,13 +117,6 @@ class Onnx2tfBackend:
     @property
     def writer(self) -> str:
         return "flatbuffer_direct" if self.generation >= 2 else "tensorflow"
-
-    def describe(self) -> str:
-        return f"onnx2tf {self.version} ({self.writer})"
-
-    def extra_flags(self) -> list[str]:
-        # 2.x: say which writer, so a changed default never changes what edgeport ships
-        return ["-tb", "flatbuffer_direct"] if self.generation >= 2 else []
 
     @property
     def checks_layouts_slowly(self) -> bool:
@@ -177,7 +167,7 @@ def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: s
                     ships: tuple[str, ...] | None = None, fast: bool = False) -> list[str]:
     """``lean=False``: onnx2tf itself, with every file it writes (benchmarks' peers). ``ships``: the
     variants the run's caller takes (the lean driver skips the others' work); default, all asked for.
-    ``fast``: without 1.28's strict mode (``-dsm``), whose files the caller checks (``FAST_CHECK``)."""
+    ``fast``: without 1.28's strict mode (``-dsm``), whose files the caller checks (``FAST_CHECK_IMAGES``)."""
     backend = backend or installed_backend()
     cmd = [
         python, "-m", LEAN_MODULE if lean else "onnx2tf",
@@ -187,7 +177,8 @@ def onnx2tf_command(onnx_path: Path, out_dir: Path, *, int8: bool, input_name: s
         "-coion",  # keep the ONNX input/output names
         "-nuo",  # the graph is already simplified by onnxslim
         "-n",
-        *backend.extra_flags(),
+        # 2.x: say which writer, so a changed default never changes what edgeport ships
+        *(["-tb", "flatbuffer_direct"] if backend.generation >= 2 else []),
         *(["-dsm"] if fast and backend.checks_layouts_slowly else []),
     ]
     if int8:
@@ -272,7 +263,7 @@ def fast_run_differs(onnx_path: Path, tflite: Path, images: np.ndarray, graph: l
     return None
 
 
-def warm_command(python: str = sys.executable) -> list[str] | None:
+def warm_command() -> list[str] | None:
     """The onnx2tf child a run starts at once (``RunContext.warm``), importing onnx2tf (and
     TensorFlow, on 1.28) while the caller is still importing torch and exporting; the run's first
     conversion takes it (``Onnx2tfRun``). None without onnx2tf installed: the conversion says what
@@ -281,7 +272,7 @@ def warm_command(python: str = sys.executable) -> list[str] | None:
         installed_backend()
     except MissingDependencyError:
         return None
-    return [python, "-m", LEAN_MODULE, AWAIT_JOB]
+    return [sys.executable, "-m", LEAN_MODULE, AWAIT_JOB]
 
 
 class Onnx2tfRun:
@@ -306,14 +297,13 @@ class Onnx2tfRun:
         else:
             write_calibration(work, calib)
         self.work = work.resolve()
-        self.int8 = int8
+        self.backend = backend or installed_backend()
         self.ships = ships or (("float32", "int8") if int8 else ("float32",))
-        self.fast = fast and (backend or installed_backend()).checks_layouts_slowly
+        self.fast = fast and self.backend.checks_layouts_slowly
         self.check_images = calib[:FAST_CHECK_IMAGES]
         if self.fast and "float32" not in self.ships:
             self.ships = ("float32", *self.ships)
         self.log = self.work / "onnx2tf.log"
-        self.backend = backend or installed_backend()
         self.failure: Onnx2tfFailed | None = None  # what failed in a run whose files were still taken
         self.onnx_path = onnx_path = self.backend.prepare(onnx_path.resolve(), self.work, int8=int8)
         cmd = onnx2tf_command(onnx_path, self.work / "tf", int8=int8, input_name=input_name, backend=self.backend,
@@ -395,17 +385,15 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
     calibration files already (``Ahead``), which every run shares.
     """
     t0 = time.perf_counter()
+    runs = functools.partial(_convert_variants, onnx_path, int8_onnx, calib, input_name=input_name, backend=backend,
+                             granularities=granularities, meanwhile=meanwhile, calibrated=calibrated, context=context)
     if backend.checks_layouts_slowly:
         try:
-            return _convert_variants(onnx_path, int8_onnx, calib, work / "fast", input_name=input_name, timeout_s=timeout_s,
-                                     backend=backend, granularities=granularities, fast=True, meanwhile=meanwhile,
-                                     calibrated=calibrated, context=context)
+            return runs(work / "fast", timeout_s=timeout_s, fast=True)
         except (FastRunDiffers, Onnx2tfFailed) as exc:
             why = str(exc).split("; full log: ")[0]
         timeout_s -= time.perf_counter() - t0
-    conversion = _convert_variants(onnx_path, int8_onnx, calib, work, input_name=input_name, timeout_s=timeout_s,
-                                   backend=backend, granularities=granularities, fast=False, meanwhile=meanwhile, calibrated=calibrated,
-                                   context=context)
+    conversion = runs(work, timeout_s=timeout_s, fast=False)
     if backend.checks_layouts_slowly:
         strict = f"in onnx2tf's strict mode (without it: {why})"
         notes = {v: f"{strict}; {conversion.notes[v]}" if v in conversion.notes else strict for v in conversion.files}
@@ -472,9 +460,8 @@ def _convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray
 class Ahead:
     """The calibration files every onnx2tf run reads (``write_calibration``, and onnx2tf's 20 sample
     images), written on a thread while the graph is exported (``Onnx2tf.begin``), not between the
-    export and the int8 run's start. (int8's group
-    plans run the model, and stay after the export: a model may branch on
-    ``torch.onnx.is_in_onnx_export``, which the export sets for the whole process.)"""
+    export and the int8 run's start. (int8's group plans run the model, and stay after the export: a
+    model may branch on ``torch.onnx.is_in_onnx_export``, which the export sets for the whole process.)"""
 
     def __init__(self, prepared, work: Path, context: RunContext):
         import threading
@@ -515,7 +502,8 @@ class Onnx2tf(Converter):
         return {"name": self.name, "version": backend.version, "writer": backend.writer}
 
     def describe(self) -> str:
-        return installed_backend().describe()
+        backend = installed_backend()
+        return f"onnx2tf {backend.version} ({backend.writer})"
 
     def require(self) -> None:
         installed_backend()
@@ -541,7 +529,7 @@ class Onnx2tf(Converter):
         if int8_onnx is not None:
             from edgeport.convert.converters.int8_groups import normalise_onnx, plan_for
 
-            plans = plan_for(prepared.module, prepared.calib[:4], prepared.head, prepared.imgsz)
+            plans = plan_for(prepared)
             if plans is not None:
                 normalised = work / "int8" / "model.onnx"  # onnx2tf names what it writes after the file
                 normalised.parent.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,7 @@ walk TensorFlow's or onnx2tf's objects again and again (docs/measured.md).
     python -m edgeport.convert.converters.onnx2tf_lean [--ships float32,int8] ONNX2TF_ARGUMENTS...
     python -m edgeport.convert.converters.onnx2tf_lean --await-job   # then one JSON line on stdin
 
-``--await-job`` (``onnx2tf.warm_converter``): import first, while the caller is still importing
+``--await-job`` (``onnx2tf.warm_command``): import first, while the caller is still importing
 torch and exporting, then take the job -- ``{"argv": [...], "cwd": ..., "log": ...}`` -- from
 one line of stdin: change to ``cwd``, write all output to ``log``, and run. Standard input
 closed without a job: exit 0, having converted nothing.
@@ -49,8 +49,9 @@ import json
 import os
 import runpy
 import sys
+from pathlib import Path
 
-from edgeport.convert.converters.onnx2tf import AWAIT_JOB, SHIPS
+from edgeport.convert.converters.onnx2tf import AWAIT_JOB, ONNX2TF_OUTPUTS, SHIPS, installed_backend
 from edgeport.process import in_halves
 
 DECLINED = "declined by edgeport, which does not ship this file"
@@ -145,11 +146,9 @@ def collect_on_optimised_kernels(collect, *, tflite_path: str, calibration_sampl
     run on TFLite's optimised kernels (XNNPACK), every op's output made a graph output so that the
     runtime keeps them all (``every_tensor_as_output``), and each tensor read in place. 2.x runs the
     reference kernels with every tensor preserved, copying every tensor out after every image (a third
-    of this one's cost there: docs/measured.md). The kernels round their own way, so a range may differ in its last bits (the file
-    with it); the default board runs these kernels. Samples that do not fit the inputs as they
-    are: 2.x's own loop, which resizes them."""
-    from pathlib import Path
-
+    of this one's cost there: docs/measured.md); the default board runs these kernels, which round
+    their own way (module docstring). Samples that do not fit the inputs as they are: 2.x's own loop,
+    which resizes them."""
     import numpy as np
     from ai_edge_litert.interpreter import Interpreter
     from onnx2tf.tflite_builder.quantization import TensorCalibrationRange, _normalize_tensor_detail_name
@@ -209,8 +208,6 @@ def collect_on_optimised_kernels(collect, *, tflite_path: str, calibration_sampl
 
 
 def install_flatbuffer_direct() -> None:
-    """2.x: calibrate on the optimised kernels (``collect_on_optimised_kernels``), on two threads
-    (``calibrate_in_halves``)."""
     import functools
 
     import onnx2tf.tflite_builder as builder
@@ -223,8 +220,6 @@ def install_flatbuffer_direct() -> None:
 def install(ships: set[str]) -> bool:
     """1.28: skip the unshipped variants and compute the calibration ranges (True); 2.x: calibrate on two
     threads, nothing to skip (False)."""
-    from edgeport.convert.converters.onnx2tf import installed_backend
-
     if installed_backend().generation >= 2:
         install_flatbuffer_direct()
         return False
@@ -234,8 +229,6 @@ def install(ships: set[str]) -> bool:
 
 def take_ships(argv: list[str]) -> tuple[frozenset[str], list[str]]:
     """The variants ``--ships`` names (every one, without it) and onnx2tf's own arguments."""
-    from edgeport.convert.converters.onnx2tf import ONNX2TF_OUTPUTS
-
     if argv[:1] != [SHIPS]:
         return frozenset(ONNX2TF_OUTPUTS), argv
     return frozenset(argv[1].split(",")), argv[2:]
@@ -243,8 +236,6 @@ def take_ships(argv: list[str]) -> tuple[frozenset[str], list[str]]:
 
 def remove_unshipped(argv: list[str]) -> None:
     """The empty files onnx2tf wrote for the variants converted to nothing, in its output folder (``-o``)."""
-    from pathlib import Path
-
     if "-o" not in argv[:-1]:
         return
     for path in Path(argv[argv.index("-o") + 1]).glob("*.tflite"):

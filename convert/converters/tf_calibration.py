@@ -96,9 +96,7 @@ def calibrate_measured(calibrate, calibrator, dataset_gen) -> bytes:
 def measured_ranges(model: bytes, inputs: list[np.ndarray], first: dict[int, Range]) -> dict[int, Range]:
     """Each tensor of ``first`` (TensorFlow's records on the first image) with its own range over
     ``inputs`` (one array an image, the model's one input), once its record is checked to be the
-    tensor's: its own range on the first image, or that joined with the range of an output the same
-    size as it, of its one reader (one that could write over it: TensorFlow's in-place record). A
-    record explained by neither: ``Unmeasured``."""
+    tensor's (module docstring); a record explained by neither: ``Unmeasured``."""
     from edgeport.ops.tflite_graph import Graph
     from edgeport.validate.parity.divergence import every_tensor_as_output
 
@@ -183,8 +181,7 @@ def _ranges_on(model: bytes, given: int, inputs: list[np.ndarray], tensors: list
         low, high = float(np.min(values)), float(np.max(values))
         if not (np.isfinite(low) and np.isfinite(high)):  # TensorFlow's calibrator says what it makes of that
             raise Unmeasured(f"an image gives tensor {t} a value that is not finite")
-        have = ranges.get(t)
-        ranges[t] = (low, high) if have is None else (min(have[0], low), max(have[1], high))
+        ranges[t] = _join(ranges.get(t, (low, high)), (low, high))
 
     for x in inputs:
         if tuple(x.shape) != tuple(int(v) for v in detail["shape"]) or x.dtype != detail["dtype"]:

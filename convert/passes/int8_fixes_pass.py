@@ -1,11 +1,6 @@
 """Pass: the int8 file with what its converter broke fixed, and what it rounded needlessly held
-exactly (``tflite_fixes.py``).
-
-A resize's output takes its input's quantisation, and a QUANTIZE op goes wherever an int8
-kernel's quantisation constraint is broken, as TensorFlow's converter writes them (onnx2tf 2.x
-breaks both); a constant of an elementwise op whose values a grid holds exactly gets that grid
-(the float32 file of the same conversion says its values). The fixed file is a new one (``fixed/``
-in the work folder); a file that needs no fix is passed on as it is.
+exactly (``tflite_fixes.py``). The fixed file is a new one (``fixed/`` in the work folder); a file
+that needs no fix is passed on as it is.
 """
 
 from __future__ import annotations

@@ -10,9 +10,7 @@ kept where it raises the worst cosine on TFLite's kernels, the next starting fro
    PyTorch model, exported and converted again by the same passes.
 4. **Selective float, as a float tail** (``ops/float_tail.py``): the ops whose own quantisation
    carries the most error (``validate/parity/op_errors.py``), and everything downstream of them,
-   run in float, taken from the float32 file. The candidates nest: the worst op's tail, then the
-   two worst ops', and so on; the search doubles until one passes on TFLite's kernels, then
-   halves the gap (a few quick runs, not one per op).
+   run in float, taken from the float32 file (the search: ``SelectiveFloat``).
 
 A file that passes TFLite's kernels is judged on every row the pure file has -- the board's
 emulator and its own runtime included; where a row fails, the next repair or larger tail is. A
@@ -31,7 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar, Sequence
 
-from edgeport.convert.base import ConvertConfig, Converted, Pass, PassResult, Validated
+from edgeport.convert.base import ConvertConfig, Converted, Pass, PassResult, Validated, run_pipeline
 from edgeport.convert.context import RunContext
 from edgeport.convert.passes.lower_for_board_pass import restamped
 from edgeport.errors import PassCheckError
@@ -84,8 +82,6 @@ class Job:
         self.best: tuple[Candidate, float] | None = None  # the file the next repair starts from, and its worst cosine
 
     def _rows(self, c: Candidate, config: ConvertConfig):
-        from edgeport.convert.base import run_pipeline
-
         made = Converted(self.made.exported, {self.name: c.file}, converter=self.made.converter, int8_plans=c.plans)
         validated, _ = run_pipeline(replace(config, context=RunContext()), self.judge, start=made)
         return validated
@@ -124,8 +120,6 @@ class Job:
     def converted_again(self, module, work: Path) -> Converted:
         """``module`` in place of the prepared model, exported and converted again by the pipeline's own
         passes (no cross-check, no early parity: the repair judges its candidates itself)."""
-        from edgeport.convert.base import run_pipeline
-
         work.mkdir()
         config = replace(self.config, work_dir=work, cross_check=False, early_parity=False, context=RunContext())
         converted, _ = run_pipeline(config, self.convert, start=replace(self.made.prepared, module=module))
@@ -150,9 +144,6 @@ class Strategy(abc.ABC):
 
 
 class Ranges(Strategy):
-    """Activation grids the float32 file's values on the calibration images show badly wrong, set
-    again (``convert/ranges.py``): the same ops, the same cost."""
-
     name = "calibration ranges"
 
     def run(self, start: Candidate, job: Job) -> list[Candidate]:
@@ -168,9 +159,6 @@ class Ranges(Strategy):
 
 
 class Equalise(Strategy):
-    """Cross-layer equalisation on the PyTorch model the file was converted from
-    (``convert/equalise.py``), converted again."""
-
     name, pairs = "equalisation", True
 
     def run(self, start: Candidate, job: Job) -> list[Candidate]:
@@ -375,7 +363,6 @@ class RepairPass(Pass[Validated, Validated]):
 
     def _repair(self, variant: str, value: Validated, config: ConvertConfig) -> dict:
         converted, rows = value.gated.tflite, value.parity.rows
-        name = repaired_name(variant)
         t0 = time.perf_counter()
         pure = Candidate(converted.files[variant], converted.files["float32"], converted.int8_plans if variant != "float32" else None)
         pure_cosine = _worst_cosine([r for r in rows if r.variant == variant])
@@ -408,7 +395,7 @@ class RepairPass(Pass[Validated, Validated]):
             return {"info": {"repaired": False, "why": why or "no repair applies", "applied": job.applied, "ops": total,
                              "seconds": round(time.perf_counter() - t0, 2)}}
         chosen, mine_rows = done["candidate"], done["rows"]
-        mine, pure_row = timed(mine_rows, name), timed(rows, variant)
+        mine, pure_row = timed(mine_rows, job.name), timed(rows, variant)
         latency = None
         if mine is not None and pure_row is not None and mine.runtime == pure_row.runtime:
             latency = {"runtime": mine.runtime, "ms_per_image": mine.ms_per_image, "pure_ms_per_image": pure_row.ms_per_image,
@@ -416,7 +403,7 @@ class RepairPass(Pass[Validated, Validated]):
             latency.update(_interleaved(job.dest, converted.files[variant], converted.files.get("float32"), pure_row, value, config))
             # and on today's optimised kernels (XNNPACK), where the board's own runtime is timed above
             fast = [next((r for r in rs if r.variant == v and r.runtime == "tflite" and r.ms_per_image), None)
-                    for rs, v in ((mine_rows, name), (rows, variant))]
+                    for rs, v in ((mine_rows, job.name), (rows, variant))]
             if None not in fast and mine.runtime != "tflite":
                 latency["tflite_ratio"] = round(fast[0].ms_per_image / fast[1].ms_per_image, 3)
         made = chosen.tail

@@ -100,9 +100,6 @@ class ToTFLitePass(Pass[Exported, Converted]):
                                     context=config.context, meanwhile=_parity_meanwhile(early, value, variants) if early else None)
         if early is not None:
             early.models_done()  # the passes after this one may read the modules (--cross-check traces one)
-        return self._converted(value, config, conversion, chosen, quantised, variants, early)
-
-    def _converted(self, value: Exported, config: ConvertConfig, conversion, chosen, quantised, variants, early):
         if "float32" in conversion.not_written:
             raise ConversionError(f"{chosen.name} wrote no float32 file: {conversion.not_written['float32']}")
         # the converter's int8 file is what a uint8 board's file is rewritten from (uint8_pass.py)
