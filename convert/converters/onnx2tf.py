@@ -48,7 +48,7 @@ CALIB_FILE = "calib_nhwc.npy"
 # variant name -> file onnx2tf writes for model.onnx
 ONNX2TF_OUTPUTS = {"float32": "model_float32.tflite", "int8": "model_full_integer_quant.tflite"}
 LEAN_MODULE = "edgeport.convert.converters.onnx2tf_lean"
-# the lean driver's flag: import first, then take one job from standard input (``warm_converter``)
+# the lean driver's flag: import first, then take one job from standard input (``warm_command``)
 AWAIT_JOB = "--await-job"
 # the lean driver's own flag, taken off before onnx2tf reads its arguments: the variants the run
 # ships (``ONNX2TF_OUTPUTS``' names); without it, every variant onnx2tf is asked for
