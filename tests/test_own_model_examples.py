@@ -57,9 +57,12 @@ def _two_x() -> bool:
 
 @pytest.mark.parametrize("title", list(examples()))
 def test_the_example_converts_as_written(title, tmp_path):
-    if title == "An Ultralytics model" and _two_x():
+    two_x = _two_x()
+    if title == "An Ultralytics model" and two_x:
         # (there its int8 file's 80 random class scores fail, and no mostly-integer repair passes: exit 1)
         pytest.skip("asserted on the default line, onnx2tf 1.28 (Python 3.11)")
+    # onnx2tf 2.x writes no int8 file of the DDP script's detector (the page says why): float32 is the file
+    fails = two_x and title == "A model from your own DDP training script"
     files, commands = examples()[title]
     for name, body in files.items():
         (tmp_path / name).write_text(body)
@@ -68,9 +71,14 @@ def test_the_example_converts_as_written(title, tmp_path):
         argv = [SMALLER.get(title, {}).get(argv[i - 1], a) if i else a for i, a in enumerate(argv)]
         run = [sys.executable, *argv[1:]] if argv[0] == "python" else [sys.executable, "-m", "edgeport.cli", *argv[1:]]
         proc = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
-        assert proc.returncode == 0, (argv, proc.stdout[-2000:], proc.stderr[-3000:])
+        assert proc.returncode == (1 if fails and argv[0] == "edgeport" else 0), (argv, proc.stdout[-2000:], proc.stderr[-3000:])
     (written,) = (tmp_path / "runs" / "convert").glob("*/report.json")  # convert's default --out
     report = json.loads(written.read_text())
+    if fails:
+        assert not report["passed"] and report["ship"]["variant"] == "float32", report["ship"]
+        (int8,) = [r for r in report["results"] if r["variant"] == "int8"]
+        assert int8["runtime"] == "converter" and "onnx2tf failed" in " ".join(int8["verdict"]["reasons"]), int8
+        return
     assert report["passed"] and report["ship"]["passes"], report.get("ship")
     heads = {"A model from your own DDP training script": "yolov8", "A torchvision detector": "raw", "An Ultralytics model": "yolov8"}
     assert report["model"]["head"] == heads[title], "the head the page says is found"
