@@ -285,35 +285,31 @@ def run_pipeline(
     each on the value the one before returned; returns the last value and a record per pass. The
     run's background work (``config.context``: children, threads, parity's early runs) ends with
     it, however it ends."""
+    value, records = config if start is None else start, []
     with config.context:
-        return _run(config, passes, config if start is None else start, on_stage=on_stage, on_start=on_start)
-
-
-def _run(config, passes, value, *, on_stage, on_start) -> tuple[Any, list[StageRecord]]:
-    records: list[StageRecord] = []
-    for p in passes:
-        if on_start:
-            on_start(p.name)
-        t0 = time.perf_counter()
-        try:
-            result = p.run(value, config)
-            p.check(value, result.value, config)
-        except BadInputError:
-            raise  # the user's input: its message already says what to do
-        except OSError as exc:
-            if is_environment_error(exc):
-                raise  # permissions, a full disk: the CLI names the file (exit 2)
-            raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
-        except EdgeportError as exc:  # a broken promise is edgeport's bug, placed; a converter's failure names its own step
-            raise type(exc)(f"{p.name}: {exc}{_after(records) if isinstance(exc, PassCheckError) else ''}") from exc
-        except Exception as exc:  # a bug or an unsupported model: keep the pass context
-            raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
-        record = StageRecord(p.name, time.perf_counter() - t0, result.changed, result.summary)
-        records.append(record)
-        if on_stage:
-            on_stage(record)
-        value = result.value
-    return value, records
+        for p in passes:
+            if on_start:
+                on_start(p.name)
+            t0 = time.perf_counter()
+            try:
+                result = p.run(value, config)
+                p.check(value, result.value, config)
+            except BadInputError:
+                raise  # the user's input: its message already says what to do
+            except OSError as exc:
+                if is_environment_error(exc):
+                    raise  # permissions, a full disk: the CLI names the file (exit 2)
+                raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
+            except EdgeportError as exc:  # a broken promise is edgeport's bug, placed; a converter's failure names its own step
+                raise type(exc)(f"{p.name}: {exc}{_after(records) if isinstance(exc, PassCheckError) else ''}") from exc
+            except Exception as exc:  # a bug or an unsupported model: keep the pass context
+                raise PassCheckError(f"{p.name} failed: {type(exc).__name__}: {exc}{_after(records)}") from exc
+            record = StageRecord(p.name, time.perf_counter() - t0, result.changed, result.summary)
+            records.append(record)
+            if on_stage:
+                on_stage(record)
+            value = result.value
+        return value, records
 
 
 def _after(records: list[StageRecord]) -> str:

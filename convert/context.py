@@ -43,7 +43,6 @@ class WarmChild:
         return self.proc.poll() is None
 
     def end(self) -> None:
-        """Kill it if it still runs, reap it, and close its pipes."""
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
@@ -55,9 +54,7 @@ class WarmChild:
 
 class RunContext:
     """The background work of one run: children waiting for their job, and how to end what a pass
-    began for a later one (a child, a thread, early runs). ``close`` ends it all, each end even
-    where another raised; a context is closed once, and whatever is handed to it afterwards is
-    ended at once."""
+    began for a later one (a child, a thread, early runs); ``close`` ends it all, once."""
 
     def __init__(self, *, warm: bool | None = None):
         """``warm``: whether ``warm`` starts children; None: only in a one-shot process (the
@@ -75,7 +72,9 @@ class RunContext:
         """Start ``argv`` now, a child that imports and then reads its job (``child`` hands it one);
         ended with the run where nothing takes it."""
         if self.starts_children:
-            self._waiting.append(self.own_child(WarmChild(argv, env)))
+            child = WarmChild(argv, env)
+            self.own(child.end)
+            self._waiting.append(child)
 
     def take(self, argv: list[str], job: str, *, more: bool = False) -> WarmChild | None:
         """The child ``warm`` started as ``argv``, told ``job``; None where none waits, or it ended
@@ -94,23 +93,19 @@ class RunContext:
         taken = self.take(argv, job, more=more)
         if taken is not None:
             return taken
-        fresh = self.own_child(WarmChild(argv, env))
+        fresh = WarmChild(argv, env)
+        self.own(fresh.end)
         fresh.tell(job, last=not more)
         return fresh
 
-    def own_child(self, child: WarmChild) -> WarmChild:
-        self.own(child.end)
-        return child
-
-    def own(self, end: Callable[[], None]) -> Callable[[], None]:
+    def own(self, end: Callable[[], None]) -> None:
         """``end`` ends something a pass started (kills a child, waits for a thread, stops runs): it is
-        called when the run ends, unless already closed -- then at once. Returns ``end``."""
+        called when the run ends, unless already closed -- then at once."""
         with self._lock:
             if not self._closed:
                 self._ends.append(end)
-                return end
+                return
         end()
-        return end
 
     def close(self) -> None:
         """End everything still registered, the latest first; every end is called, whatever one raised."""

@@ -1,8 +1,5 @@
-"""The conversion pipeline: one literal list of passes, each followed by its check.
-
-The passes come in phases, each ending in a typed record (``convert/base.py``); ``validate``
-runs the first two phases, then judges a file it was given in place of one it converted. An error
-names the pass it happened in and the passes that ran before it.
+"""The conversion pipeline: one literal list of passes, each followed by its check, in the phases
+of ``convert/base.py``. An error names the pass it happened in and the passes that ran before it.
 """
 
 from __future__ import annotations

@@ -33,7 +33,6 @@ TIED = {"MAXIMUM": None, "MINIMUM": None, "AVERAGE_POOL_2D": (0,), "PADV2": (0,)
         "SELECT_V2": (1, 2), "SPACE_TO_BATCH_ND": (0,), "BATCH_TO_SPACE_ND": (0,), "REDUCE_MAX": (0,), "REDUCE_MIN": (0,)}
 # ops whose old uint8 kernels abort unless input scale x weight scale / output scale is below 1 (TFLite 1.x)
 MULTIPLIED = {"CONV_2D": (0, 1), "DEPTHWISE_CONV_2D": (0, 1), "FULLY_CONNECTED": (0, 1), "MUL": (0, 1)}
-BIASED = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "TRANSPOSE_CONV": 3}  # op -> its bias input
 LIMITS = {"int8": (-128, 127), "uint8": (0, 255)}
 
 
@@ -87,10 +86,11 @@ class _Groups:
         self.parent[self.find(a)] = self.find(b)
 
 
-def rerange(quantised: bytes, ranges: dict, *, waste: float = WASTE) -> Reranged:
+def rerange(quantised: bytes, ranges: dict) -> Reranged:
     """``quantised`` with the grids ``ranges`` (``float_ranges``) show badly wrong set again; the
     model byte for byte, and no tensor named, where none is."""
     from edgeport.convert.tflite_fixes import FIXED_OUTPUT_OPS, RESIZE_OPS, SAME_SCALE_OPS
+    from edgeport.convert.uint8 import BIASED
 
     g = Graph(quantised)
     if g.subgraphs != 1:
@@ -124,16 +124,16 @@ def rerange(quantised: bytes, ranges: dict, *, waste: float = WASTE) -> Reranged
         if len({g.quant(t) for t in group}) != 1 or len({g.dtype(t) for t in group}) != 1:
             continue
         # every member paired with the float32 file: a tensor it lacks (one a lowering wrote) keeps its grid
-        if any(known(t) is None for t in group):
-            continue
         known_ = [known(t) for t in group]
+        if None in known_:
+            continue
         lo, hi = min(0.0, *(k[0] for k in known_)), max(0.0, *(k[1] for k in known_))
         q, (qmin, qmax) = g.quant(group[0]), LIMITS[g.dtype(group[0])]
         grid_lo, grid_hi = q.scale * (qmin - q.zero_point), q.scale * (qmax - q.zero_point)
         width = grid_hi - grid_lo
         if not (hi > lo and np.isfinite(lo) and np.isfinite(hi)):
             continue
-        if width > (hi - lo) * waste or lo < grid_lo - width or hi > grid_hi + width:
+        if width > (hi - lo) * WASTE or lo < grid_lo - width or hi > grid_hi + width:
             scale = (hi - lo) / (qmax - qmin)
             zero = int(np.clip(np.rint(qmin - lo / scale), qmin, qmax))
             new.update({t: Quant(float(scale), zero) for t in group})
@@ -143,10 +143,10 @@ def rerange(quantised: bytes, ranges: dict, *, waste: float = WASTE) -> Reranged
             readers[t] = readers.get(t, 0) + 1
 
     def biased(op) -> tuple[int, int] | None:  # (its data input, its bias), for an op with a bias
-        at = BIASED.get(g.name(op))
-        if at is None or at >= len(op.inputs) or op.inputs[at] < 0:
+        where = BIASED.get(g.name(op))
+        if where is None or where[2] >= len(op.inputs) or op.inputs[where[2]] < 0:
             return None
-        return op.inputs[2 if g.name(op) == "TRANSPOSE_CONV" else 0], op.inputs[at]
+        return op.inputs[where[0]], op.inputs[where[2]]
 
     def drop(t: int) -> None:
         nonlocal new

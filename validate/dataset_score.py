@@ -35,15 +35,12 @@ class DatasetScore:
 
 def load_chunk(samples, imgsz: int) -> tuple[np.ndarray, list]:
     """The samples' images letterboxed to ``imgsz``: (N, 3, S, S) float32 inputs and each one's letterbox."""
-    from edgeport.errors import BadInputError
     from edgeport.models.preprocess import letterbox, load_image, to_input
+    from edgeport.validate.datasets import read_image
 
     inputs, boxes = [], []
     for s in samples:
-        try:
-            img, lb = letterbox(load_image(s.image), imgsz)
-        except (OSError, ValueError) as exc:
-            raise BadInputError(f"image {str(s.image)!r} is unreadable ({exc}); remove or replace it") from exc
+        img, lb = letterbox(read_image(load_image, s.image), imgsz)
         inputs.append(to_input(img))
         boxes.append(lb)
     return np.stack(inputs), boxes

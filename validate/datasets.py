@@ -42,10 +42,12 @@ class Sample:
     height: int
 
 
-def _image_size(path: Path) -> tuple[int, int]:
+def read_image(read, path: Path):
+    """``read(path)`` of an image (``image_size``, ``load_image``): one that is not a plain file, not an
+    image or too large to decode is a ``DataError`` that names it."""
     try:
-        return image_size(path)
-    except (OSError, ValueError) as exc:  # not a plain file, not an image, too large to decode
+        return read(path)
+    except (OSError, ValueError) as exc:
         raise DataError(f"image {str(path)!r} is unreadable ({exc}); remove or replace it") from None
 
 
@@ -76,15 +78,12 @@ def _read_in(root: Path, path: Path, what: str, read):
         raise DataError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
 
 
-def _label_text(path: Path) -> str:
-    return read_bounded(path, MAX_LABEL_BYTES).decode("utf-8")
-
-
 def parse_yolo_label(path: Path, width: int, height: int, num_classes: int, *, root: Path) -> tuple[np.ndarray, np.ndarray]:
     """The boxes (xyxy pixels) and classes of the label file ``path`` of the dataset ``root``; an
     error names the file and line, and quotes at most a short, escaped excerpt of the line."""
     boxes, classes = [], []
-    for lineno, line in enumerate(_read_in(root, path, "label file", _label_text).splitlines(), start=1):
+    text = _read_in(root, path, "label file", lambda p: read_bounded(p, MAX_LABEL_BYTES).decode("utf-8"))
+    for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         fields = line.split()
@@ -115,7 +114,7 @@ def load_yolo_split(root: Path, split: str, num_classes: int, first: int | None 
         raise DataError(f"{str(img_dir)!r} holds no images")
     samples = []
     for image in images[:first]:
-        w, h = _image_size(image)
+        w, h = read_image(image_size, image)
         label = lbl_dir / f"{image.stem}.txt"
         if label.exists() or label.is_symlink():  # a broken link is an error, not an image without objects
             boxes, classes = parse_yolo_label(label, w, h, num_classes, root=root)
@@ -196,7 +195,7 @@ def load_coco_split(root: Path, split: str, num_classes: int, first: int | None 
                             f"to the split's image folder")
         if not path.is_file():
             raise DataError(f"{ann}: image {shown(img['file_name'])} (id {shown(img['id'])}) is missing from {folder}")
-        width, height = _image_size(path)
+        width, height = read_image(image_size, path)
         if (width, height) != (img["width"], img["height"]):
             raise DataError(f"{ann}: images[{i}] ({shown(img['file_name'])}) declares {img['width']}x{img['height']} but the file "
                             f"is {width}x{height}; fix the annotation")
@@ -239,10 +238,7 @@ def preflight(samples: list[Sample]) -> None:
     """Decode every image once, before training starts: a truncated or unreadable file is
     found here, by name, and not in the middle of an epoch."""
     for sample in samples:
-        try:
-            load_image(sample.image)
-        except (OSError, ValueError) as exc:
-            raise DataError(f"image {str(sample.image)!r} is unreadable ({exc}); remove or replace it") from None
+        read_image(load_image, sample.image)
 
 
 def write_dataset(root: Path, splits: dict[str, list], *, size: int) -> None:

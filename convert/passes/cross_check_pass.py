@@ -14,7 +14,7 @@ from dataclasses import replace
 from edgeport.convert.base import ConvertConfig, Converted, Pass, PassResult
 from edgeport.convert.converters.base import Conversion
 from edgeport.convert.converters.registry import other
-from edgeport.errors import ConversionError
+from edgeport.errors import ConversionError, PassCheckError
 
 CROSS_CHECK_IMAGES = 2  # the reference kernels are slow; float32 rounding shows on any image
 
@@ -45,8 +45,6 @@ class CrossCheckPass(Pass[Converted, Converted]):
         return PassResult(replace(value, cross_check=result), changed=True, summary=cross_check_line(result))
 
     def check(self, before: Converted, after: Converted, config: ConvertConfig) -> None:
-        from edgeport.errors import PassCheckError
-
         if config.cross_check != (after.cross_check is not None):
             raise PassCheckError("--cross-check was asked and no comparison was recorded, or the reverse")
         if after.files != before.files:

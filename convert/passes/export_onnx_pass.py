@@ -47,14 +47,14 @@ def export_onnx(module, imgsz: int, path, *, output_names: list[str], opset: int
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
-def simplify(path, out=None) -> int:
-    """Simplify with onnxslim, in place or into ``out``; return the node count."""
+def simplify(path) -> int:
+    """Simplify with onnxslim, in place; return the node count."""
     onnx = require("onnx", purpose="ONNX export")
     onnxslim = require("onnxslim", purpose="ONNX simplification")
     model = onnx.load(str(path))
     slim = onnxslim.slim(model)
     onnx.checker.check_model(slim, full_check=True)
-    onnx.save(slim, str(out or path))
+    onnx.save(slim, str(path))
     return len(slim.graph.node)
 
 

@@ -29,12 +29,6 @@ from edgeport.errors import PassCheckError
 CONV_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
-def _set_submodule(root: nn.Module, target: str, new: nn.Module) -> None:
-    parent_name, _, attr = target.rpartition(".")
-    parent = root.get_submodule(parent_name) if parent_name else root
-    setattr(parent, attr, new)
-
-
 def bn_tail(bn: _BatchNorm) -> nn.Module | None:
     """What stays of ``bn`` once its normalisation is folded away: nothing for torch's own
     BatchNorm; the dropout and activation of a norm+act layer (timm's ``BatchNormAct2d``,
@@ -79,8 +73,8 @@ def _fold_pairs(module: nn.Module, pairs: list[tuple[str, str]]) -> int:
             continue
         plain = nn.BatchNorm2d(bn.num_features, eps=bn.eps, affine=bn.affine).eval()
         plain.load_state_dict({k: v for k, v in bn.state_dict().items() if k in plain.state_dict()}, strict=True)
-        _set_submodule(module, conv_name, fuse_conv_bn_eval(conv, plain))
-        _set_submodule(module, bn_name, tail)
+        module.set_submodule(conv_name, fuse_conv_bn_eval(conv, plain))
+        module.set_submodule(bn_name, tail)
         folded += 1
     return folded
 
@@ -91,19 +85,13 @@ def _fold(module: nn.Module) -> tuple[int, str]:
     try:
         return _fold_pairs(module, conv_bn_pairs(module)), "fx"
     except Exception:  # noqa: BLE001 - fx cannot trace every model: go one level down
-        pass
-    folded = 0
-    for child in module.children():
-        n, _ = _fold(child)
-        folded += n
-    return folded, "fx per block"
+        return sum(_fold(child)[0] for child in module.children()), "fx per block"
 
 
 def fold_batchnorm(module: nn.Module) -> tuple[nn.Module, int, str]:
     """Return (folded copy, number folded, method). The input module is not modified."""
     module = copy.deepcopy(module).eval()
-    n, method = _fold(module)
-    return module, n, method
+    return (module, *_fold(module))
 
 
 def conv_bn_pairs_left(module: nn.Module) -> int:

@@ -18,12 +18,10 @@ def subject_of(gated: Gated, config: ConvertConfig) -> ParitySubject:
     made, prepared = gated.tflite, gated.tflite.prepared
     common = dict(reference_module=prepared.reference, tflite=dict(made.files), not_converted=dict(made.not_written),
                   output_names=prepared.output_names, strides=prepared.strides, levels=level_strides(prepared.reference),
-                  board=config.board, head=prepared.head,
+                  board=None if config.rows in ("kernels", "file") else config.board, head=prepared.head,
                   board_checks=dict(gated.board.checks), workdir=config.work_dir, seed=config.seed,
                   export_reference=functools.partial(export_onnx, prepared.reference, prepared.imgsz,
                                                      output_names=list(prepared.output_names), opset=config.opset))
-    if config.rows in ("kernels", "file"):
-        common["board"] = None
     if isinstance(made, Given):
         return ParitySubject(folded_module=None, onnx_path=None, inputs=made.inputs, inputs_source=made.inputs_source,
                              ground_truth=made.ground_truth, letterboxes=made.letterboxes, sampled=config.rows != "file", **common)

@@ -31,14 +31,14 @@ def available_memory() -> int | None:
     return None
 
 
-def check_memory(imgsz: int, images: int, flag: str = "--imgsz") -> None:
+def check_memory(imgsz: int, images: int) -> None:
     """Refuse an input size whose images alone would not fit in memory, before any is made."""
     have = available_memory()
     need = images * 3 * imgsz * imgsz * 4 * COPIES
     if have is not None and need > have:
         fits = int((have / (images * 3 * 4 * COPIES)) ** 0.5)
-        raise BadInputError(f"{flag} {imgsz} needs about {need / 2**30:.1f} GiB for its {images} calibration and validation "
-                            f"images alone; this machine has {have / 2**30:.1f} GiB available: use {flag} {max(32, fits // 32 * 32)} "
+        raise BadInputError(f"--imgsz {imgsz} needs about {need / 2**30:.1f} GiB for its {images} calibration and validation "
+                            f"images alone; this machine has {have / 2**30:.1f} GiB available: use --imgsz {max(32, fits // 32 * 32)} "
                             f"or less")
 
 

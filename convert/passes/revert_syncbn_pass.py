@@ -50,7 +50,7 @@ def sync_bn_types() -> tuple[type, ...]:
 def to_batchnorm2d(sbn: nn.Module, name: str = "") -> nn.BatchNorm2d:
     kw = {"eps": sbn.eps, "momentum": sbn.momentum, "affine": sbn.affine, "track_running_stats": sbn.track_running_stats}
     cls = type(sbn)
-    if cls in sync_bn_types() or cls.forward in {t.forward for t in sync_bn_types()}:
+    if cls.forward in {t.forward for t in sync_bn_types()}:
         bn = nn.BatchNorm2d(sbn.num_features, **kw)
     elif set(dict(sbn.named_children())) == {"drop", "act"}:
         bn = BatchNormAct2d(sbn.num_features, drop=sbn.drop, act=sbn.act, **kw)
@@ -59,7 +59,6 @@ def to_batchnorm2d(sbn: nn.Module, name: str = "") -> nn.BatchNorm2d:
             f"{name or 'the model'} is a {cls.__module__}.{cls.__name__}, a SyncBatchNorm subclass with its own forward "
             f"edgeport cannot revert without changing what it computes; build the model with its non-sync counterpart "
             f"(load the checkpoint into a model that uses it, --arch module:callable) and convert again")
-    # load_state_dict copies weight, bias, running_mean, running_var, num_batches_tracked
     bn.load_state_dict({k: v for k, v in sbn.state_dict().items() if k in bn.state_dict()}, strict=True)
     bn.train(sbn.training)
     for p_new, p_old in zip(bn.parameters(), sbn.parameters()):

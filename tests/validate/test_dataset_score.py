@@ -105,8 +105,8 @@ def test_the_first_n_images_are_read_and_no_other_file(tmp_path, monkeypatch):
     rng = np.random.default_rng(8)
     write_dataset(tmp_path, {"val": [make_scene(rng, SIZE) for _ in range(6)]}, size=SIZE)
     read = []
-    real = datasets._image_size
-    monkeypatch.setattr(datasets, "_image_size", lambda p: read.append(p.name) or real(p))
+    real = datasets.image_size
+    monkeypatch.setattr(datasets, "image_size", lambda p: read.append(p.name) or real(p))
     for layout in ("coco", "yolo"):
         read.clear()
         first = datasets.load_split(tmp_path, "val", 1, 2)

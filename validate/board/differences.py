@@ -15,7 +15,6 @@ from edgeport.errors import BadInputError
 
 class Difference(abc.ABC):
     name: ClassVar[str]
-    description: ClassVar[str]
 
     @abc.abstractmethod
     def apply(self, model: bytes) -> tuple[bytes, int]:
@@ -23,7 +22,7 @@ class Difference(abc.ABC):
 
 
 class IgnoreHalfPixelCenters(Difference):
-    """A runtime that loads RESIZE_BILINEAR v3 but ignores ``half_pixel_centers``.
+    """A runtime that loads RESIZE_BILINEAR v3 but ignores ``half_pixel_centers`` (a pre-2.2 kernel).
 
     What the write-up's board effectively did to PyTorch's bilinear upsample: the kernel
     samples ``x * in / out`` instead of ``(x + 0.5) * in / out - 0.5``: the flag cleared, the
@@ -31,7 +30,7 @@ class IgnoreHalfPixelCenters(Difference):
     """
 
     name = "ignore_half_pixel_centers"
-    description = "RESIZE_BILINEAR runs without half-pixel centres whatever the model says (a pre-2.2 kernel)"
+
     def apply(self, model: bytes) -> tuple[bytes, int]:
         from edgeport.ops.tflite_graph import Graph
 

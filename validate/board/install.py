@@ -32,7 +32,7 @@ def _is_version(got: str, wanted: str) -> bool:
     return got == wanted or got.startswith(wanted + ".")
 
 
-def install(board: BoardProfile, *, python: str | None = None, log=print) -> dict:
+def install(board: BoardProfile, *, python: str | None = None) -> dict:
     """Build ``board``'s runtime in its own venv; returns what the runtime says of itself.
     Idempotent: an installed runtime that answers is kept."""
     if board.install is None:
@@ -54,9 +54,9 @@ def install(board: BoardProfile, *, python: str | None = None, log=print) -> dic
     folder = runtime_dir(board)
     if installed_python(board) is not None:
         info = _version_of(LocalPython(folder / "bin" / "python", what=f"{board.name}'s runtime"))
-        log(f"{board.name}: {info['runtime']} {info['version']} already installed in {folder}")
+        print(f"{board.name}: {info['runtime']} {info['version']} already installed in {folder}")
         return info
-    log(f"{board.name}: installing {' '.join(spec.packages)} for Python {got} in {folder}")
+    print(f"{board.name}: installing {' '.join(spec.packages)} for Python {got} in {folder}")
     made = not folder.exists()  # only a folder this install made is removed when it fails
     python = venvs.build_venv(folder, interpreter, spec.packages, what=f"{board.name}'s runtime", named=f"--python {interpreter}")
     try:
@@ -67,7 +67,7 @@ def install(board: BoardProfile, *, python: str | None = None, log=print) -> dic
         raise
     venvs.write_marker(folder, RUNTIME_MARKER, {"board": board.name, "python": got, "packages": list(spec.packages),
                                                 "runtime": info["runtime"], "version": info["version"]})
-    log(f"{board.name}: {info['runtime']} {info['version']} installed in {folder}")
+    print(f"{board.name}: {info['runtime']} {info['version']} installed in {folder}")
     return info
 
 

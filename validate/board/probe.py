@@ -38,18 +38,17 @@ def builtin_ops() -> list[str]:
     return list(enum_names("BuiltinOperator").values())
 
 
-def probe(transport, *, max_version: int = MAX_VERSION, workdir: Path | None = None,
-          uint8: bool = True) -> tuple[dict, dict[str, list[int]]]:
+def probe(transport, *, max_version: int = MAX_VERSION) -> tuple[dict, dict[str, list[int]]]:
     """Run the probe on ``transport``; returns (what the runtime says of itself, op -> versions).
-    With ``uint8``, each op of ``uint8_probe.PROBES`` also runs as a uint8 model and the reply's
-    ``uint8_ops`` lists those the runtime computes (``uint8_probe``)."""
-    with tempfile.TemporaryDirectory(prefix="edgeport-probe-", dir=workdir) as tmp:
+    Each op of ``uint8_probe.PROBES`` also runs as a uint8 model and the reply's ``uint8_ops`` lists
+    those the runtime computes (``uint8_probe``)."""
+    with tempfile.TemporaryDirectory(prefix="edgeport-probe-") as tmp:
         folder = Path(tmp)
         (folder / "probes").mkdir()
         for name in builtin_ops():
             for version in range(1, max_version + 1):
                 (folder / "probes" / f"{name}.{version}.tflite").write_bytes(one_op_model(name, version))
-        models = uint8_probe.probe_models() if uint8 else {}
+        models = uint8_probe.probe_models()
         if models:
             (folder / "uint8").mkdir()
             for name, model in models.items():
@@ -105,8 +104,6 @@ def table_toml(board: str, runtime: dict, table: dict[str, list[int]], *, comman
 
     from edgeport.text import for_terminal
 
-    date = _dt.date.today().isoformat()
-
     def q(value) -> str:
         return json.dumps(str(value), ensure_ascii=True)
 
@@ -121,7 +118,7 @@ def table_toml(board: str, runtime: dict, table: dict[str, list[int]], *, comman
         f"version = {q(runtime['version'])}",
         f"package = {q(str(runtime['package']) + '==' + str(runtime['version']))}",
         f"python = {q(runtime.get('python', '?'))}",
-        f"date = {q(date)}",
+        f"date = {q(_dt.date.today().isoformat())}",
         f"probed = {len(builtin_ops()) * MAX_VERSION}",
         f'method = "one-op model per builtin op and version 1-{MAX_VERSION}; accepted when the interpreter builds"',
         "",

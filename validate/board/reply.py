@@ -3,9 +3,9 @@ edgeport uses a word of it: a board is another machine, and its reply is input l
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
+from edgeport.cliargs import real_number, whole_number
 from edgeport.errors import BadInputError
 from edgeport.jsonfile import Malformed, Refused, read_json
 from edgeport.text import for_terminal
@@ -38,14 +38,6 @@ def _text(value, what: str) -> str:
     return for_terminal(value)
 
 
-def _whole(value, lo: int, hi: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
-
-
-def _real(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def check_reply(result, mode: str, *, images: int | None = None, probes: set[str] | None = None,
                 uint8_probes: set[str] | None = None, models: int | None = None) -> dict:
     """The worker's ``result.json``, checked field by field; raises ``Malformed`` naming the first
@@ -67,24 +59,24 @@ def check_reply(result, mode: str, *, images: int | None = None, probes: set[str
         checked["outputs"] = []
         for k, d in enumerate(outputs):
             shape, dtype, quant = (d.get("shape"), d.get("dtype"), d.get("quantization")) if isinstance(d, dict) else (None,) * 3
-            if not (isinstance(shape, list) and 0 < len(shape) <= 8 and all(_whole(v, 1, MAX_DIM) for v in shape)):
+            if not (isinstance(shape, list) and 0 < len(shape) <= 8 and all(whole_number(v, 1, MAX_DIM) for v in shape)):
                 raise Malformed(f"outputs[{k}].shape is not a list of positive whole numbers")
             if dtype not in OUTPUT_DTYPES:
                 raise Malformed(f"outputs[{k}].dtype is not one of {', '.join(OUTPUT_DTYPES)}")
-            if not (isinstance(quant, list) and len(quant) == 2 and _real(quant[0]) and quant[0] >= 0
-                    and _whole(quant[1], -(2**31), 2**31 - 1)):
+            if not (isinstance(quant, list) and len(quant) == 2 and real_number(quant[0]) and quant[0] >= 0
+                    and whole_number(quant[1], -(2**31), 2**31 - 1)):
                 raise Malformed(f"outputs[{k}].quantization is not [scale, zero point]")
             checked["outputs"].append({"shape": shape, "dtype": dtype, "quantization": [float(quant[0]), quant[1]]})
-        if not (isinstance(ms, list) and len(ms) == images and all(_real(v) and v >= 0 for v in ms)):
+        if not (isinstance(ms, list) and len(ms) == images and all(real_number(v) and v >= 0 for v in ms)):
             raise Malformed(f"'ms' is not one time (ms >= 0) per image ({images})")
         checked["ms"] = [float(v) for v in ms]
         repeat = result.get("repeat_max_abs")  # -1: a NaN or infinite difference; absent: an older worker
-        if repeat is not None and not (_real(repeat) and (repeat >= 0 or repeat == -1.0)):
+        if repeat is not None and not (real_number(repeat) and (repeat >= 0 or repeat == -1.0)):
             raise Malformed("'repeat_max_abs' is not a difference >= 0 (or -1)")
         checked["repeat_max_abs"] = None if repeat is None else (float("inf") if repeat == -1.0 else float(repeat))
     elif mode == "time":
         ms = result.get("ms")
-        if not (isinstance(ms, list) and len(ms) == models and all(_real(v) and v >= 0 for v in ms)):
+        if not (isinstance(ms, list) and len(ms) == models and all(real_number(v) and v >= 0 for v in ms)):
             raise Malformed(f"'ms' is not one time (ms >= 0) per model timed ({models})")
         checked["ms"] = [float(v) for v in ms]
     elif mode == "probe":

@@ -62,7 +62,6 @@ def runtime_dir(board: BoardProfile) -> Path:
 
 
 def installed_python(board: BoardProfile) -> Path | None:
-    """The installed runtime's Python for ``board``, or None."""
     folder = runtime_dir(board)
     python = folder / "bin" / "python"
     return python if (folder / RUNTIME_MARKER).is_file() and python.exists() else None
@@ -218,10 +217,10 @@ def _plain_local(path: str, key: str) -> str:
     return path
 
 
-def _head(path: Path, limit: int = 64 * 1024) -> str:
-    """The first ``limit`` bytes of a file the board wrote, as text: its messages, never all of them."""
+def _head(path: Path) -> str:
+    """The first 64 KiB of a file the board wrote, as text: its messages, never all of them."""
     with open(path, "rb") as f:
-        return f.read(limit).decode(errors="replace")
+        return f.read(64 * 1024).decode(errors="replace")
 
 
 def _limit_file_size(cap: int) -> None:
@@ -243,9 +242,7 @@ def transport_for(board: BoardProfile):
 
 
 def install_hint(board: BoardProfile) -> str | None:
-    if board.install is None:
-        return None
-    return f"edgeport boards install {board.name}"
+    return None if board.install is None else f"edgeport boards install {board.name}"
 
 
 def this_python() -> LocalPython:

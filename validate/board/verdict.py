@@ -20,8 +20,6 @@ class BoardOp(Section):
 
 @dataclass(frozen=True, kw_only=True)
 class BoardCheck(Section):
-    """The board gate's verdict on one file (``validate.board.profiles.board_verdict``)."""
-
     runnable: bool
     reasons: tuple[str, ...] = ()
     min_runtime_version: str | None = None
