@@ -53,13 +53,12 @@ def check(model: Path, *, board_name: str) -> int:
     if not model.is_file():
         raise BadInputError(f"model {str(model)!r} does not exist; pass a .tflite file")
     verdict = board_verdict(model, profile)
-    reasons = verdict.reasons
     ops = ", ".join(f"{o.name} v{o.version}" + (f" ({', '.join(o.notes)})" if o.notes else "") for o in verdict.ops)
     print(for_terminal(f"{model}: {verdict.size_bytes:,} bytes, min_runtime_version {verdict.min_runtime_version}, ops: {ops}"))
-    if not reasons:
+    if not verdict.reasons:
         print(for_terminal(f"runnable on {profile.name}"))
         return 0
-    return fail_with_list(f"NOT runnable on {profile.name}:", reasons)
+    return fail_with_list(f"NOT runnable on {profile.name}:", verdict.reasons)
 
 
 def probe(name: str, *, runner: str | None, out: Path | None) -> int:

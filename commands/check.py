@@ -23,7 +23,5 @@ def check(report_path: Path, baseline_path: Path, *, tolerances: list[str], upda
     if not regressions:
         print(for_terminal(f"no regression against {baseline_path}: {len(baseline.results)} rows checked"))
         return 0
-    # a regression reads "row: metric baseline -> now"; a row that says it passed while one of its
-    # own checks failed reads "row: says passed, but <the check and its values>"
     return fail_with_list(f"{len(regressions)} regression(s) against {baseline_path} (row: metric baseline -> now, or a check "
                           f"a row says it passed but failed):", regressions)

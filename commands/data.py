@@ -16,8 +16,7 @@ def synth(out: Path, *, n: int, n_val: int | None, imgsz: int, seed: int, force:
 
     n_val = n_val if n_val is not None else max(10, n // 5)
     with staged_output(out, command="data", force=force, default_root=Path("data")) as stage:
-        rng_train = np.random.default_rng([seed, 0])
-        rng_val = np.random.default_rng([seed, 1])
+        rng_train, rng_val = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1])
         splits = {
             "train": [make_scene(rng_train, imgsz) for _ in range(n)],
             "val": [make_scene(rng_val, imgsz) for _ in range(n_val)],

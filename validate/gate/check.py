@@ -129,8 +129,7 @@ def _board_runnable(report: Report) -> dict:
 
 
 def load_report(path: Path, what: str) -> Report:
-    """A report file read strictly: as JSON (``jsonfile.read_json``: bounded, UTF-8, no key twice),
-    then as a report (``Report.from_dict``); anything unreadable is bad input (exit 2), one line."""
+    """A report file read strictly (the module's docstring); anything unreadable is bad input (exit 2), one line."""
     label = f"{what} {str(path)!r}"
     try:
         data = read_json(path, MAX_REPORT_BYTES)
@@ -356,9 +355,8 @@ def compare_reports(report: dict | Report, baseline: dict | Report, tol: CheckTo
     for b in base.results:
         n = rows_now.get(b.key)
         out += [Regression(b.key, "row", "present", "missing")] if n is None else _compare_row(b.key, n, b, earned_base[b.key], tol)
-    base_keys = {r.key for r in base.results}
     for n in now.results:
-        if n.key not in base_keys and not earned_now[n.key]:
+        if n.key not in earned_base and not earned_now[n.key]:
             out.append(Regression(n.key, "new row", "absent", "failing"))
         if n.passed:
             out += [Contradiction(n.key, failed) for failed in now.failures(n)]

@@ -51,32 +51,26 @@ def rows(report: Report) -> list[dict]:
     file once, with ``tflite-ref``, and both rows hold that one run's numbers), else None."""
     out = []
     for r in report.results:
-        outputs = r.outputs
         det = r.detections or {}
         out.append(
             {
                 "variant": r.variant,
                 "runtime": r.runtime,
                 "status": "PASS" if r.passed else "FAIL",
-                "max_abs": max((o["max_abs"] for o in outputs), default=None),
-                "max_abs_rel": max((o["max_abs_rel"] for o in outputs), default=None),
-                "cosine": min((o["cosine"] for o in outputs), default=None),
-                "snr_db": min((o["snr_db"] for o in outputs), default=None),
+                "max_abs": max((o["max_abs"] for o in r.outputs), default=None),
+                "max_abs_rel": max((o["max_abs_rel"] for o in r.outputs), default=None),
+                "cosine": min((o["cosine"] for o in r.outputs), default=None),
+                "snr_db": min((o["snr_db"] for o in r.outputs), default=None),
                 "boxes": f"{det['matched']}/{det['reference_boxes']} (+{det['extra']})" if det else "-",
                 "box_px": det.get("box_centre_px"),
                 "map50": (r.map or {}).get("map50"),
                 "ms": r.ms_per_image,
-                "bytes": _artifact_bytes(report, r.variant),
+                "bytes": report.artifact_bytes(r.variant),
                 "same_run_as": r.same_run_as,
                 "images": r.images,
             }
         )
     return out
-
-
-def _artifact_bytes(report: Report, variant: str):
-    entry = report.artifacts.get({"onnx": "model.onnx"}.get(variant, f"model_{variant.replace('-', '_')}.tflite"))
-    return entry.bytes if entry else None
 
 
 HEADER = ["variant", "runtime", "status", "size KiB", "max_abs", "max_abs rel", "cosine", "SNR dB", "boxes matched", "box px",
@@ -96,7 +90,6 @@ def _runtime_cell(row: dict, marks: bool) -> str:
 
 
 def _cells(row: dict, *, marks: bool = False) -> list[str]:
-    """The row's cells; ``marks``: the runtime marked where the legend explains it (report files)."""
     return [
         row["variant"],
         _runtime_cell(row, marks),
@@ -206,12 +199,8 @@ def render_markdown(report: Report) -> str:
     ]
     lines += ["| " + " | ".join(md(c) for c in _cells(r, marks=True)) + " |" for r in rows(report)]
     lines += [""] + [f"- {md(item)}" for item in legend(report)]
-    lines += _section(_board_title(report, MARKDOWN), _board_items(report, MARKDOWN))
-    lines += _section("Where it diverges", divergence_lines(report, MARKDOWN))
-    lines += _section(OP_ERRORS_TITLE, op_error_lines(report, MARKDOWN))
-    lines += _section(REPAIRS_TITLE, repair_lines(report, MARKDOWN))
-    lines += _section(DATASET_TITLE, dataset_lines(report, MARKDOWN))
-    lines += _section(_upsample_title(report), _upsample_items(report, MARKDOWN))
+    for title, items in _sections(report, MARKDOWN):
+        lines += ["", f"## {title}", ""] + [f"- {item}" for item in items]
     if report.stages:
         lines += ["", "## Stages", "", "| stage | seconds | changed | summary |", "|---|---|---|---|"]
         lines += [f"| {md(s.name)} | {s.seconds:.2f} | {s.changed} | {md(s.summary)} |" for s in report.stages]
@@ -245,8 +234,14 @@ def cross_check_line(c: CrossCheck | dict) -> str:
     return f"{who}'s float32 file PARTS from this one by {c.max_abs_rel:.2g} x max|output| (tolerance {c.tolerance:g}){where}"
 
 
-def _section(title: str | None, items: list[str]) -> list[str]:
-    return ["", f"## {title}", ""] + [f"- {item}" for item in items] if title and items else []
+def _sections(report: Report, q: Quoting) -> list[tuple[str, list[str]]]:
+    """The report files' sections after the summary, each (title, items); those with nothing to say left out."""
+    return [(title, items) for title, items in ((_board_title(report, q), _board_items(report, q)),
+                                                ("Where it diverges", divergence_lines(report, q)),
+                                                (OP_ERRORS_TITLE, op_error_lines(report, q)),
+                                                (REPAIRS_TITLE, repair_lines(report, q)),
+                                                (DATASET_TITLE, dataset_lines(report, q)),
+                                                (_upsample_title(report), _upsample_items(report, q))) if title and items]
 
 
 def divergence_lines(report: Report, q: Quoting = TERMINAL) -> list[str]:
@@ -361,9 +356,7 @@ def _pct(value) -> str:
 
 def _board_title(report: Report, q: Quoting) -> str | None:
     board = report.board
-    if not board:
-        return None
-    return f"Board {q.code(board.name)} ({q.text(board.runtime)} {q.text(board.version)}, {q.text(', '.join(board.dtypes))})"
+    return f"Board {q.code(board.name)} ({q.text(board.runtime)} {q.text(board.version)}, {q.text(', '.join(board.dtypes))})" if board else None
 
 
 def _board_items(report: Report, q: Quoting) -> list[str]:
@@ -428,9 +421,7 @@ def dataset_lines(report: Report, q: Quoting = TERMINAL, *, classes: bool = True
 
 def _upsample_title(report: Report) -> str | None:
     up = report.upsample
-    if not up or not up.sites:
-        return None
-    return "Upsampling" + (" (--legacy-resize)" if up.legacy_resize else "")
+    return "Upsampling" + (" (--legacy-resize)" if up.legacy_resize else "") if up and up.sites else None
 
 
 def _upsample_items(report: Report, q: Quoting) -> list[str]:
@@ -440,8 +431,7 @@ def _upsample_items(report: Report, q: Quoting) -> list[str]:
 
 
 def _h(value) -> str:
-    """Text from a file, for HTML: control characters (ESC, BEL, C1 ...) shown as their escapes,
-    as on the terminal; then ``html.escape``. Every text the page shows passes here."""
+    """Every text the page shows passes here (the module's docstring says how)."""
     return html.escape(for_terminal(value))
 
 
@@ -484,14 +474,7 @@ def render_html(report: Report, figures: dict[str, bytes] | None = None) -> str:
     )
     sections = "".join(
         f"<h2>{_h(title)}</h2><ul>" + "".join(f"<li>{_h(item)}</li>" for item in items) + "</ul>\n"
-        for title, items in ((_board_title(report, PLAIN), _board_items(report, PLAIN)),
-                             ("Where it diverges", divergence_lines(report, PLAIN)),
-                             (OP_ERRORS_TITLE, op_error_lines(report, PLAIN)),
-                             (REPAIRS_TITLE, repair_lines(report, PLAIN)),
-                             (DATASET_TITLE, dataset_lines(report, PLAIN)),
-                             (_upsample_title(report), _upsample_items(report, PLAIN)))
-        if title and items
-    )
+        for title, items in _sections(report, PLAIN))
     notes = "".join(f"<li>{_h(item)}</li>" for item in legend(report))
     model = report.model
     return f"""<!doctype html>
@@ -562,8 +545,6 @@ def make_figures(report: Report, sample_image=None) -> dict[str, bytes]:
 def print_table(report: Report, console) -> None:
     from rich.table import Table
     from rich.text import Text
-
-    from edgeport.text import for_terminal
 
     table = Table(title=f"parity: {verdict(report)}", min_width=100)
     for h in HEADER:

@@ -93,15 +93,16 @@ class Report:
         return all(self.earned(r) for r in self.results if r.variant not in stands_in) and \
             all(c.runnable for v, c in checks if v not in stands_in)
 
-    def tolerance(self, variant: str, output: str) -> dict | None:
-        """The report's tolerance for one output of a variant: each channel's, or the variant's."""
-        tol = self.tolerances.get("channels" if output.endswith("[channels]") else variant)
-        return tol.limits if tol is not None else None
-
     def failures(self, row: ResultRow) -> list[str]:
         """Each of the row's own checks that fails, in words: every output held to the stricter of
-        its own tolerance and the report's for its variant; its boxes to the report's box tolerance."""
-        return row_failures(row, self.boxes.get(row.variant), lambda name: self.tolerance(row.variant, name))
+        its own tolerance and the report's for its variant (each channel's, under ``channels``); its boxes
+        to the report's box tolerance, (fraction, slack) of the stable boxes (older reports: none)."""
+        def limits(output: str) -> dict | None:
+            tol = self.tolerances.get("channels" if output.endswith("[channels]") else row.variant)
+            return tol.limits if tol is not None else None
+
+        boxes = getattr(self.tolerances.get(row.variant), "boxes", None)
+        return row_failures(row, (boxes.fraction, boxes.slack) if boxes is not None else None, limits)
 
     def earned(self, row: ResultRow) -> bool:
         """The row says it passed, and every one of its own checks agrees."""
@@ -177,44 +178,37 @@ class Report:
         """The file to ship, and what it is: the quantised file where it passes, else its repaired file
         where that stands in, else the float32 file where it passes (the report then fails where a
         quantised file was asked for: the verdict names float32 as the file that passes); else none."""
-        variants = {r.variant for r in self.results}
-        asked = [v for v in QUANTISED_FILES if v in variants]
-        for v in asked:
+        for v in QUANTISED_FILES:  # a variant with no rows neither passes nor has a repaired file
             if self._passes(v):
                 return self._shipped(v)
             if v in self.repaired:
                 return self._shipped(v + REPAIRED)
-        if "float32" in variants and self._passes("float32"):
+        if self._passes("float32"):
             return self._shipped("float32")
         return Ship(None, None, False)
 
-    def _shipped(self, variant: str) -> "Ship":
-        def size(v: str) -> int | None:
-            a = self.artifacts.get(f"model_{v.replace('-', '_')}.tflite")
-            return a.bytes if a is not None else None
+    def artifact_bytes(self, variant: str) -> int | None:
+        entry = self.artifacts.get(file_name(variant))
+        return entry.bytes if entry is not None else None
 
+    def _shipped(self, variant: str) -> "Ship":
         def at(v: str) -> tuple[float, str] | None:
             row = timed(self.results, v)
             return (row.ms_per_image, row.runtime) if row is not None else None
 
-        made = (self.repairs or {}).get(variant.removesuffix(REPAIRED)) if variant.endswith(REPAIRED) else None
         pure = variant.removesuffix(REPAIRED)
-        given = self.artifacts.get(f"model_{variant.replace('-', '_')}.tflite")
-        return Ship(given.path if given is not None and given.path else f"model_{variant.replace('-', '_')}.tflite", variant,
+        made = (self.repairs or {}).get(pure) if pure != variant else None
+        given = self.artifacts.get(file_name(variant))
+        return Ship(given.path if given is not None and given.path else file_name(variant), variant,
                     self.passed, changes=tuple(made.changes()) if made else (),
                     float_ops=made.float_ops if made else None, ops=made.ops if made else None,
-                    bytes=size(variant), timed=at(variant),
-                    pure=(size(pure), at(pure)) if made else None, float32=(size("float32"), at("float32")) if variant != "float32" else None)
+                    bytes=self.artifact_bytes(variant), timed=at(variant), pure=(self.artifact_bytes(pure), at(pure)) if made else None,
+                    float32=(self.artifact_bytes("float32"), at("float32")) if variant != "float32" else None)
 
     @property
     def identity(self) -> dict:
         """What says which model a report is about: reports of two models are never compared."""
         return {f"{section}.{f}": written(getattr(getattr(self, section), f)) for section, f in IDENTITY}
-
-    @property
-    def boxes(self) -> dict:
-        """variant -> (fraction, slack): how many stable boxes a row may miss (``tolerances``; older reports: none)."""
-        return {v: (t.boxes.fraction, t.boxes.slack) for v, t in self.tolerances.items() if t.boxes is not None}
 
     @classmethod
     def from_dict(cls, data, what: str = "report") -> "Report":
@@ -318,6 +312,11 @@ class Ship:
                                                     "pure": cost(self.pure), "float32": cost(self.float32)})}
 
 
+def file_name(variant: str) -> str:
+    """The file a variant is written to: its key in ``Report.artifacts``."""
+    return "model.onnx" if variant == "onnx" else f"model_{variant.replace('-', '_')}.tflite"
+
+
 def _images(n: int | None) -> str:
     return "every input" if n is None else f"the first {n} images"
 
@@ -327,7 +326,7 @@ class Failure:
     """One thing that failed in a report: a row, or a file the board cannot run."""
 
     what: str
-    reasons: tuple[str, ...] = field(default=())
+    reasons: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return f"{self.what}: {'; '.join(self.reasons)}" if self.reasons else self.what
