@@ -29,6 +29,12 @@ from edgeport.errors import PassCheckError
 CONV_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
+def _set_submodule(root: nn.Module, target: str, new: nn.Module) -> None:
+    """``root.set_submodule``, which torch 2.4 (the oldest supported) does not have."""
+    parent_name, _, attr = target.rpartition(".")
+    setattr(root.get_submodule(parent_name) if parent_name else root, attr, new)
+
+
 def bn_tail(bn: _BatchNorm) -> nn.Module | None:
     """What stays of ``bn`` once its normalisation is folded away: nothing for torch's own
     BatchNorm; the dropout and activation of a norm+act layer (timm's ``BatchNormAct2d``,
@@ -73,8 +79,8 @@ def _fold_pairs(module: nn.Module, pairs: list[tuple[str, str]]) -> int:
             continue
         plain = nn.BatchNorm2d(bn.num_features, eps=bn.eps, affine=bn.affine).eval()
         plain.load_state_dict({k: v for k, v in bn.state_dict().items() if k in plain.state_dict()}, strict=True)
-        module.set_submodule(conv_name, fuse_conv_bn_eval(conv, plain))
-        module.set_submodule(bn_name, tail)
+        _set_submodule(module, conv_name, fuse_conv_bn_eval(conv, plain))
+        _set_submodule(module, bn_name, tail)
         folded += 1
     return folded
 
