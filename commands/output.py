@@ -74,11 +74,11 @@ class Progress:
 
     def advance(self, done: int, total: int) -> None:
         """A bar under the running stage: ``done`` of ``total`` images, and the time left at this pace."""
+        from rich.text import Text
+
         if self.status is None or not total:
             return
         left = f", {(time.perf_counter() - self.began) / done * (total - done):.0f} s left" if done > 0 else ""
-        from rich.text import Text
-
         filled = round(BAR * done / total)  # plain text: "[###...]" is not markup
         self.status.update(Text(f"{self.name} [{'#' * filled}{'.' * (BAR - filled)}] {done}/{total} images{left}"))
 

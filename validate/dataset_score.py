@@ -68,8 +68,8 @@ def score_dataset(samples, imgsz: int, head, runners: dict, on_progress=None) ->
                 done = None
                 if pending is not None:  # a runner takes one chunk at a time: the last one's outputs first
                     runs, boxes, start = pending
-                    done = {name: _outputs(run, name, refused, f"images {start + 1}-{start + len(boxes)}") for name, run in runs.items()}
-                    done, pending = (done, boxes), None
+                    which = f"images {start + 1}-{start + len(boxes)}"
+                    done, pending = ({name: _outputs(run, name, refused, which) for name, run in runs.items()}, boxes), None
                 if k < len(chunks):
                     x, boxes = loading.result()
                     if k + 1 < len(chunks):
