@@ -3,10 +3,9 @@
 
 Bounded before a byte is parsed (JSON costs many times its size in memory): a plain file of at
 most its limit in bytes, never read past it whatever the file says of itself (``userfiles``: a
-reply may grow while it is read), with at most so many objects and lists (an empty one costs
-about 64 bytes in memory for its 3 in the file); UTF-8; nesting a parser can follow; and no key
-twice in one object: the standard reader keeps the last, another reader the first, so such a
-file says two things.
+reply may grow while it is read), with at most so many objects and lists (``BYTES_PER_CONTAINER``);
+UTF-8; nesting a parser can follow; and no key twice in one object: the standard reader keeps the
+last, another reader the first, so such a file says two things.
 """
 
 from __future__ import annotations
@@ -22,9 +21,9 @@ from pathlib import Path
 from edgeport.text import shown
 from edgeport.userfiles import Refused, read_bounded
 
-# objects and lists a file may hold, per byte of its limit, unless its reader says otherwise:
-# one per 64 bytes keeps them to about as much memory as the file's bytes, and a report or a
-# reply holds far fewer (a few per metric)
+# objects and lists a file may hold, per byte of its limit, unless its reader says otherwise: an empty
+# one costs about 64 bytes in memory for its 3 in the file, so one per 64 keeps their memory to about
+# the file's size; a report or a reply holds far fewer (a few per metric)
 BYTES_PER_CONTAINER = 64
 
 
@@ -115,10 +114,10 @@ def strings(value, where: str) -> tuple[str, ...]:
 # -- a typed record as JSON: the report's sections, the board gate's verdict -----------------------
 # A field is read by its annotation: a ``Section``, ``X | None``, ``tuple[X, ...]`` (a list),
 # ``dict[str, X]``, ``str``, ``int``, ``float`` (a JSON number, or "inf", "-inf", "nan"), ``bool``, or a
-# bare ``dict`` kept as it is. A wrong type is ``Malformed`` naming the field
-# (``repairs.int8.latency.ratio``); a field without a default must be there; one the file does not
-# hold takes its default (an older file lacks some), and one it holds that no field names is allowed
-# (new ones come within a schema version).
+# bare ``dict`` kept as it is. A wrong type, or a number outside its ``ranged`` bounds, is ``Malformed``
+# naming the field (``repairs.int8.latency.ratio``); a field without a default must be there; one the
+# file does not hold takes its default (an older file lacks some), and one it holds that no field names
+# is allowed (new ones come within a schema version).
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,9 +140,21 @@ class Section:
             key = _key(f.name)
             if key in value:
                 given[f.name] = read(hints[f.name], value[key], f"{where}.{key}")
+                if "range" in f.metadata and given[f.name] is not None:
+                    _within(value[key], f"{where}.{key}", *f.metadata["range"])
             elif f.default is MISSING and f.default_factory is MISSING:
                 raise Malformed(f"{where}.{key} is missing")
         return cls(**given, absent=frozenset(f.name for f in _fields(cls) if f.name not in given))
+
+
+def ranged(lo: float, hi: float, *, finite: bool = False, **kw):
+    """A number field held to [lo, hi] when read; ``finite``: NaN and infinities too (elsewhere the gate reports them)."""
+    return field(metadata={"range": (lo, hi, finite)}, **kw)
+
+
+def _within(value, where: str, lo: float, hi: float, finite: bool) -> None:
+    if not math.isfinite(number(value, where, lo, hi)) and finite:
+        raise Malformed(f"{where} is {shown(value)}: not a finite number")
 
 
 _hints = functools.cache(typing.get_type_hints)

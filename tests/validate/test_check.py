@@ -516,7 +516,7 @@ def test_each_output_is_held_to_the_stricter_of_its_own_tolerance_and_the_report
 
 @pytest.mark.parametrize("tolerance, error", [
     ({"min_cosine": 1.5}, "tolerances.float32.min_cosine is 1.5, outside"),
-    ({"min_cosine": "nan"}, "tolerances.float32.min_cosine is 'nan': a tolerance is a finite number"),
+    ({"min_cosine": "nan"}, "tolerances.float32.min_cosine is 'nan': not a finite number"),
     ({"max_abs_rel": -1}, "tolerances.float32.max_abs_rel is -1.0, outside"),
     ({"max_abs_rel": "x"}, "tolerances.float32.max_abs_rel is 'x', not a number"),
 ])

@@ -1,22 +1,19 @@
 """The ``edgeport.parity/2`` report: typed records, assembled once, serialised once.
 
-Parity returns typed rows (``ResultRow``); ``Report`` gathers them with what the other phases
-found (the model, the board's verdict on each file, the converter, the stages: typed parts,
-``sections.py``) and decides ``passed`` in one place. ``to_dict`` is what ``report.json`` holds; the
-renderers render a ``Report``, and ``edgeport check`` reads the file back into one. This module
-imports neither torch nor numpy, so ``edgeport check`` starts in a fraction of a second. (Fields
-documented in ``validate/report/SCHEMA.md``.)
+``Report`` gathers parity's typed rows (``ResultRow``) with what the other phases found (typed
+parts, ``sections.py``) and decides ``passed`` in one place; ``to_dict`` is ``report.json``, which
+``edgeport check`` reads back into one. No torch or numpy here, so ``edgeport check`` starts in a
+fraction of a second. (Fields documented in ``validate/report/SCHEMA.md``.)
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import typing
 from dataclasses import dataclass, field
 
 from edgeport.errors import BadInputError, ParityGateError
-from edgeport.jsonfile import Malformed, expect, number, read, strings, written
+from edgeport.jsonfile import Malformed, expect, read, strings, written
 from edgeport.text import clip, for_terminal, shown
 from edgeport.validate.parity.result import QUANTISED_FILES, REPAIRED, ResultRow, row_failures, sections, timed
 from edgeport.validate.report.sections import (
@@ -43,7 +40,6 @@ MAX_FLOAT_SHARE = 0.5
 # than float32 -- TFLite 1.13.1's uint8 kernels on an x86 host, not on the board's ARM cores -- it is the one
 # time condition that speaks of the board's)
 SLOWER_THAN_PURE = 1.25
-# what says which model a report is about
 IDENTITY = (("model", "arch"), ("model", "weights_sha256"), ("model", "outputs"), ("inputs", "shape"))
 REFERENCE = "the checkpoint's model as loaded, before SyncBN revert and BN fold"  # what every row is compared with
 # the report's typed parts (``sections.py``), read alike from a file and from what the phases hand ``build_report``
@@ -94,9 +90,8 @@ class Report:
             all(c.runnable for v, c in checks if v not in stands_in)
 
     def failures(self, row: ResultRow) -> list[str]:
-        """Each of the row's own checks that fails, in words: every output held to the stricter of
-        its own tolerance and the report's for its variant (each channel's, under ``channels``); its boxes
-        to the report's box tolerance, (fraction, slack) of the stable boxes (older reports: none)."""
+        """``row_failures`` under the report's tolerances: its variant's for each output (``channels`` for
+        a channel check) and its variant's box tolerance (older reports: none)."""
         def limits(output: str) -> dict | None:
             tol = self.tolerances.get("channels" if output.endswith("[channels]") else row.variant)
             return tol.limits if tol is not None else None
@@ -212,10 +207,9 @@ class Report:
 
     @classmethod
     def from_dict(cls, data, what: str = "report") -> "Report":
-        """A report as ``to_dict`` wrote it, read back strictly (``ResultRow.from_dict``: every row's
-        numbers in range, each check consistent with its own numbers; one row per variant and runtime;
-        what says which model it is about; the box tolerance its rows are held to; the other parts read
-        into their types, ``read_sections``). ``BadInputError`` (exit 2), one line naming the first
+        """A report as ``to_dict`` wrote it, read back strictly: its rows (``ResultRow.from_dict``), one
+        per variant and runtime; what says which model it is about; the box tolerance its rows are held
+        to; the other parts (``read_sections``). ``BadInputError`` (exit 2), one line naming the first
         problem. Fields no type names are allowed (new ones come within a schema version)."""
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             schema = data.get("schema") if isinstance(data, dict) else None
@@ -225,18 +219,8 @@ class Report:
             for section, f in IDENTITY:
                 if f not in expect(data.get(section), dict, section):
                     raise Malformed(f"{section}.{f} is missing: it says which model the report is about")
-            tolerances = expect(data.get("tolerances") or {}, dict, "tolerances")  # (null, absent: an older report)
-            for variant, tol in tolerances.items():
-                for metric, lo, hi in (("max_abs_rel", 0.0, math.inf), ("min_cosine", -1.0, 1.0)):
-                    if isinstance(tol, dict) and tol.get(metric) is not None and \
-                            not math.isfinite(number(tol[metric], f"tolerances.{variant}.{metric}", lo, hi)):
-                        raise Malformed(f"tolerances.{variant}.{metric} is {shown(tol[metric])}: a tolerance is a finite number")
-                if isinstance(tol, dict) and tol.get("boxes") is not None:
-                    b = expect(tol["boxes"], dict, f"tolerances.{variant}.boxes")
-                    fraction = number(b.get("fraction"), f"tolerances.{variant}.boxes.fraction", 0.0, 1.0)
-                    if not math.isfinite(fraction) or expect(b.get("slack"), int, f"tolerances.{variant}.boxes.slack") < 0:
-                        raise Malformed(f"tolerances.{variant}.boxes is {shown(b)}: a fraction in [0, 1] and a slack >= 0")
-            boxes = {v for v, t in tolerances.items() if isinstance(t, dict) and t.get("boxes") is not None}
+            parts = read_sections(data)
+            boxes = {v for v, t in parts.get("tolerances", {}).items() if t.boxes is not None}
             rows = [ResultRow.from_dict(r, f"results[{i}]") for i, r in enumerate(expect(data.get("results"), list, "results"))]
             seen = set()
             for i, row in enumerate(rows):
@@ -247,7 +231,7 @@ class Report:
                     raise Malformed(f"results[{i}] counts boxes above the noise floor, and tolerances.{row.variant}.boxes is "
                                     f"missing: nothing says how many it may miss")
             claimed = expect(data.get("passed"), bool, "passed")
-            report = cls(tuple(rows), **read_sections(data), created=data.get("created", ""), claimed=claimed)
+            report = cls(tuple(rows), **parts, created=data.get("created", ""), claimed=claimed)
             for variant in strings(data.get("repaired") or [], "repaired"):  # (absent: an older report)
                 refused = report.stand_in_refusal(variant)
                 if refused:
@@ -334,14 +318,10 @@ class Failure:
 
 def failures(report: Report) -> list[Failure]:
     """Every failed row, every file the board cannot run, and every runtime that refused images of
-    validate --data's set.
-
-    The one place the failed rows are listed: the pipeline's summary, the gate's error and
-    the renderers all read this. A row's reasons name every check it failed, each with its value
-    and its threshold, in the order a reader acts on them: its outputs ("p3 cosine 0.97 < 0.99"),
-    the row's own reasons (boxes, a second invoke, steps), a step check or a repeat those do not
-    already say, and why the file does not run.
-    """
+    validate --data's set: the one list the pipeline's summary, the gate's error and the renderers read.
+    A row's reasons name each failed check with its value and threshold, in the order a reader acts on
+    them: its outputs ("p3 cosine 0.97 < 0.99"), its own reasons, a step check or repeat those do not
+    already say, and why the file does not run."""
 
     def said(r: ResultRow) -> list[str]:
         out = [f"{o['name']} {why}" for o in r.outputs if not o.get("passed", True) for why in (o.get("reasons") or ["failed"])]
@@ -372,9 +352,8 @@ def failures(report: Report) -> list[Failure]:
 
 def gate(out, report: Report, *, what: str = "artifacts and report") -> None:
     """Raise ``ParityGateError`` (exit 1) naming what failed -- each check with its value and its
-    threshold -- when the report did not pass. One line, bounded: three reasons a failure and five
-    failures, then how many more (the report lists them all). ``what``: the files in ``out``
-    ("report" for ``edgeport validate``, which writes no artifacts)."""
+    threshold -- when the report did not pass: one line, bounded (the report lists them all).
+    ``what``: the files in ``out`` ("report" for ``edgeport validate``, which writes no artifacts)."""
     if report.passed:
         return
     shown_reasons, shown_failures = 3, 5

@@ -5,9 +5,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from edgeport.jsonfile import Section
+from edgeport.jsonfile import Section, ranged
 from edgeport.validate.board.verdict import BoardCheck
 
 # per output, the int8 file's channel groups scaled apart: [axis, first channel, end, factor] each
@@ -43,8 +44,8 @@ class InputsSection(Section):
 
 @dataclass(frozen=True, kw_only=True)
 class BoxTolerance(Section):
-    fraction: float  # of PyTorch's stable boxes a row may miss, and add
-    slack: int
+    fraction: float = ranged(0.0, 1.0, finite=True)  # of PyTorch's stable boxes a row may miss, and add
+    slack: int = ranged(0, math.inf)
     noise: str | None = None  # the perturbation that means nothing for the variant, in words
 
 
@@ -52,8 +53,8 @@ class BoxTolerance(Section):
 class Tolerance(Section):
     """A variant's tolerance (None: that metric not gated); under ``channels``, each channel's of a quantised file."""
 
-    max_abs_rel: float | None = None
-    min_cosine: float | None = None
+    max_abs_rel: float | None = ranged(0.0, math.inf, finite=True, default=None)
+    min_cosine: float | None = ranged(-1.0, 1.0, finite=True, default=None)
     boxes: BoxTolerance | None = None
     applies_to: str | None = None
 
@@ -83,7 +84,7 @@ class Board(Section):
 
     @classmethod
     def of(cls, board, checks: dict[str, BoardCheck]) -> "Board":
-        """``board`` (``validate.board.profiles.BoardProfile``) and the board gate's verdict on each file."""
+        """From a ``validate.board.profiles.BoardProfile``."""
         return cls(name=board.name, runtime=board.runtime, version=board.version, dtypes=tuple(board.dtypes),
                    ram_bytes=board.ram_bytes, flash_bytes=board.flash_bytes, checks=dict(checks))
 
