@@ -32,8 +32,7 @@ _gc_was_enabled = False
 
 
 def one_shot_process() -> None:
-    """This process runs one command and exits (the CLI's entry point says so): ``importing``
-    then pauses the cyclic garbage collector while it imports and freezes what was imported."""
+    """This process runs one command and exits: ``importing`` then pauses and freezes the collector."""
     global _one_shot
     _one_shot = True
 
@@ -45,13 +44,12 @@ def is_one_shot() -> bool:
 
 @contextlib.contextmanager
 def importing():
-    """Import heavy modules inside this block. In a one-shot process, the cyclic garbage collector
-    is paused meanwhile, and afterwards every object alive is frozen (``gc.freeze``): torch,
-    onnxslim (sympy) and matplotlib leave hundreds of thousands of long-lived objects that each
-    later full collection would walk again (the demo's figures: docs/measured.md). Frozen objects are still freed when nothing refers to
-    them; only a reference cycle among them waits for the process's exit. Elsewhere (edgeport
-    used as a library, inside someone else's process) the block changes nothing. Blocks may
-    nest and run on several threads: the collector resumes when the last one ends."""
+    """Import heavy modules inside this block. In a one-shot process the cyclic garbage collector is
+    paused meanwhile, then every object alive is frozen (``gc.freeze``): torch, onnxslim (sympy) and
+    matplotlib leave hundreds of thousands of long-lived objects each later full collection would walk
+    again (the demo's figures: docs/measured.md). Frozen objects are still freed when unreferenced; only
+    a cycle among them waits for exit. In a library caller's process the block changes nothing. Blocks
+    may nest and run on several threads: the collector resumes when the last one ends."""
     global _quiet_depth, _gc_was_enabled
     if not _one_shot:
         yield

@@ -2,10 +2,9 @@
 
 Shared by ``convert`` (its first passes) and the trainer (``--weights``, ``--resume``).
 ``torch.load(weights_only=True)`` by default: a checkpoint that needs arbitrary unpickling
-(a pickled ``nn.Module``, a DDP wrapper, custom classes) is refused unless the user trusts
-it, because unpickling such a file runs code chosen by its author. Before torch sees the
-file it is sniffed, so that an ONNX file, random bytes or a truncated download each get
-their own one-line explanation.
+(a pickled ``nn.Module``, a DDP wrapper, custom classes) is refused unless trusted, as
+unpickling it runs code its author chose. The file is sniffed first, so an ONNX file, random
+bytes or a truncated download each get their own one-line explanation.
 """
 
 from __future__ import annotations
@@ -20,8 +19,7 @@ from typing import Any
 
 from edgeport.errors import CheckpointError, first_line
 
-# Where training scripts keep the weights, in the order they are looked up.
-# ``ema`` first: scripts that save both keep the EMA weights as the ones to deploy.
+# Where training scripts keep the weights, in lookup order: ``ema`` first, as scripts saving both deploy it.
 STATE_DICT_KEYS = ("ema", "model", "state_dict", "model_state_dict")
 TRUST_HINT = "unpickling runs code: if you trust its source, pass --trust-checkpoint, or save its state_dict"
 # A model a TFLite file can hold is under 2 GB (a flatbuffer's 32-bit offsets); with an optimizer's
@@ -85,9 +83,8 @@ def _unsupported_global(message: str) -> str | None:
 
 @functools.cache
 def _ddp_contents() -> type:
-    """What a pickled ``DistributedDataParallel`` unpickles as: its modules, without the process
-    group DDP's own ``__setstate__`` insists on (a checkpoint saved as ``torch.save(ddp_model)``
-    loads on a machine with no process group, and no GPU)."""
+    """What a pickled ``DistributedDataParallel`` unpickles as: its modules, without the process group
+    DDP's ``__setstate__`` insists on, so ``torch.save(ddp_model)`` loads with no process group or GPU."""
     from torch import nn
 
     class DistributedDataParallelContents(nn.Module):
@@ -100,8 +97,7 @@ def _ddp_contents() -> type:
 
 
 def _trusting_pickle():
-    """The pickle module ``torch.load`` uses for a trusted checkpoint: pickle itself, with a stand-in
-    for DistributedDataParallel."""
+    """``torch.load``'s pickle module for a trusted checkpoint: pickle, with a DistributedDataParallel stand-in."""
     import pickle as std
     import types
 
@@ -126,9 +122,8 @@ def torch_load(path: Path, *, trust: bool) -> Any:
     try:
         if trust:
             return torch.load(path, map_location="cpu", weights_only=False, pickle_module=_trusting_pickle())
-        # a training script's options, saved beside the weights (torchvision's reference scripts): plain
-        # attributes, each read back by the same restricted unpickler; nothing runs. Process-wide: torch
-        # 2.4, the oldest supported, has no per-call form
+        # a training script's options beside its weights (torchvision's reference scripts): plain attributes the
+        # restricted unpickler reads; nothing runs. Process-wide: torch 2.4, the oldest supported, has no per-call form
         torch.serialization.add_safe_globals([argparse.Namespace])
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
@@ -191,9 +186,8 @@ def find_weights(obj: Any) -> tuple[str, dict | None, Any, str | None, dict | No
 
 
 def recorded_imgsz(obj: Any) -> int | None:
-    """The input size a checkpoint says its model was trained at (edgeport's trainer writes
-    ``imgsz``); None where it says none. A number from a file: read only when it is a whole number
-    in 32..4096, never trusted further."""
+    """The input size a checkpoint says its model was trained at (edgeport's trainer writes ``imgsz``):
+    a number from a file, so only a whole number in 32..4096; else None."""
     value = obj.get("imgsz") if isinstance(obj, dict) else None
     if isinstance(value, int) and not isinstance(value, bool) and 32 <= value <= 4096:
         return value
@@ -237,11 +231,8 @@ COMPILE_PART = "_orig_mod"
 
 
 def strip_state_dict(sd: dict) -> tuple[dict, int]:
-    """``module._orig_mod.module.backbone._orig_mod.conv`` -> ``backbone.conv``.
-
-    A leading wrapper part is removed only while every key carries it (DDP prefixes all
-    keys), so a model whose own child is called ``module`` keeps its names.
-    """
+    """``module._orig_mod.module.backbone._orig_mod.conv`` -> ``backbone.conv``; a leading wrapper part
+    goes only while every key carries it (DDP prefixes all keys), so a child called ``module`` keeps its name."""
     keys = list(sd)
     parts = [k.split(".") for k in keys]
     while parts and all(len(p) > 1 and p[0] == parts[0][0] for p in parts) and parts[0][0] in (

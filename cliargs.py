@@ -1,8 +1,7 @@
 """The argument parser every edgeport command uses, and the value checks its options share.
 
-A usage error is one line (what was wrong, where to look) and exit 2. Numbers are checked
-where they are parsed, so a NaN learning rate or a zero image size never reaches the work.
-No torch, no numpy: imported at start-up.
+Numbers are checked where they are parsed, so a NaN learning rate or a zero image size never
+reaches the work. No torch, no numpy: imported at start-up.
 """
 
 from __future__ import annotations

@@ -133,9 +133,8 @@ def _fitted(text: str, room: int) -> str:
 
 def error_line(prog: str, message: object, *, kind: str = "error", tail: str = "", logged: bool = False) -> str:
     """``prog: kind: message tail`` as one terminal-safe line (``text.for_terminal``) of at most
-    ``MAX_LINE`` characters. A longer message is fitted (``_fitted``: long names and paths
-    shortened in their middle); the whole of it is in a new log file the line names, unless
-    ``logged``: the caller's log, which ``tail`` names, holds it already."""
+    ``MAX_LINE`` characters; a longer message is ``_fitted``, and written whole to a new log file the
+    line names unless ``logged``: the caller's log, which ``tail`` names, holds it already."""
     from edgeport.text import for_terminal
 
     head, text, tail = f"{prog}: {kind}: ", for_terminal(message), for_terminal(tail)
@@ -150,8 +149,7 @@ def error_line(prog: str, message: object, *, kind: str = "error", tail: str = "
 
 
 def report(prog: str, exc: BaseException) -> int:
-    """Print one line for ``exc`` on stderr (``error_line``: at most ``MAX_LINE`` characters) and
-    return the exit code it maps to.
+    """Print one line for ``exc`` on stderr (``error_line``) and return the exit code it maps to.
 
     - an ``EdgeportError``: its message, its ``exit_code`` (1 gate, 2 bad input, 3 the converter failed);
     - a permission or disk error: the file named, exit 2;

@@ -165,9 +165,8 @@ def manifest(folder: Path) -> tuple[dict[str, str], list[str]]:
 
 def record_outputs(folder: Path, *names: str) -> None:
     """Add the files ``names`` (relative to ``folder``), as they are now, to its manifest: a run that
-    writes over its life (training) records each file when it has written it. A folder without
-    edgeport's marker (the trainer used as a library, into a folder of the caller's) has no
-    manifest to keep."""
+    writes over its life (training) records each once written. A folder without edgeport's marker
+    (the trainer as a library, into the caller's folder) has no manifest to keep."""
     marker = read_marker(folder)
     if marker is None:
         return
@@ -244,10 +243,8 @@ class FolderLock:
 
 def _try_lock(path: Path) -> int | None:
     """An exclusive lock on ``path`` (created if need be), or None when a live process holds it.
-    A lock dies with its process: a lock file left by a killed run is simply taken. It is created
-    with O_EXCL | O_NOFOLLOW, and one already there is opened without following a link and only
-    as a plain file with one name (``NotOurs`` otherwise): its lock's JSON never lands in a
-    user's file."""
+    A lock dies with its process: a lock file left by a killed run is simply taken. The file is
+    edgeport's own (``_create_own``, ``_open_own``), so its JSON never lands in a user's file."""
     import fcntl
 
     try:
@@ -323,8 +320,7 @@ def _check_path(out: Path, flag: str) -> None:
 
 
 def check_out(out: Path, *, command: str, force: bool, inputs: tuple[Path | None, ...] = ()) -> Path:
-    """Check that writing ``command``'s results to ``out`` can lose nothing; return the real folder
-    (symlinks followed)."""
+    """Check that writing ``command``'s results to ``out`` can lose nothing; return the real folder (symlinks followed)."""
     flag = "--out"
     _check_path(out, flag)
     target = Path(out).resolve()
@@ -627,12 +623,9 @@ def reclaim_staging(parent: Path) -> list[str]:
 @contextlib.contextmanager
 def staged_output(out: Path | None, *, command: str, force: bool, default_root: Path,
                   inputs: tuple[Path | None, ...] = ()):
-    """Write into a hidden folder next to the output; move it into place only on success.
-
-    On any failure (an error, Ctrl-C, SIGTERM) everything this run created is removed again:
-    the staging folder, a claimed run folder, and parent folders it made. A staging folder
-    that a killed run (SIGKILL, a power cut) left beside the output is removed by the next run.
-    """
+    """Write into a hidden folder next to the output; move it into place only on success. On any
+    failure (an error, Ctrl-C, SIGTERM) everything this run created is removed: the staging folder,
+    a claimed run folder, parent folders it made; a killed run's staging folder, by the next run."""
     created: list[Path] = []
     claimed = out is None
     if out is None:

@@ -52,9 +52,8 @@ def usable_cores() -> int:
 
 
 def in_halves(run, items: list) -> list:
-    """``run`` on the first and the second half of ``items`` at once, each on its own thread (for
-    work that leaves Python's lock, a TFLite invoke), where there are two items and two usable
-    cores; else ``run`` on them all. The results, in the items' order."""
+    """``run`` on each half of ``items`` at once, each on its own thread (work that leaves Python's
+    lock: a TFLite invoke), given two items and two usable cores; else on them all. Results in order."""
     if len(items) < 2 or usable_cores() < 2:
         return [run(items)]
     from concurrent.futures import ThreadPoolExecutor

@@ -2,11 +2,10 @@
 
 Names that come from files -- a checkpoint's keys, a TFLite file's custom op, a board's reply,
 a report's rows, a path -- may hold control characters. Printed raw, they clear the screen,
-set the window title, or forge a line ("runnable on tflite-1.13") with a newline. So every
-name from a file is passed through ``for_terminal`` before it reaches stdout or stderr, and
-through ``for_markdown`` before it reaches ``report.md`` (HTML escapes with ``html.escape``).
-Console markup is never interpreted in such text: the rich call sites print it as plain
-``Text`` (``commands.output.Progress``, ``validate.render.print_table``), or with ``markup=False``.
+set the window title, or forge a line ("runnable on tflite-1.13") with a newline. So every name
+from a file passes ``for_terminal`` before stdout or stderr, and ``for_markdown`` before
+``report.md`` (HTML: ``html.escape``). Rich never reads it as markup: its call sites print plain
+``Text`` (``commands.output.Progress``, ``validate.render.print_table``) or pass ``markup=False``.
 
 No torch, no numpy: imported at start-up.
 """

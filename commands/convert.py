@@ -1,8 +1,7 @@
 """``edgeport convert``: run the pipeline in a staging folder, then move the results into place.
 
-Everything is written into a hidden staging folder next to ``--out`` and renamed into place at
-the end (``folders.staged_output``), so a run that fails leaves nothing behind. A run whose parity
-gate fails still delivers its artifacts and report (exit 1, from ``report.schema.gate``).
+A run that fails leaves nothing behind (``folders.staged_output``); one whose parity gate fails
+still delivers its artifacts and report (exit 1, from ``report.schema.gate``).
 """
 
 from __future__ import annotations
@@ -20,11 +19,9 @@ DEFAULT_RUNS = Path("runs/convert")
 
 
 def convert(checkpoint: Path, *, board, out: Path | None = None, force: bool = False, console=None, **options):
-    """Convert ``checkpoint`` for ``board``; returns (output folder, ``report.schema.Report``).
-
-    The converter's process starts first (``Converter.warm``): it imports the converter (onnx2tf,
-    and on 1.28 TensorFlow) on another core while this process imports torch and runs the passes
-    before the conversion."""
+    """Convert ``checkpoint`` for ``board``; returns (output folder, ``report.schema.Report``). The
+    converter's process starts first (``Converter.warm``), importing it (onnx2tf, and on 1.28 TensorFlow)
+    on another core while this process imports torch and runs the passes before the conversion."""
     from edgeport.convert.converters.registry import converter, other
 
     inputs = (Path(checkpoint), options.get("calib_dir"), options.get("val_dir"))

@@ -1,10 +1,9 @@
 """``edgeport validate``: judge a TFLite model made by any converter against the checkpoint.
 
-The checkpoint is loaded, built and prepared by the same phases as ``convert`` (``pipeline.LOAD``
-and ``PREPARE``); the TFLite file is then judged as ``convert`` judges its own: the board gate,
-TFLite's optimised and reference kernels, the board emulator and the board's own runtime, on
-real images (with their labels when the folder is a dataset: mAP against ground truth) plus
-seeded random inputs. Same report, same gate, same exit codes as ``convert``.
+The checkpoint goes through ``convert``'s own phases (``pipeline.LOAD`` and ``PREPARE``); the TFLite
+file is then judged as ``convert`` judges its own -- board gate, TFLite's optimised and reference
+kernels, board emulator and runtime -- on real images (a dataset's labels give mAP against ground
+truth) plus seeded random inputs: same report, gate and exit codes as ``convert``.
 """
 
 from __future__ import annotations
@@ -22,9 +21,8 @@ DEFAULT_RUNS = Path("runs/validate")
 def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, arch: str | None, imgsz: int | None,
              board, data: Path | None, trust_checkpoint: bool, console=None, head: str = "auto", outputs: str | None = None,
              images: int | None = None, rows: str = "all"):
-    """Judge ``tflite`` against ``checkpoint``; returns (output folder, ``report.schema.Report``). ``images``:
-    the first images of ``data`` measured (None: all); ``rows``: "all", or "file" (the file's own rows
-    alone, on TFLite's optimised kernels, and its mAP without PyTorch's: the work ``yolo val`` does)."""
+    """Judge ``tflite`` against ``checkpoint``; returns (output folder, ``report.schema.Report``).
+    ``images``, ``rows``: as ``--images`` and ``--rows`` say (``cli.py``; None: every image)."""
     with importing():  # torch, and the modules of every phase
         from edgeport.convert.base import ConvertConfig, run_pipeline
         from edgeport.convert.passes.given_file_pass import read_given

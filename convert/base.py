@@ -1,17 +1,15 @@
 """The pass infrastructure: a frozen config, typed phase records, and passes with checks.
 
-Each pass reads one typed value and returns the next (``PassResult``: the value, whether it
-changed anything, a one-line summary); ``check(before, after, config)`` runs right after it and
-raises ``PassCheckError`` when the pass did not do what it promises. Nothing is shared between
-passes but these values, so a reader follows one value from the command line to the report by
-reading signatures:
+Each pass reads one typed value and returns the next in a ``PassResult``; ``check(before, after,
+config)`` runs right after it and raises ``PassCheckError`` when the pass broke its promise. Nothing
+is shared between passes but these values, so a reader follows one value from the command line to
+the report by reading signatures:
 
     ConvertConfig -> Checkpoint -> Model -> Prepared -> Exported -> Converted -> Gated -> Validated
 
 ``validate`` judges a file it was given in place of one it converted: ``Prepared -> Given -> Gated``.
 
-Passes never mutate what they are given: a model pass works on a copy and returns a new record
-(``dataclasses.replace``).
+Passes never mutate their input: a model pass works on a copy, a record is replaced (``dataclasses.replace``).
 """
 
 from __future__ import annotations
@@ -69,8 +67,7 @@ class ConvertConfig:
     head: str = "auto"
     # which tensors of a non-tensor forward result are the outputs (models/outputs.py)
     outputs: str | None = None
-    # which converter writes the TFLite files (convert/converters/base.py): onnx2tf (from the ONNX graph)
-    # or litert-torch (from the PyTorch model)
+    # which converter writes the TFLite files: onnx2tf or litert-torch (convert/converters/base.py)
     converter: str = "onnx2tf"
     # also convert float32 with the other converter and compare the two files (convert/passes/cross_check_pass.py)
     cross_check: bool = False
@@ -95,8 +92,7 @@ class ConvertConfig:
 
     @property
     def variants(self) -> tuple[str, ...]:
-        """The TFLite variants to produce: those the board runs -- float32, and the quantised type
-        it runs (int8, or uint8 on TFLite 1.x boards) unless ``--no-int8``."""
+        """The TFLite variants the board runs: float32, and unless ``--no-int8`` its quantised type (int8, or uint8 on TFLite 1.x)."""
         quantised = self.board.quantised if self.int8 else None
         return tuple(v for v in ("float32", quantised) if v and self.board.runs_dtype(v))
 
@@ -134,8 +130,7 @@ class Model:
 
 @dataclass(frozen=True)
 class Prepared:
-    """prepare_inputs and the model rewrites: the input size, the images, the outputs; ``module``
-    is rewritten pass by pass (SyncBN reverted, BN folded, upsamples made board-exact)."""
+    """prepare_inputs, then the rewrites of ``module``, pass by pass (SyncBN reverted, BN folded, upsamples made board-exact)."""
 
     model: Model
     module: nn.Module
@@ -153,8 +148,7 @@ class Prepared:
     held_out: bool = True  # ``val`` holds no calibration image (convert/calibration.py)
 
     def describe(self) -> dict:
-        """The report's ``model``: which checkpoint, how its weights were found, which architecture,
-        the weights' hash (which model a report is about), the input size and the outputs."""
+        """The report's ``model``, with the weights' hash (which model a report is about)."""
         from edgeport.checkpoints import weights_digest
 
         ckpt = self.model.checkpoint
@@ -244,7 +238,7 @@ class PassResult(Generic[Out]):
 
 
 class Pass(abc.ABC, Generic[In, Out]):
-    """One named conversion step. Subclasses set ``name`` and implement ``run`` and ``check``."""
+    """One named conversion step."""
 
     name: ClassVar[str]
 
@@ -281,10 +275,8 @@ def run_pipeline(
     on_stage: Callable[[StageRecord], None] | None = None,
     on_start: Callable[[str], None] | None = None,
 ) -> tuple[Any, list[StageRecord]]:
-    """Run ``passes`` in order, the first on ``start`` (default: ``config``: the whole pipeline),
-    each on the value the one before returned; returns the last value and a record per pass. The
-    run's background work (``config.context``: children, threads, parity's early runs) ends with
-    it, however it ends."""
+    """Run ``passes`` in order, the first on ``start`` (default ``config``: the whole pipeline), each on
+    its predecessor's value; returns the last value and a record per pass. ``config.context`` ends with the run, however it ends."""
     value, records = config if start is None else start, []
     with config.context:
         for p in passes:

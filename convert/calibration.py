@@ -1,8 +1,7 @@
 """Calibration / validation images: a user's folder, or seeded synthetic person scenes.
 
-Images are preprocessed by ``models.preprocess`` -- the same letterbox the model was
-trained with -- so int8 calibration sees the input distribution of deployment.
-Nothing is ever downloaded.
+Images get ``models.preprocess``'s letterbox, the one the model was trained with, so int8
+calibration sees deployment's input distribution. Nothing is ever downloaded.
 """
 
 from __future__ import annotations
@@ -14,8 +13,7 @@ import numpy as np
 from edgeport.errors import CalibrationError
 from edgeport.models.preprocess import IMAGE_SUFFIXES, list_images, load_image, preprocess
 
-# judging images held out of a --calib folder that has at least this many, where no --val is given:
-# a quarter of them, every fourth, up to the run's judging images (ConvertConfig.max_validate)
+# a --calib folder of at least this many and no --val: every fourth image is judged, up to ConvertConfig.max_validate
 MIN_TO_HOLD_OUT = 16
 # --val's images judged: as many as the run's judging images cost at this size (each image's pixels),
 # up to this many -- a small net's held-out crops or tiles are judged on the set the user gave

@@ -1,12 +1,11 @@
 """What one run starts in the background, and ends with it.
 
-A conversion overlaps work: a converter's child is started before its job so that its imports run
-while this process exports the graph (``WarmChild``); a converter begins what needs no graph while
-the graph is exported (a thread writing calibration files, a child handed its job); parity's runs
-start while the converter's child works (``validate/parity/early.EarlyRuns``). Each belongs to the
-run that started it: the pass that starts one registers how to end it with the run's
-``RunContext`` (``own``), the pass that takes it over ends it itself, and the pipeline closes the
-context however the run ends (``convert/pipeline.run_pipeline``), so nothing outlives the run.
+A conversion overlaps work with the graph's export: a converter's child is started before its job so
+that its imports run meanwhile (``WarmChild``), and a converter begins what needs no graph (a thread
+writing calibration files, a child handed its job); parity's runs start while the converter's child
+works (``validate/parity/early.EarlyRuns``). Each belongs to the run that started it: the pass that
+starts one registers its end with the run's ``RunContext`` (``own``), the pass that takes it over
+ends it itself, and ``convert/base.run_pipeline`` closes the context however the run ends.
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ from typing import Callable
 
 
 class WarmChild:
-    """One child process that reads its job from standard input: started at once (perhaps before
-    its job, so that its imports overlap the caller's work), told its job, ended."""
+    """One child process: started at once (perhaps before its job: module docstring), told its job on standard input, ended."""
 
     def __init__(self, argv: list[str], env: dict[str, str]):
         self.argv = tuple(argv)
@@ -27,8 +25,7 @@ class WarmChild:
                                      text=True)
 
     def tell(self, line: str | None, *, last: bool = True) -> bool:
-        """Write ``line`` (unless None) to its standard input, closing it when ``last``; False where
-        the child has gone."""
+        """Write ``line`` (unless None) to the child, closing its input when ``last``; False where it has gone."""
         try:
             if line is not None:
                 self.proc.stdin.write(line + "\n")
@@ -69,8 +66,7 @@ class RunContext:
         self._closed = False
 
     def warm(self, argv: list[str], env: dict[str, str]) -> None:
-        """Start ``argv`` now, a child that imports and then reads its job (``child`` hands it one);
-        ended with the run where nothing takes it."""
+        """Start ``argv`` now, to import until ``child`` hands it its job; ended with the run where nothing takes it."""
         if self.starts_children:
             child = WarmChild(argv, env)
             self.own(child.end)

@@ -140,8 +140,7 @@ def correct_biases(module: nn.Module, images: torch.Tensor, per_channel: bool) -
 
 
 def equalise(module: nn.Module, images: torch.Tensor, *, per_channel: bool, pairs: bool = True, biases: bool = True) -> Equalised:
-    """A copy of ``module`` (eval) equalised (``pairs``), then with its biases corrected on ``images``
-    (NCHW; ``biases``)."""
+    """A copy of ``module`` (eval), equalised (``pairs``), then its biases corrected on NCHW ``images`` (``biases``)."""
     module = copy.deepcopy(module).eval()
     equalised = _equalise(module) if pairs else 0
     return Equalised(module, equalised, correct_biases(module, images, per_channel) if biases else 0)

@@ -58,11 +58,10 @@ def _tied_at_the_cut(ra: np.ndarray, rb: np.ndarray, alone_a, alone_b, rel_tol: 
 def assert_same_outputs(pass_name: str, before, after, inputs: np.ndarray, *, rel_tol: float) -> float:
     """Raise PassCheckError when outputs differ by more than ``rel_tol`` x max|output|.
 
-    ``rel_tol=0`` demands bit-identical outputs. An output whose rows come back in another order,
-    each row matching (a top-k or NMS tail reordering ties), is the same output. NaN and infinite
-    values must stay where they were, as they were (a NaN's error is NaN, which no comparison with
-    ``rel_tol`` refuses); the error is that of the finite values. Returns the worst relative error
-    seen (element by element).
+    ``rel_tol=0`` demands bit-identical outputs; rows in another order (``rows_match``) are the same
+    output. NaN and infinite values must stay where they were, as they were (a NaN's error is NaN,
+    which no comparison with ``rel_tol`` refuses); the error is that of the finite values. Returns
+    the worst relative error seen (element by element).
     """
     worst = 0.0
     for i, (a, b) in enumerate(zip(forward(before, inputs), forward(after, inputs), strict=True)):

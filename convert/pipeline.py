@@ -1,6 +1,5 @@
 """The conversion pipeline: one literal list of passes, each followed by its check, in the phases
-of ``convert/base.py``. An error names the pass it happened in and the passes that ran before it.
-"""
+of ``convert/base.py``. An error names its pass and the passes before it."""
 
 from __future__ import annotations
 

@@ -163,7 +163,7 @@ def rerange(quantised: bytes, ranges: dict) -> Reranged:
                 if t >= 0 and t != pair[1] and t in new:
                     drop(t)
     changed = True
-    while changed and new:  # an old uint8 kernel aborts where a multiplier reaches 1: those groups keep their grids
+    while changed and new:  # MULTIPLIED: a group whose multiplier reaches 1 keeps its grid
         changed = False
         for op in g.ops:
             ins = MULTIPLIED.get(g.name(op))

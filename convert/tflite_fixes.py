@@ -89,20 +89,18 @@ def requantize_int8_constraints(model: bytes) -> tuple[bytes, int]:
     """Return the model with a QUANTIZE (int8 to int8 requantise) op wherever an int8 kernel's
     quantisation constraint is broken, and how many were inserted.
 
-    Two constraints, both of which onnx2tf 2.x breaks and TensorFlow's converter keeps:
+    Two constraints, both of which onnx2tf 2.x breaks and TensorFlow's converter keeps with these ops:
     - a value-moving op's int8 input and output are quantised alike;
     - LOGISTIC, SOFTMAX and TANH write at a fixed quantisation (``FIXED_OUTPUT_OPS``): 2.x gives
       YOLOv8's score LOGISTIC the scale of the Concat it feeds. TFLite's reference kernels
       refuse it ("output->params.scale == 1. / 256 was not true"); the op now writes at the
       fixed quantisation and a QUANTIZE takes it to the one its consumers read.
 
-    onnx2tf 2.x quantises such inputs apart from their outputs (YOLOv8's TRANSPOSE around
-    its split, CONCATENATION of pieces calibrated separately): XNNPACK then refuses the model
-    and the reference kernels refuse or mis-scale it. TensorFlow's converter inserts exactly
-    these requantising ops; the requantised value is the input's value on the output's grid.
-    A single-output value-moving op gets its mismatched inputs requantised to the output's quantisation; a
-    split writes each mismatched output at the input's quantisation and requantises it to the
-    output's. A model that needs none is returned byte for byte.
+    2.x quantises value-moving inputs apart from their outputs (YOLOv8's TRANSPOSE around its split,
+    CONCATENATION of pieces calibrated separately): XNNPACK then refuses the model and the reference
+    kernels refuse or mis-scale it. Another op's mismatched input is requantised to its output's grid;
+    a split writes each mismatched output on its input's grid, then requantises it to the output's. A
+    model that needs none is returned byte for byte.
     """
     g, views = _subgraphs(model)
     inserted = 0

@@ -22,10 +22,8 @@ means, and the decoder that turns them into boxes.
 - ``raw``: no decoder; tensor parity, per output and per channel.
 
 Each head names its channel groups (``Group``): values on different scales (box pixels against
-scores) are compared, and given int8 scales, group by group. ``auto`` takes a head only when the
-output shapes -- and what the model says of itself (``hints``) -- admit exactly one, and asks
-(``--head``) when several fit. Written from the formats as Ultralytics documents them; no
-Ultralytics code is used.
+scores) are compared, and given int8 scales, group by group. ``resolve_head`` picks the head.
+Written from the formats as Ultralytics documents them; no Ultralytics code is used.
 """
 
 from __future__ import annotations
@@ -65,9 +63,8 @@ class Group:
 
 @dataclass(frozen=True)
 class Hints:
-    """What a model says of its own head (duck-typed, any framework): the number of classes,
-    keypoints, mask coefficients, whether it is end-to-end or anchor-based. Shapes still decide;
-    hints only choose between heads the shapes admit."""
+    """What a model says of its own head (duck-typed, any framework). Shapes still decide; hints
+    only choose between heads the shapes admit."""
 
     nc: int | None = None
     kpt_shape: tuple[int, int] | None = None

@@ -1,10 +1,8 @@
 """PDet: a small anchor-free person detector sized for CPUs and TFLite boards.
 
 Conv-BN-activation backbone (stride 32), a PAN neck that upsamples with ``nn.Upsample``
-(nearest or bilinear, chosen in the config), and an anchor-free head with one output per
-level: ``(N, 4 + 1 + num_classes, H, W)`` raw values -- box distances (log-space, in
-stride units), objectness logit, class logits. Decoding lives in ``decode.py`` so every
-runtime's raw outputs go through the same code.
+(nearest or bilinear, chosen in the config), and an anchor-free head with one raw output per
+level. ``decode.py`` documents and decodes it, so every runtime's outputs go through the same code.
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ class DetectorConfig:
     align_corners: bool = False
     act: str = "relu"
     strides: tuple[int, ...] = field(default=(8, 16, 32))
-    spp: bool = False  # an SPP block (max pools of 5, 9 and 13, concatenated) on the stride-32 features
+    spp: bool = False  # an SPP block (``SPP``) on the stride-32 features
 
     def __post_init__(self) -> None:
         if self.upsample not in UPSAMPLE_MODES:

@@ -82,10 +82,9 @@ def image_size(path: Path) -> tuple[int, int]:
 def load_image(path: Path) -> np.ndarray:
     """Read an image file as HWC uint8 RGB, whatever its bit depth.
 
-    Raises OSError/ValueError (the caller names the file): not a plain file, not an image,
-    unreadable or truncated files, images over Pillow's decompression-bomb limit (``_opened``),
-    floating-point images. 16-bit images are scaled to 8 bits (Pillow's ``convert("RGB")``
-    would clip them: 99% of pixels become 255).
+    Raises OSError/ValueError (the caller names the file) where ``_opened`` does, and on unreadable or
+    truncated files and floating-point images. 16-bit images are scaled to 8 bits (Pillow's
+    ``convert("RGB")`` would clip them: 99% of pixels become 255).
     """
     with _opened(path) as im:
         return _rgb(im)

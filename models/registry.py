@@ -51,9 +51,8 @@ def arch_names() -> list[str]:
     return sorted(REGISTRY)
 
 
-# What the keys of a state_dict from another framework look like, and the one-line factory a
-# user writes for it (a module of their own, passed as --arch my_models:NAME): edgeport imports
-# none of these frameworks itself. Checked in order; the first whose every pattern matches names it.
+# Key patterns of other frameworks' state_dicts, with the one-line factory a user writes for each
+# (edgeport imports none of them). Checked in order; the first whose every pattern matches names it.
 FRAMEWORK_HINTS = (
     (("model.0.conv.weight", ".dfl."), "Ultralytics YOLO",
      "def yolo(): from ultralytics import YOLO; m = YOLO('yolov8n.yaml').model; m.model[-1].export = True; return m"),

@@ -1,5 +1,4 @@
-"""Board-exact operators: what each upsample becomes (``upsample.py``: kept as converted, or the
-one PyTorch-side rewrite, ``--legacy-resize``), ``board_upsample.BoardUpsample`` (the board's
-semantics, for training), and, after conversion, the .tflite graph (``tflite_graph``,
+"""Board-exact operators: what each upsample becomes (``upsample.py``), the board's own upsample for
+training (``board_upsample.py``), and, after conversion, the .tflite graph (``tflite_graph``,
 ``tflite_versions``) and the board lowering (``lowering/``).
 """

@@ -10,10 +10,9 @@ tail meets the quantised graph by a DEQUANTIZE of the quantised file's tensor of
 The quantised ops that only fed the dropped part go with it; the file's input stays as the
 quantised file takes it, and its outputs are the float32 file's.
 
-A board with a QUANTIZE from float (today's TFLite) can go back: ``float_islands`` runs the ops
-chosen in float, each island fed by a DEQUANTIZE of the quantised file's tensors and handing on by a
-QUANTIZE to the quantised tensor its op wrote, on that tensor's own grid; every op outside the islands
-stays as the quantised file has it, so the file stays quantised but for the ops that carry its error.
+A board with a QUANTIZE from float (today's TFLite) can go back: ``float_islands`` runs the chosen
+ops in float, fed by DEQUANTIZEs of the quantised tensors, and QUANTIZEs each output another op (or
+the graph) reads back onto its quantised tensor; every other op stays quantised.
 
 ``float_tail`` and ``float_islands`` write one such file; the search for the fewest ops that pass is
 the repair pass's (``convert/passes/repair_pass.py``).
@@ -104,8 +103,8 @@ def float_tail(quantised: bytes, float_file: bytes, seeds, fed_by) -> Tail | Non
         s = fed_by(key(f.tensor_name(t)))
         return s if s is not None and q.shape(s) == f.shape(t) else None
 
-    # every output's op is in the tail: the file's outputs are then all the float32 file's (none
-    # left in the quantised file's units, which may divide an output's channels: convert/converters/int8_groups.py)
+    # every output's op is in the tail: none is left in the quantised file's units, which may divide
+    # an output's channels (convert/converters/int8_groups.py)
     producer_f = _producers(f)
     seeds = set(seeds) | {producer_f[t] for t in f.sg.outputs if t in producer_f}
     found = tail_ops(f, seeds, lambda t: source(t) is not None)
@@ -147,9 +146,8 @@ def float_tail(quantised: bytes, float_file: bytes, seeds, fed_by) -> Tail | Non
 
 
 def islandable(q: Graph, f: Graph, j: int, fed_by) -> bool:
-    """Whether the float32 file's op ``j`` alone can be a float island in the quantised file ``q``
-    (``float_islands``): every tensor it reads and writes, constants aside, has a quantised tensor
-    of its shape to meet."""
+    """Whether op ``j`` of the float32 file alone can be a float island in ``q`` (``float_islands``):
+    every non-constant tensor it reads and writes has a quantised tensor of its shape to meet."""
     def held(t: int) -> bool:
         s = q.sg.inputs[0] if t in f.sg.inputs else fed_by(key(f.tensor_name(t)))
         return s is not None and q.shape(s) == f.shape(t)
@@ -160,11 +158,9 @@ def islandable(q: Graph, f: Graph, j: int, fed_by) -> bool:
 
 def float_islands(quantised: bytes, float_file: bytes, ops, fed_by) -> Tail | None:
     """The quantised file with the float32 file's ``ops`` (its op indices) run in float, in place of
-    the quantised ops that write the same tensors; ``fed_by(name)``: the quantised file's tensor that
-    holds the float tensor ``name`` in the same units, or None. An island's input the quantised file
-    holds is fed by a DEQUANTIZE of it; an island's output another quantised op (or the graph) reads
-    is QUANTIZEd back onto its own tensor. None where an op's outputs or inputs have no quantised
-    tensor to meet (other units, a tensor the converter fused away), or either file has control flow."""
+    the quantised ops that write the same tensors (module docstring); ``fed_by`` as for ``float_tail``.
+    None where an op's outputs or inputs have no quantised tensor to meet (other units, a tensor the
+    converter fused away), or either file has control flow."""
     q, f = Graph(quantised, what="the quantised file"), Graph(float_file, what="the float32 file")
     if q.subgraphs != 1 or f.subgraphs != 1 or len(q.sg.inputs) != 1 or len(f.sg.inputs) != 1:
         return None

@@ -11,21 +11,18 @@ it follows are exactly those the object API unpacks, whatever version of the sch
 installed), and bounds the work by the file's size:
 
 - every table lies inside the file, with its vtable and fields;
-- the tables the object API will make, counted each time they are reached, are at most
-  ``len(data) / 4``. A table reached twice (aliased) is unpacked twice, with everything below it:
-  aliasing is how a small file becomes a large graph. Converters alias small tables themselves
-  (litert-torch points its empty ``Buffers`` entries at one table), so an aliased table is walked
-  once as each type it is reached as, and its count (tables and bytes below it) added again each
-  time it is reached;
+- the tables the object API will make, an aliased one counted each time it is reached, are at
+  most ``len(data) / 4``. Converters alias small tables themselves (litert-torch points its empty
+  ``Buffers`` entries at one table), so an aliased table is walked once as each type it is reached
+  as, and its count (tables and bytes below it) added again each time it is reached;
 - the bytes of every vector and string reached are counted each time they are reached, and
   may not add up to more than ``2 x`` the file (plus 1 MB): a vector shared by thousands of
   tables is refused;
 - a vector's length fits in the file before its entries are read.
 
-It costs one pass over the tables (YOLOv8n's float32 file, 1,667 tables: a quarter of a second)
+It costs one pass over the tables (YOLOv8n's float32 file, 1,667 tables: docs/measured.md)
 and refuses a hostile one in about as long: ``DamagedModel``, exit 2, one line naming the entry.
-A convert reads its files about ten times (gate, lowering, uint8, parity): a file whose exact
-bytes were walked already is not walked again (``_WALKED``: their digests, this process only).
+Each file is walked once per exact bytes and process (``_WALKED``; ``ByContent`` says why).
 """
 
 from __future__ import annotations
@@ -100,7 +97,7 @@ def check(data: bytes, what: str = "the model") -> None:
     set by its size (module docstring)."""
     if len(data) < 8 or bytes(data[4:8]) != b"TFL3":
         raise DamagedModel(f"{what} is not a TFLite model (no TFL3 identifier); pass a .tflite file")
-    _WALKED.get(digest(data), lambda: _walk(data, what))  # walked once per exact bytes
+    _WALKED.get(digest(data), lambda: _walk(data, what))
 
 
 # the files ``check`` has walked and passed in this process, by their digests
@@ -288,9 +285,8 @@ _SUFFIXES = ("AsNumpy", "Length", "IsNone", "Type")
 
 @lru_cache(maxsize=None)
 def _fields(cls) -> tuple[tuple[str, bool], ...]:
-    """The field accessors of a generated table class: (name, whether it is a vector), in
-    declaration order; the helpers flatc writes beside a field (``XLength``, ``XAsNumpy``,
-    ``XIsNone``, a union's ``XType``) are left out, and so are the class's own methods."""
+    """A generated table class's field accessors as (name, whether a vector), in declaration order:
+    not flatc's helpers beside a field (``_SUFFIXES``), nor the class's own methods."""
     out = []
     own = vars(cls)
     for name, fn in own.items():

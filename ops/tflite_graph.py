@@ -2,11 +2,9 @@
 the uint8 rewrite (``convert/uint8.py``) change after conversion.
 
 Built on the schema's generated object API (``ModelT``), as TensorFlow's own flatbuffer tools
-are; this module adds what every rewrite needs and the object API lacks: names for op codes,
-tensors as numpy arrays, new tensors and constants, and an operator replaced by several in
-its place. A ``Graph`` views one subgraph (``at`` gives another view of the same model): the
-lowering and the uint8 rewrite edit the main one (every detector converts to one) and leave a
-model with control flow (several subgraphs) as it is; the int8 fixes visit each.
+are. A ``Graph`` views one subgraph (``at`` gives another view of the same model): the lowering
+and the uint8 rewrite edit the main one (every detector converts to one) and leave a model with
+control flow (several subgraphs) as it is; the int8 fixes visit each.
 """
 
 from __future__ import annotations
@@ -248,10 +246,9 @@ class Graph:
         return index
 
     def like(self, i: int, suffix: str, shape=None, quant: Quant | None | bool = True) -> int:
-        """A new activation tensor shaped (or ``shape``) and typed like ``i``, named ``i``'s name
-        up to its first ``;`` (a converter's fused names) then ``/suffix``: its own name, never read
-        as ``i``'s where tensors are paired by that part (``validate/parity/op_errors.py``); ``quant``
-        True keeps its quantisation, a ``Quant`` gives another."""
+        """A new activation tensor shaped (or ``shape``) and typed like ``i``, named ``i``'s
+        ``name_key`` then ``/suffix`` (its own name, never read as ``i``'s); ``quant`` True keeps its
+        quantisation, a ``Quant`` gives another."""
         q = self.quant(i) if quant is True else (quant or None)
         return self.add_tensor(f"{name_key(self.tensor_name(i))}/{suffix}", self.shape(i) if shape is None else shape, self.dtype(i), q)
 

@@ -1,8 +1,4 @@
-"""Read what a board needs to know from a .tflite flatbuffer, without running it.
-
-Operators with their versions and options that change semantics (resize flags), the
-dtypes of activation tensors, the ``min_runtime_version`` metadata and the file size.
-"""
+"""What a board needs to know of a .tflite file (``TFLiteSummary``), read without running it."""
 
 from __future__ import annotations
 
@@ -61,7 +57,7 @@ def read_tflite(path: Path) -> TFLiteSummary:
         raise BadInputError(f"{str(path)!r} {exc}; pass a .tflite file") from None
     except OSError as exc:
         raise BadInputError(f"cannot read {str(path)!r}: {exc}") from exc
-    # the same bytes at the same path, summarised once: a convert reads each file up to six times
+    # summarised once per path and exact bytes (``ByContent`` says why)
     return _SUMMARIES.get((str(path), digest(data)), lambda: _read(data, str(path)))
 
 
@@ -210,8 +206,7 @@ def _quantization(tensor) -> tuple[float, int]:
     return (float(q.scale[0]), int(q.zeroPoint[0]) if q.zeroPoint is not None and len(q.zeroPoint) else 0)
 
 
-# the finest input grid every uint8 LOGISTIC and TANH kernel handles: TFLite 1.13.1's return 0
-# (every value) below it (measured: validate/board/uint8_probe.py probes it on each runtime)
+# the finest input grid every uint8 LOGISTIC and TANH kernel handles (ops/lowering/fine_input.py says why)
 FINE_INPUT_SCALE = 2.0**-12
 # the most values a uint8 AVERAGE_POOL_2D window may sum: TFLite 1.13.1's sums them in 16 bits
 # (256 x 255 fits; from 17 x 17 on its averages come back wrapped, measured)
@@ -220,9 +215,8 @@ POOL_WINDOW_VALUES = 256
 
 def op_notes(g, op, name: str) -> tuple[str, ...]:
     """What an op computes beyond its plain form, where a kernel version decides it:
-    ``half_pixel_centers`` / ``align_corners`` of a resize, ``grouped`` for a CONV_2D whose input
-    has more channels than its filter (a grouped convolution, whatever version the writer
-    declared: onnx2tf 2.x writes these as v1, which only runtimes with the v6 kernel compute);
+    ``half_pixel_centers`` / ``align_corners`` of a resize; ``grouped`` for a grouped CONV_2D, which
+    only a v6 kernel computes, whatever version its writer declared (onnx2tf 2.x: v1);
     ``fine_input`` for a uint8 LOGISTIC or TANH whose input scale is under ``FINE_INPUT_SCALE``;
     ``large_window`` for a uint8 AVERAGE_POOL_2D over more than ``POOL_WINDOW_VALUES`` values."""
     from edgeport.ops.tflite_versions import is_grouped

@@ -59,9 +59,8 @@ def load_interpreter(path: Path, *, kernels: str = "optimized", source: Path | N
 
 def run_tflite(path: Path, x: np.ndarray | list[np.ndarray], *, kernels: str = "reference",
                source: Path | None = None) -> list[np.ndarray]:
-    """Every output of ``path``, in the file's order, for its one input ``x`` (or one array per
-    input, in the file's order) given as the file takes it (its layout and type: no conversion here).
-    ``source``: the file ``path`` was made from (``load_interpreter``)."""
+    """Every output of ``path``, in order, for ``x`` (its input, or one array per input, in order) as
+    the file takes it: layout and type, no conversion here. ``source``: as for ``load_interpreter``."""
     interp = load_interpreter(path, kernels=kernels, source=source)
     for d, value in zip(interp.get_input_details(), x if isinstance(x, list) else [x]):
         interp.set_tensor(d["index"], value)

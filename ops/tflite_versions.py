@@ -42,9 +42,8 @@ _MODELLED_UP_TO = {
 
 
 def version_for(g: Graph, op) -> int | None:
-    """The version to write for ``op``: the one it needs, where that is known and moving to it
-    drops nothing the writer may have declared a higher version for; else ``None`` (keep the
-    declared one)."""
+    """The version ``op`` needs, or ``None`` (keep the declared one) where that is unknown or would
+    move a declared version down from above ``_MODELLED_UP_TO``."""
     needs = needed_version(g, op)
     if needs is None or (needs < g.version(op) and g.version(op) > _MODELLED_UP_TO.get(g.name(op), 0)):
         return None

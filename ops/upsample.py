@@ -1,10 +1,9 @@
 """Upsampling sites, what each becomes, and the one rewrite of them there is.
 
-Every upsample a TFLite runtime computes exactly stays in the model as it is: the converter
-writes its resize, and where a board lacks that resize (TFLite 1.13 has no half-pixel centres)
-the board lowering rewrites the converted file (``ops/lowering/``). So nothing of the user's
-modules is replaced (a forward that reads its modules' attributes, as Ultralytics' does, runs
-unchanged), and what a board needs is whatever the lowering leaves, which the board gate names.
+Every upsample a TFLite runtime computes exactly stays as the converter writes it; where a board
+lacks the resize (TFLite 1.13 has no half-pixel centres) the board lowering rewrites the file
+(``ops/lowering/``). So no user module is replaced (a forward that reads its modules' attributes,
+as Ultralytics' does, runs unchanged), and the board gate names what the lowering leaves.
 Exact, by an integer factor:
 
 - ``nearest``: RESIZE_NEAREST_NEIGHBOR floors ``x * in / out`` like PyTorch (a converter's
@@ -12,8 +11,7 @@ Exact, by an integer factor:
 - ``bilinear``, ``align_corners=True``: RESIZE_BILINEAR samples ``x * (in-1) / (out-1)`` like
   PyTorch, in every version;
 - ``bilinear``, ``align_corners=False``: RESIZE_BILINEAR v3's half-pixel centres (runtime 2.2.0
-  and later), lowered for a runtime without them (``ops/lowering/resize_bilinear_half_pixel.py``,
-  with the proof);
+  and later; lowered, with the proof: ``ops/lowering/resize_bilinear_half_pixel.py``);
 - ``BoardUpsample`` (``tf_legacy_bilinear``, TF 1.13's own bilinear): RESIZE_BILINEAR v1.
 
 Any other upsample has no exact form and stops the conversion, naming it. The one rewrite is

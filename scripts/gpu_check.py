@@ -9,14 +9,13 @@ the summary, not a traceback:
 - wheels brought by ``scripts/gpu_wheels.sh`` (in .gpu_wheels/) that fit this Python are
   unpacked under OUT/.site-cpXY.
 
-Checks, one process each, timed: train (DDP + torch's SyncBatchNorm + accumulation 2, one
-epoch), --resume to a second epoch, 2 ranks x batch 2 equal to 1 rank x batch 4 within 1e-9
-relative (``--deterministic --float64``; with one GPU the two ranks share it over gloo, since NCCL refuses
-two ranks on one device), one ``--amp bf16`` epoch, one ``--amp fp16`` epoch (GPU only), the CPU convert of the trained best.pt (only
-where the converter stack is installed), and with 2+ GPUs the throughput on all of them against
-one. ``--smoke`` runs the same steps on the CPU over gloo with a tiny dataset: what the test
-suite runs (tests/train/test_gpu_check.py) so that a missing import is found here, not in
-GPU minutes.
+Checks, one process each, timed: train (DDP + torch's SyncBatchNorm + accumulation 2, one epoch),
+--resume to a second epoch, 2 ranks x batch 2 equal to 1 rank x batch 4 within 1e-9 relative
+(``--deterministic --float64``; with one GPU the two ranks share it over gloo, as NCCL refuses two
+ranks on one device), one ``--amp bf16`` epoch, one ``--amp fp16`` epoch (GPU only), the CPU convert
+of the trained best.pt (where the converter stack is installed), and with 2+ GPUs the throughput on
+all of them against one. ``--smoke`` runs the same steps on the CPU over gloo, tiny, for the test
+suite (tests/train/test_gpu_check.py): a missing import shows there, not in GPU minutes.
 
 Exit 0 when every check that ran passed, 1 when one failed, 2 when nothing could run.
 """
@@ -80,8 +79,7 @@ def importable_checkout(out: Path) -> dict[str, str]:
 
 
 def wheel_fits(name: str, version: tuple[int, int] = sys.version_info[:2]) -> bool:
-    """Whether this interpreter (``version``) can load the wheel ``name`` (CPython tags only: cpXY,
-    abi3 from cpXY on, py3)."""
+    """Whether Python ``version`` can load the wheel ``name`` (CPython tags only: cpXY, abi3 from cpXY on, py3)."""
     py, abi = name[:-4].split("-")[-3:-1]
     ours = version[0] * 100 + version[1]
     for tag in py.split("."):

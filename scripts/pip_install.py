@@ -5,15 +5,14 @@ installs: the same packages, from where pip's own configuration says, in less th
 
 Why: `make setup` writes three environments of 6 to 8 GB each (.ci/run's first stage). pip unpacks
 and byte-compiles each on one core; uv unpacks once into its cache, links the files into each
-environment and compiles on every core (measured 2026-12-03, uv's cache warm: a Python 3.13 environment in 39 s
-against 93 s through pip; docs/measured.md). The packages are the same: both resolve the same pins
+environment and compiles on every core (the figures: docs/measured.md). Both resolve the same pins
 (constraints*.txt), and uv reads pip's configuration from here (``pip config list``: the index,
 extra indexes, find-links folders, constraints and no-index, from files or ``PIP_*`` variables,
 with pip's precedence) and takes the best version across every index, as pip does.
 
 uv (``UV`` below, pinned) is installed into the environment with pip first. Where it cannot be
 (a platform without its wheel), where pip's configuration cannot be read, where uv fails (said,
-then pip tries), or where ``EDGEPORT_SETUP_PIP=1`` is set, pip itself installs, as before.
+then pip tries), or where ``EDGEPORT_SETUP_PIP=1`` is set, pip itself installs.
 """
 
 from __future__ import annotations
@@ -81,7 +80,7 @@ def main(args: list[str]) -> int:
         print("setup: pip's configuration could not be read for uv; installing with pip", file=sys.stderr)
         return subprocess.run(pip).returncode
     if not uv.is_file() and subprocess.run([sys.executable, "-m", "pip", "install", "-qq", UV], capture_output=True).returncode != 0:
-        return subprocess.run(pip).returncode  # no uv for this platform: pip, as before
+        return subprocess.run(pip).returncode  # no uv for this platform: pip
     env = os.environ.copy()
     timeout = os.environ.get("PIP_DEFAULT_TIMEOUT")  # pip's wait for an index, where set (uv's default is 30 s)
     if timeout and "UV_HTTP_TIMEOUT" not in env:

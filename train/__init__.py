@@ -1,1 +1,1 @@
-"""Training-side code. So far: the synthetic person scenes used for offline calibration."""
+"""The accumulation-aware DDP trainer: launch, rendezvous, data, targets, checkpoints, evaluation."""

@@ -22,10 +22,8 @@ FORMAT = "edgeport.ckpt/1"
 
 
 def atomic_save(obj: dict, path: Path) -> None:
-    """Write to a temporary file in the same folder, flush to disk, then rename over ``path``.
-
-    The checkpoint is serialised in memory first: torch's zip writer reports a full disk as a
-    RuntimeError about stream positions, a plain file write as the OSError it is (ENOSPC, named)."""
+    """Serialised in memory first: torch's zip writer reports a full disk as a RuntimeError about
+    stream positions, a plain file write as the OSError it is (ENOSPC, named)."""
     import io
 
     buffer = io.BytesIO()

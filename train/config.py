@@ -121,10 +121,8 @@ class TrainConfig:
         return None
 
     def resumed(self, saved: dict, start_epoch: int) -> "TrainConfig":
-        """The configuration of a resumed run: the saved run's, with where it runs now taken
-        from this command line, and every option given explicitly on it as an override.
-
-        The saved options come from a file: they may name only what the command line could
+        """The saved run's configuration, with ``ENVIRONMENT`` and every explicit option taken from this
+        command line. The saved options come from a file: they may name only what the command line could
         (a registry architecture, bounded numbers), never code to import."""
         if not isinstance(saved, dict) or not all(isinstance(k, str) for k in saved):
             raise BadInputError(f"--resume {self.resume}: its saved options are not a dict of names; pass a last.pt edgeport wrote")

@@ -39,11 +39,9 @@ def predict(model: torch.nn.Module, samples: list[Sample], imgsz: int, strides, 
 
 def evaluate_sharded(model: torch.nn.Module, samples: list[Sample], imgsz: int, strides, *, rank: int,
                      world: int) -> dict[str, float] | None:
-    """Every rank predicts every ``world``-th image; rank 0 gathers them and scores the whole set.
-
-    No rank waits idle while another evaluates alone (a long validation would otherwise trip
-    the process group's timeout). Returns the scores on rank 0, None elsewhere.
-    """
+    """Every rank predicts every ``world``-th image, so none waits idle while another evaluates alone
+    (a long validation would trip the process group's timeout); rank 0 scores the whole set, the
+    others return None."""
     import torch.distributed as dist
 
     mine = predict(model, samples[rank::world], imgsz, strides)

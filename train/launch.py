@@ -154,11 +154,9 @@ def _check_spawn_url(cfg: TrainConfig) -> Path | None:
 
 def prepare_out(cfg: TrainConfig, *, force: bool) -> tuple[TrainConfig, bool, FolderLock]:
     """Claim or check the run folder and lock it for this run's life; returns the config with
-    ``out`` set, whether the folder was claimed, and the lock (release it when the run ends).
-
-    A run folder is never reused without ``--resume`` (its own folder) or ``--force`` (an
-    earlier edgeport run only, whose files are then deleted), and never while another run
-    holds it. A resumed folder is cleaned of what a killed run left half-written.
+    ``out`` set, whether the folder was claimed, and the lock. A folder is reused only with
+    ``--resume`` (its own) or ``--force`` (an earlier edgeport run's, whose files are deleted),
+    never while another run holds it; a resumed one is cleaned of what a killed run left half-written.
     """
     inputs = (cfg.data, cfg.weights)
     claimed = False
@@ -237,15 +235,13 @@ def worker_main(cfg: TrainConfig, rank: int, world: int, local_rank: int, *, pre
             dist.init_process_group("mpi", timeout=PG_TIMEOUT)  # MPI itself knows rank and size
             rank, world = dist.get_rank(), dist.get_world_size()
         else:
-            # every rank has arrived (or this raised, naming the address) before torch's own rendezvous,
-            # which waits inside C++, deaf to signals
+            # join first: torch's own rendezvous waits inside C++, deaf to signals (``rendezvous``)
             store = join(cfg.dist_url, rank, world)
             store.set_timeout(PG_TIMEOUT)
             dist.init_process_group(cfg.resolved_backend, store=dist.PrefixStore("default_pg", store), timeout=PG_TIMEOUT,
                                     rank=rank, world_size=world)
         if prepare:
-            # launched by torchrun/mpirun: rank 0 claims or checks the folder (and holds its lock for
-            # the run), every rank learns the verdict
+            # under torchrun/mpirun: rank 0 claims or checks the folder and holds its lock; every rank learns the verdict
             box: list = [None, None]
             if rank == 0:
                 try:
@@ -369,8 +365,7 @@ def _run(argv: list[str], args: argparse.Namespace, cfg: TrainConfig) -> int:
 
 
 def exit_process(code: int) -> NoReturn:
-    """End a training process (a worker, or the process that started them) with ``code``, without
-    the interpreter's teardown.
+    """End a training process (a worker or their launcher) with ``code``, skipping the interpreter's teardown.
 
     When teardown begins, gloo's worker threads may still be releasing the last collectives' work:
     the final barrier holds the evaluation's ``gather_object``, whose tensors Python also saw, and

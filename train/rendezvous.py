@@ -7,10 +7,7 @@ call into the store blocks: rank 0's TCP server starts without waiting for the o
 rank connects only once the port answers, a file store's folder is checked first. Then every rank
 counts itself in and reads the count from Python, so a signal ends the wait within a poll, and a
 rank that never comes is named after ``RENDEZVOUS_TIMEOUT_S`` (exit 2). ``launch.worker_main``
-makes the process group on the store this returns.
-
-``--dist-url`` is checked where it is parsed (``dist_url``): env://, tcp://HOST:PORT with a port
-in 1-65535, or file:///path.
+makes the process group on the store this returns. ``--dist-url`` is checked where it is parsed (``dist_url``).
 """
 
 from __future__ import annotations
@@ -44,8 +41,7 @@ def env_seconds(name: str, default: float) -> float:
     return value if 0 < value < float("inf") else default
 
 
-# how long a rank waits for all the others to arrive; torchrun has met its nodes before it starts
-# its workers, and `--world-size N` starts every rank at once, so only a launch that is wrong waits it out
+# only a wrong launch waits this out: torchrun meets its nodes before starting workers, `--world-size N` starts all ranks at once
 RENDEZVOUS_TIMEOUT_S = env_seconds("EDGEPORT_RENDEZVOUS_TIMEOUT_S", 300.0)
 
 

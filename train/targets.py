@@ -96,11 +96,8 @@ def _giou(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 def detection_loss(outputs: list[torch.Tensor], targets: list[dict[str, torch.Tensor]]) -> tuple[torch.Tensor, dict]:
     """Per-image losses ``(N,)`` and their parts summed over the batch (for logging).
 
-    Computed densely over every cell and masked by the positives, then reduced per image:
-    every tensor lives on the outputs' device, and no ``index_add``/scatter is involved,
-    so the loss is deterministic on CUDA (where ``index_add`` accumulates atomically).
-    The loss is computed in float32 when the outputs come in a narrower dtype (AMP), in
-    float64 when they come in float64 (``--float64``).
+    Dense over every cell, masked by the positives, then reduced per image: no ``index_add``/scatter
+    (atomic on CUDA), so the loss is deterministic there. Float32 under AMP, float64 with ``--float64``.
     """
     device = outputs[0].device
     dtype = torch.promote_types(outputs[0].dtype, torch.float32)

@@ -139,9 +139,8 @@ def worker_device(cfg: TrainConfig, local_rank: int) -> torch.device:
 def loader_workers(cfg: TrainConfig, world: int) -> int:
     """Data-loading processes per rank: ``--workers``, else none on the CPU (the ranks' own
     compute uses every core) and, on CUDA, the cores this process may use (its affinity: a
-    container's or a scheduler's share) shared among this machine's ranks, one left to each
-    rank, at most 8. Augmentation draws from (seed, epoch, index): the batches
-    are the same whatever the count."""
+    container's or a scheduler's share) shared among this machine's ranks, one left to each,
+    at most 8. The batches do not depend on the count (``dataset`` seeds per image)."""
     from edgeport.process import usable_cores
 
     if cfg.workers is not None:
@@ -153,14 +152,11 @@ def loader_workers(cfg: TrainConfig, world: int) -> int:
 
 
 def set_determinism() -> None:
-    """``--deterministic``: seeded, unshuffled, unaugmented, and deterministic kernels.
-
-    cuDNN picks deterministic algorithms; torch warns (not fails) where an op has no
-    deterministic CUDA kernel (the nearest-upsample backward among them). The loss itself
-    uses no atomics (``targets.detection_loss``). TF32 is off: cuDNN convolutions default to it
-    on Ampere and later, and its 10-bit mantissa depends on how the batch is split, so 2 ranks x
-    batch 2 would differ from 1 rank x batch 4 by far more than float32 rounding.
-    """
+    """``--deterministic``'s kernels. torch warns (not fails) where an op has no deterministic CUDA
+    kernel (the nearest-upsample backward among them); the loss uses no atomics (``targets.detection_loss``).
+    TF32 is off: cuDNN convolutions default to it on Ampere and later, and its 10-bit mantissa depends
+    on how the batch is split, so 2 ranks x batch 2 would differ from 1 rank x batch 4 by far more
+    than float32 rounding."""
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.allow_tf32 = False
@@ -169,8 +165,7 @@ def set_determinism() -> None:
 
 
 def reduce_totals(totals: torch.Tensor) -> torch.Tensor:
-    """Sum the per-rank metric totals over ranks. ``totals`` lives on the group's device
-    (NCCL has no CPU tensors); the result is brought to the CPU for logging."""
+    """Sum ``totals``, held on the group's device (NCCL has no CPU tensors), over ranks; returned on the CPU for logging."""
     dist.all_reduce(totals)
     return totals.cpu()
 
@@ -196,12 +191,9 @@ def first_non_finite(named_tensors) -> str | None:
 
 
 def position_schedule(optimizer: torch.optim.Optimizer, scheduler, base_lr: float, lam, position: int) -> None:
-    """Put the schedule at ``position`` optimizer steps of the current configuration.
-
-    On resume the position is ``epochs done x optimizer steps per epoch`` as configured now:
-    with another world size, batch or accumulation the schedule continues at the same
-    fraction of training instead of jumping, and a new ``--lr`` takes effect.
-    """
+    """Put the schedule at ``position`` optimizer steps as configured now (on resume, epochs done x
+    steps per epoch): with another world size, batch or accumulation it continues at the same
+    fraction of training instead of jumping, and a new ``--lr`` takes effect."""
     groups = optimizer.param_groups
     scheduler.base_lrs = [base_lr] * len(groups)
     scheduler.lr_lambdas = [lam] * len(groups)
@@ -354,7 +346,6 @@ def run_worker(cfg: TrainConfig, rank: int, world: int, local_rank: int) -> dict
         }
         is_last_epoch = epoch + 1 == cfg.epochs
         if (epoch + 1) % cfg.eval_every == 0 or is_last_epoch:
-            # every rank predicts its share of the validation set; rank 0 scores the whole
             scores = evaluate_sharded(ddp.module, val_samples, cfg.imgsz, strides, rank=rank, world=world)
             if scores is not None:
                 row.update(scores)

@@ -1,13 +1,12 @@
 """``edgeport validate --data``: mAP@0.5:0.95, mAP@0.5 and each class's AP on every labelled image of
 the dataset (or the first ``--images``), as ``yolo val`` measures a file.
 
-The images are streamed: a chunk at a time is loaded, letterboxed, run and decoded, and only its
-detections are kept (at most 100 an image), so the images' memory stays flat as the set grows; loading
-the next chunk and decoding the last one overlap the run of this one. Parity's rows are judged on the first
-images alone (``convert/passes/given_file_pass.py``); this scores the cheap rows on all of them: the file
-on TFLite's optimised kernels, and (every row asked for) PyTorch's, the mAP the file is measured against,
-and the board's own runtime's, each on its own thread (the board's in its own process) side by side.
-The reference kernels and the board's emulator, slow, keep to parity's first images.
+The images are streamed a chunk at a time (loaded, letterboxed, run, decoded), keeping only the
+detections (at most 100 an image), so memory stays flat as the set grows. Parity's rows are judged on
+the first images alone (``convert/passes/given_file_pass.py``); this scores the cheap rows on all of
+them, side by side, each on its own thread (the board's in its own process): the file on TFLite's
+optimised kernels and, with every row asked for, PyTorch's (the mAP the file is measured against) and
+the board's own runtime's. The slow reference kernels and board emulator keep to parity's first images.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def _read_in(root: Path, path: Path, what: str, read):
     """``read(path)`` for a label or annotations file, which must lie inside the dataset ``root``:
     a link out of it is never followed (a dataset is shared, and the file it points at may be
     anyone's). Whatever the file is or holds, a ``DataError`` that names it and quotes at most a
-    short, escaped excerpt (``jsonfile.shown``)."""
+    short, escaped excerpt (``text.shown``)."""
     if not _stays_in(root, path):
         raise DataError(f"{path}: the {what} is a link that leads out of the dataset {str(root)!r}; labels and annotations "
                         f"must lie inside the --data folder (images may be links): put the file itself there")
@@ -235,8 +235,7 @@ def load_split(root: Path, split: str, num_classes: int, first: int | None = Non
 
 
 def preflight(samples: list[Sample]) -> None:
-    """Decode every image once, before training starts: a truncated or unreadable file is
-    found here, by name, and not in the middle of an epoch."""
+    """Decode every image once before training: a truncated or unreadable file is named here, not mid-epoch."""
     for sample in samples:
         read_image(load_image, sample.image)
 

@@ -29,11 +29,9 @@ def max_abs_rel(ref: np.ndarray, got: np.ndarray) -> float:
 
 
 def cosine(ref: np.ndarray, got: np.ndarray) -> float:
-    """Cosine similarity of the flattened tensors in float64, in [-1, 1]; NaN when either holds
-    NaN/Inf (an angle with those in it means nothing), 1 when both are zero, 0 when one is.
-
-    Clamped: rounding in the dot product and the norms can put two equal tensors at
-    1.0000000000000002, which is no cosine, and the gate rightly refuses a metric outside its range."""
+    """Cosine similarity of the flattened tensors in float64, clamped to [-1, 1] (rounding can put two
+    equal tensors at 1.0000000000000002, which the gate rightly refuses); NaN when either holds NaN/Inf
+    (an angle with those in it means nothing), 1 when both are zero, 0 when one is."""
     r = np.asarray(ref, np.float64).ravel()
     g = np.asarray(got, np.float64).ravel()
     if not (np.isfinite(r).all() and np.isfinite(g).all()):
@@ -47,13 +45,10 @@ def cosine(ref: np.ndarray, got: np.ndarray) -> float:
 
 
 def coco_map(samples, detections: list[Detections], *, per_class: bool = False) -> dict:
-    """COCO mAP of ``detections`` (original-image xyxy) against the samples' ground truth:
-    ``{"map50", "map50_95"}``, and with ``per_class`` ``"classes"``: class -> ``{"ap50", "ap50_95",
-    "instances"}`` for each class with a labelled box (its AP NaN-free: a class no image holds has none).
-
-    ``samples`` carry ``boxes`` (xyxy), ``classes``, ``width`` and ``height`` (``validate.datasets.Sample``).
-    Detections must come from the ``COCO_EVAL`` decode protocol (``models.decode``).
-    """
+    """COCO mAP of ``detections`` (original-image xyxy; must come from ``models.decode``'s ``COCO_EVAL``
+    protocol) against the ground truth of ``samples`` (``validate.datasets.Sample``): ``{"map50",
+    "map50_95"}``, and with ``per_class`` ``"classes"``: class -> ``{"ap50", "ap50_95", "instances"}``
+    for each class with a labelled box (its AP NaN-free: a class no image holds has none)."""
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 

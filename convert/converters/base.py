@@ -1,11 +1,8 @@
 """The converter interface: what writes the TFLite files (``--converter``).
 
-Two converters implement it: onnx2tf (``convert/converters/onnx2tf.py``: from the exported ONNX graph, in
-a child process; the default) and litert-torch (``convert/converters/litert.py``: from the PyTorch model,
-in its own environment). Whatever asks "which converter?" asks ``converter(name)``: the
-conversion pass, the cross-check (``other``), the convert command (what to require and start
-before the run) and ``edgeport converters``; both are in ``convert/converters/registry.py``. Adding a
-converter is a class implementing ``Converter``, and its name in ``NAMES`` and ``registry.py``.
+onnx2tf (``convert/converters/onnx2tf.py``, the default) and litert-torch (``convert/converters/litert.py``)
+implement it. Whatever asks "which converter?" asks ``converter(name)`` (``convert/converters/registry.py``).
+Adding a converter is a class implementing ``Converter``, and its name in ``NAMES`` and ``registry.py``.
 """
 
 from __future__ import annotations
@@ -66,8 +63,7 @@ _NATIVE_LOG = re.compile(r"^([EWIF]\d{4} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\d \d\d:\d\
                          r"|cuInit|cuda_driver|Unable to register cu(DNN|FFT|BLAS)|TF-TRT Warning")
 
 
-# TensorFlow's listing of a saved model's signature (one line per captured tensor): what it
-# prints as it saves, never a reason
+# TensorFlow's listing of a saved model's signature (a line per captured tensor), printed as it saves: never a reason
 _SIGNATURE_DUMP = re.compile(r"TensorSpec\(|^\* Endpoint|^(Output Type|Captures|Args|Returns|Inputs):$|^WARNING: All log messages")
 
 
@@ -114,8 +110,7 @@ class Converter(abc.ABC):
 
     def warm(self, context: "RunContext") -> None:
         """Start its process now, in ``context``, so that its imports overlap the passes before the
-        conversion (``RunContext.warm``: only in a one-shot process; ended with the run if not taken).
-        Nothing, for a converter without a process of its own."""
+        conversion (``RunContext.warm``: only in a one-shot process; ended with the run if not taken)."""
         return None
 
     def begin(self, prepared: "Prepared", work: Path, *, quantised: str | None, timeout_s: float, context: "RunContext"):
@@ -129,9 +124,8 @@ class Converter(abc.ABC):
     @abc.abstractmethod
     def convert(self, exported: "Exported", work: Path, *, quantised: str | None, timeout_s: float, context: "RunContext",
                 meanwhile: Callable[[dict[str, Path]], None] | None = None) -> Conversion:
-        """float32, and the quantised variant when asked (``int8``, or ``uint8``: its int8 twin
-        per tensor), from ``exported``, in ``work``. A float32 the converter cannot write raises
-        ``ConversionError``; a quantised one is a reason.
+        """float32, and the quantised variant when asked (``int8``, or ``uint8``: its int8 twin per
+        tensor). A float32 the converter cannot write raises ``ConversionError``; a quantised one is a reason.
 
         ``meanwhile(files)`` is called while the conversion waits on a child process, once the
         converter no longer reads the PyTorch module, with the files written so far (variant ->

@@ -32,9 +32,9 @@ MAX_GROUP_RATIO = 100.0
 
 
 def group_factor(kind: str, value_range: float, imgsz: int) -> float:
-    """What a group is divided by: pixels by the input size (0..1, Ultralytics' convention); a
-    score that never reaches 1/16 (an untrained head) by the power of two above its range; any
-    other value past 1 by the power of two above its range. Powers of two are exact in float."""
+    """What a group is divided by: pixels by the input size (0..1, Ultralytics' convention); a score
+    that never reaches 1/16 (an untrained head), or any other value past 1, by the power of two above
+    its range (exact in float)."""
     if kind == PIXELS:
         return float(imgsz)
     if value_range <= 0:
@@ -73,10 +73,9 @@ def group_scales(outputs: list[np.ndarray], head: Head, imgsz: int) -> Plans:
 
 
 class _Walk:
-    """A graph being rewritten: the walk back from an output through the ops that only place
-    channels (the same for an ONNX graph and a TFLite one; each subclass reads its own format).
-    ``made_by``: tensor -> the op that makes it (none for a graph input, a constant); ``read``: how
-    many read each tensor (the ops that take it, and the graph, where it is an output)."""
+    """A graph the walk (module docstring) rewrites; each subclass reads its own format. ``made_by``:
+    tensor -> the op that makes it (none for a graph input, a constant); ``read``: how many read each
+    tensor (the ops that take it, and the graph, where it is an output)."""
 
     made_by: dict
     read: Counter

@@ -11,9 +11,9 @@ environment's site-packages (one ``.pth`` line), so torch is this environment's 
 and ``torch.export`` files pass between the two unchanged) and only what litert-torch adds is
 installed, about 1 GB. Nothing downloads at conversion time.
 
-A conversion: this process exports the prepared model with ``torch.export`` (a failure there is
-the variant's reason), the converter's Python converts it (``litert_worker.py``, one process,
-offline), and the files go through the same gate, lowering and parity as onnx2tf's.
+A conversion: this process exports the prepared model with ``torch.export`` (``begin``), the
+converter's Python converts it (``litert_worker.py``, one process, offline), and the files go
+through the same gate, lowering and parity as onnx2tf's.
 """
 
 from __future__ import annotations
@@ -216,15 +216,13 @@ def convert_variants(module, calib: np.ndarray, work: Path, *, int8: bool, timeo
                      plans=None, meanwhile: Callable[[dict[str, Path]], None] | None = None,
                      begun: Begun | None = None, context: RunContext | None = None) -> Conversion:
     """float32 (and full-integer int8 when asked, calibrated on ``calib``: weights per channel, or
-    per tensor) from the prepared module, captured on the first image. With ``plans``
-    (``int8_groups``), int8 is quantised from the float32 file with its output groups divided
-    apart (``int8_groups.normalise_tflite``), which the worker asks for once it has written float32
-    (``_answer``); float32 keeps the model's values. A model ``torch.export`` cannot capture, or a
-    variant the converter cannot write, is a reason. ``begun``: the conversion ``begin`` handed
-    over already (its options are then its own), else it is begun here. ``meanwhile``
-    (``Converter.convert``): called once the module is captured, while the worker converts (and,
-    with int8, again with the float32 file while the worker quantises). ``timeout_s``: the
-    worker's time, from its job."""
+    per tensor) from the prepared module. With ``plans`` (``int8_groups``), int8 is quantised from
+    the float32 file with its output groups divided apart (``_answer``). A model ``torch.export``
+    cannot capture (``begin``), or a variant the converter cannot write, is a reason. ``begun``: the
+    conversion ``begin`` handed over already (its options are then its own), else it is begun here.
+    ``meanwhile`` (``Converter.convert``): called once the module is captured, while the worker
+    converts (and, with int8, again with the float32 file while the worker quantises). ``timeout_s``:
+    the worker's time, from its job."""
     if begun is None:
         with RunContext() if context is None else contextlib.nullcontext(context) as run:
             begun = begin(module, calib, work, int8=int8, timeout_s=timeout_s, context=run, per_tensor=per_tensor)
@@ -291,8 +289,7 @@ def _answer(child: WarmChild, work: Path, plans, deadline: float, meanwhile) -> 
 
 
 def _worker_argv(python: Path) -> list[str]:
-    """The worker imports at once and then awaits its folder on standard input. Isolated (``-I``),
-    so nothing beside the worker file (or in PYTHONPATH) shadows the converter's imports."""
+    """Isolated (``-I``), so nothing beside the worker file (or in PYTHONPATH) shadows the converter's imports."""
     return [str(python), "-I", str(WORKER)]
 
 

@@ -12,11 +12,10 @@ onnx2tf runs in a child process: it calls ``sys.exit`` on errors, prints a great
 and (1.28) imports TensorFlow, none of which should happen inside the caller's process
 (a run starts it at once: ``warm_command``).
 
-Offline, on purpose: onnx2tf 1.28 downloads sample images from the internet whenever an
-input looks like an NHWC image, unless ``calibration_image_sample_data_20x128x128x3_float32.npy``
-is in its working directory. We write that file from *our* calibration images, pass the
-int8 calibration set explicitly with ``-cind``, and point the child's HTTP(S) proxy at a
-closed local port, so any download attempt fails at once instead of reaching the network.
+Offline, on purpose: onnx2tf 1.28 downloads sample images whenever an input looks like an NHWC
+image, unless ``ONNX2TF_SAMPLE_FILE`` is in its working directory. We write that file from *our*
+calibration images, pass the int8 calibration set with ``-cind``, and point the child's HTTP(S)
+proxy at a closed local port, so any download fails at once.
 """
 
 from __future__ import annotations
@@ -218,17 +217,15 @@ class FastRunDiffers(ConversionError):
     Runtime on the same graph, or that cannot be checked: the conversion is done again, strict."""
 
 
-# a fast run's float32 file against ONNX Runtime on the graph it was converted from: on the first
-# images of the calibration set, to parity's float32 tolerance. A layout onnx2tf guessed wrong moves
-# every value after it; its float32 and int8 files are one TensorFlow graph, so the float32 file
-# answers for both
+# the first calibration images a fast run's float32 file is checked on, against ONNX Runtime, to parity's
+# float32 tolerance. A layout onnx2tf guessed wrong moves every value after it; its float32 and int8
+# files are one TensorFlow graph, so the float32 file answers for both
 FAST_CHECK_IMAGES = 2
 
 
 def graph_outputs(onnx_path: Path, images: np.ndarray) -> list[np.ndarray] | Exception:
     """What the check holds a fast run's file to: ONNX Runtime's outputs of ``onnx_path`` on the
-    first ``FAST_CHECK_IMAGES`` (each invoked once), or what stopped it. Computed while the child
-    converts (``Onnx2tfRun.finish``), not after it."""
+    first ``FAST_CHECK_IMAGES`` (each invoked once), or what stopped it."""
     from edgeport.validate.parity.runners import OnnxRuntimeRunner
 
     runner = OnnxRuntimeRunner(onnx_path)
@@ -276,13 +273,10 @@ def warm_command() -> list[str] | None:
 
 
 class Onnx2tfRun:
-    """One onnx2tf child process, started at once (or the run's warm one, ``warm_command``);
-    ``finish`` waits for it and collects its files.
-
-    Its output goes to ``onnx2tf.log`` in its work folder (no pipes), so two runs can proceed
-    side by side; ``kill`` ends a run that is no longer wanted (Ctrl-C, an error elsewhere),
-    so no child outlives the run and writes into a folder that is being removed.
-    """
+    """One onnx2tf child process, started at once (or the run's warm one, ``warm_command``). Its output
+    goes to ``onnx2tf.log`` in its work folder (no pipes), so two runs can proceed side by side;
+    ``kill`` ends an unwanted run (Ctrl-C, an error elsewhere), so no child outlives the run and
+    writes into a folder being removed."""
 
     def __init__(self, onnx_path: Path, calib: np.ndarray, work: Path, *, int8: bool, input_name: str,
                  backend: Onnx2tfBackend | None = None, granularity: str = "per-channel", ships: tuple[str, ...] | None = None,
@@ -371,10 +365,9 @@ def convert_variants(onnx_path: Path, int8_onnx: Path | None, calib: np.ndarray,
     """float32 from ``onnx_path``, and int8 from ``int8_onnx`` when given (the same file, or one
     with its output groups normalised, converted side by side).
 
-    Only a float32 that cannot be written ends the run. An int8 the converter cannot quantise
-    per channel is tried per tensor where the line offers it (noted), and otherwise reported
-    as a failed row with the converter's reason, beside a float32 that ships. ``granularities``
-    (default: the line's) are tried in order: ``("per-tensor",)`` for a uint8 board.
+    Only a float32 that cannot be written ends the run. An int8 is tried in each of ``granularities``
+    in turn (default: the line's; ``("per-tensor",)`` for a uint8 board; a fallback noted), and
+    otherwise reported as a failed row with the converter's reason, beside a float32 that ships.
 
     Where strict mode costs (1.28: ``checks_layouts_slowly``), each run goes without it first and
     its float32 file is checked against ONNX Runtime (``fast_run_differs``); a run that fails, or
@@ -534,7 +527,7 @@ class Onnx2tf(Converter):
                 normalised = work / "int8" / "model.onnx"  # onnx2tf names what it writes after the file
                 normalised.parent.mkdir(parents=True, exist_ok=True)
                 if normalise_onnx(exported.onnx, normalised, plans):
-                    int8_onnx = normalised  # int8 from the graph with its groups normalised; float32 keeps the model's values
+                    int8_onnx = normalised
                 else:
                     plans = None  # the groups cannot be scaled apart: int8 as it is; parity says what it costs
         # uint8 kernels have one scale per tensor: its int8 file is quantised so

@@ -24,21 +24,19 @@ an invoke without holding Python's lock. A range is the minimum and maximum over
 any grouping, so the halves merge exactly. Each half runs on the optimised kernels
 (``collect_on_optimised_kernels``), which round their own
 way: a range may differ from 2.x's in its last bits, and the int8 file with it (the same ops,
-tensors and weights; ``tests/convert/test_onnx2tf_lean.py``). On 1.28 TensorFlow's calibrator runs the first
-image only, and the ranges it records are computed over every image on the optimised kernels, as it
-records them (``tf_calibration``): the same ranges to float rounding, the int8 file with them.
+tensors and weights; ``tests/convert/test_onnx2tf_lean.py``). On 1.28, ``tf_calibration`` computes
+the ranges TensorFlow's calibrator records over every image on the optimised kernels too: the same
+ranges to float rounding, the int8 file with them.
 
-On both lines the driver imports onnx2tf with the cyclic garbage collector paused, and freezes
-what the import leaves (``_lazy.importing``): the conversion's own collections then no longer
-walk TensorFlow's or onnx2tf's objects again and again (docs/measured.md).
+On both lines the driver imports onnx2tf in ``_lazy.importing``, so the conversion's own garbage
+collections do not walk TensorFlow's or onnx2tf's objects again and again (docs/measured.md).
 
     python -m edgeport.convert.converters.onnx2tf_lean [--ships float32,int8] ONNX2TF_ARGUMENTS...
     python -m edgeport.convert.converters.onnx2tf_lean --await-job   # then one JSON line on stdin
 
-``--await-job`` (``onnx2tf.warm_command``): import first, while the caller is still importing
-torch and exporting, then take the job -- ``{"argv": [...], "cwd": ..., "log": ...}`` -- from
-one line of stdin: change to ``cwd``, write all output to ``log``, and run. Standard input
-closed without a job: exit 0, having converted nothing.
+``--await-job`` (``onnx2tf.warm_command``): import first, then take the job -- ``{"argv": [...],
+"cwd": ..., "log": ...}`` -- from one line of stdin: change to ``cwd``, write all output to ``log``,
+and run. Standard input closed without a job: exit 0, having converted nothing.
 """
 
 from __future__ import annotations
@@ -70,10 +68,8 @@ def declined(converter) -> str | None:
 
 
 def unshipped(converter, ships: set[str]) -> str | None:
-    """1.28: the variant ``converter`` is set up to write where onnx2tf gives no way out, when this
-    run does not ship it, or None: float16, float32 (no optimisation), and integer quantisation
-    with float input and output (calibrated, with float edges; the full-integer file follows it
-    in the same ``try``)."""
+    """1.28: the variant ``converter`` is set up to write where onnx2tf gives no way out (module
+    docstring), when this run does not ship it, or None."""
     import tensorflow as tf
 
     if not converter.optimizations:
@@ -108,7 +104,7 @@ def install_tensorflow(ships: set[str]) -> None:
 
     from edgeport.convert.converters import tf_calibration
 
-    tf_calibration.install()  # the ranges computed on the optimised kernels, on two threads
+    tf_calibration.install()
     cls = tf.lite.TFLiteConverter
     for name in ("from_saved_model", "from_concrete_functions", "from_keras_model"):
         make = getattr(cls, name)
@@ -117,8 +113,7 @@ def install_tensorflow(ships: set[str]) -> None:
 
 def calibrate_in_halves(collect, *, tflite_path: str, calibration_samples: list) -> dict:
     """2.x's ``collect_calibration_ranges_from_tflite`` (``collect``: one interpreter, the images in
-    turn), on the first and the second half of the images at once, each on its own interpreter and
-    thread; the two halves' ranges merged as one pass over all the images would have left them."""
+    turn) on each half of the images at once, each on its own interpreter and thread; merged (``merge_ranges``)."""
     parts = in_halves(lambda part: collect(tflite_path=tflite_path, calibration_samples=part), list(calibration_samples))
     return parts[0] if len(parts) == 1 else merge_ranges(parts)
 
@@ -141,9 +136,8 @@ def merge_ranges(parts: list[dict]) -> dict:
 
 
 def collect_on_optimised_kernels(collect, *, tflite_path: str, calibration_samples: list) -> dict:
-    """2.x's ``collect_calibration_ranges_from_tflite`` (``collect``), its loop as it is -- each
-    sample's inputs, then every tensor by name, min and max over the images -- but the float32 file
-    run on TFLite's optimised kernels (XNNPACK), every op's output made a graph output so that the
+    """2.x's ``collect_calibration_ranges_from_tflite`` (``collect``), its loop as it is, but the float32
+    file run on TFLite's optimised kernels (XNNPACK), every op's output made a graph output so that the
     runtime keeps them all (``every_tensor_as_output``), and each tensor read in place. 2.x runs the
     reference kernels with every tensor preserved, copying every tensor out after every image (a third
     of this one's cost there: docs/measured.md); the default board runs these kernels, which round
@@ -244,8 +238,7 @@ def remove_unshipped(argv: list[str]) -> None:
 
 
 def take_job(job: dict) -> list[str]:
-    """Set this process up as the job says (working folder; stdout and stderr into its log) and
-    return onnx2tf's arguments."""
+    """Set this process up as the job says (module docstring) and return onnx2tf's arguments."""
     sys.stdout.flush()
     sys.stderr.flush()
     fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

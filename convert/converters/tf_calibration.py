@@ -2,9 +2,8 @@
 
 onnx2tf 1.28 quantises through TensorFlow's converter, whose calibrator runs the float model image
 by image on one core, on kernels that log every tensor. TFLite's optimised kernels (XNNPACK, the
-default board's) run the same images faster, keeping every tensor when each op's output is made a
-graph output (``every_tensor_as_output``), on two threads, each half of the images (an invoke runs
-without Python's lock), as on 2.x (``onnx2tf_lean.collect_on_optimised_kernels``).
+default board's) run the same images faster, every tensor kept, on two threads, as on 2.x
+(``onnx2tf_lean.collect_on_optimised_kernels``).
 
 What TensorFlow records is not each tensor's range. Its calibrator
 (``tensorflow/lite/tools/optimize/calibration/calibrator.cc``) logs each op's inputs again after the

@@ -1,2 +1,1 @@
-"""The conversion passes, one per file (``<verb>_<object>_pass.py``): each a ``Pass`` of ``convert/base.py``,
-listed in order in ``convert/pipeline.py``."""
+"""One ``Pass`` (``convert/base.py``) per file (``<verb>_<object>_pass.py``), listed in order in ``convert/pipeline.py``."""

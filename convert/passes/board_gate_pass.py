@@ -1,8 +1,7 @@
-"""Pass: read every TFLite file written and list each reason the board cannot run it.
+"""Pass: every reason the board cannot run each TFLite file written.
 
-This is a gate, not a check: a model the board cannot run is still delivered, with the
-reasons in the report, and ``convert`` exits 1.
-"""
+A gate, not a check: an unrunnable model is still delivered, with the reasons in the report, and
+``convert`` exits 1."""
 
 from __future__ import annotations
 

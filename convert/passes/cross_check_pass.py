@@ -1,10 +1,9 @@
-"""Pass: with ``--cross-check``, the other converter's float32 file against the shipped one.
+"""Pass: with ``--cross-check``, the other converter's float32 file of the same prepared model
+against ``--converter``'s, as written (``validate/parity/cross_check.py``).
 
-The float32 file as its converter wrote it (the cross-check runs before the board lowering, whose
-own check holds the lowered file to these values) is compared with a float32 file the other converter writes
-of the same prepared model (``validate/parity/cross_check.py``). The result goes in the report
-(``converter.cross_check``); it is not a gate: parity judges the shipped file against PyTorch,
-and the cross-check says whether the other route agrees. The other file is not shipped.
+It runs before the board lowering, whose own check holds the lowered file to these values. The
+result goes in the report (``converter.cross_check``) and is not a gate: parity judges the shipped
+file against PyTorch, the cross-check says whether the other route agrees. The other file is not shipped.
 """
 
 from __future__ import annotations

@@ -81,8 +81,7 @@ class ExportOnnxPass(Pass[Prepared, Exported]):
         from edgeport.convert.converters.registry import converter
 
         path, chosen = config.work_dir / "model.onnx", converter(config.converter)
-        # the converter begins what needs no graph while the graph is exported (off the run's critical
-        # path): litert-torch converts the module, onnx2tf writes its calibration files
+        # begun during the export (convert/context.py): litert-torch converts the module, onnx2tf writes its calibration files
         begun = chosen.begin(value, config.work_dir, quantised=config.quantised, timeout_s=config.converter_timeout_s,
                              context=config.context) if config.variants else None
         # the tracer leaves what it saw in a module's caches (Ultralytics' Detect keeps the traced

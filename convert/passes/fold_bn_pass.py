@@ -86,8 +86,7 @@ def _fold_pairs(module: nn.Module, pairs: list[tuple[str, str]]) -> int:
 
 
 def _fold(module: nn.Module) -> tuple[int, str]:
-    """Fold on the whole model's graph, else on the graph of each largest submodule fx can
-    trace (a model whose forward has control flow usually has traceable blocks)."""
+    """Fold on the whole graph, else on each largest submodule fx traces (control flow usually leaves blocks traceable)."""
     try:
         return _fold_pairs(module, conv_bn_pairs(module)), "fx"
     except Exception:  # noqa: BLE001 - fx cannot trace every model: go one level down
@@ -95,7 +94,7 @@ def _fold(module: nn.Module) -> tuple[int, str]:
 
 
 def fold_batchnorm(module: nn.Module) -> tuple[nn.Module, int, str]:
-    """Return (folded copy, number folded, method). The input module is not modified."""
+    """(folded copy, number folded, method)."""
     module = copy.deepcopy(module).eval()
     return (module, *_fold(module))
 
@@ -125,7 +124,6 @@ class FoldBNPass(Pass[Prepared, Prepared]):
         left = conv_bn_pairs_left(after.module)
         if left:
             raise PassCheckError(f"{left} Conv->BatchNorm pairs were not folded")
-        # the outputs keep their shapes, and NaN where it was; how far the numbers moved is the folded
-        # row's to judge (parity: within FOLDED's 1e-5 of the model's largest value, or float32's own error),
-        # a failed gate with its numbers rather than a stop
+        # shapes and NaNs only: how far the numbers moved is parity's folded row to judge (within FOLDED's 1e-5
+        # of the model's largest value, or float32's own error), a failed gate with its numbers rather than a stop
         assert_same_outputs(self.name, before.module, after.module, after.calib[:2], rel_tol=math.inf)

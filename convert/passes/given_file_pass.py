@@ -2,9 +2,8 @@
 images it is judged on: the checkpoint's held-out images, or a dataset's (with its labels: mAP
 against ground truth) or a folder of images given with ``--data``.
 
-The file is judged after this as ``convert`` judges its own: the same board gate and parity. A
-file whose outputs are not the model's (another model, another size) is bad input named here, not
-a failure deep in a parity run.
+A file whose outputs are not the model's (another model, another size) is bad input named here,
+not a failure deep in a parity run.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Pass: the int8 file with what its converter broke fixed, and what it rounded needlessly held
-exactly (``tflite_fixes.py``). The fixed file is a new one (``fixed/`` in the work folder); a file
-that needs no fix is passed on as it is.
-"""
+exactly (``tflite_fixes.py``), written to ``fixed/`` in the work folder; a file that needs no fix
+is passed on as it is."""
 
 from __future__ import annotations
 

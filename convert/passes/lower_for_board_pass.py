@@ -2,13 +2,12 @@
 
 Runs on every file the board gets, by the board's probed op table: a file the board runs as it
 is stays byte for byte; otherwise its operators get the versions they need and each operator
-the board still lacks goes to its lowering rule. What no rule covers stays, and the board gate
-names it. Boards without a probed table (TFLite Micro) are not lowered.
+the board still lacks goes to its lowering rule. Boards without a probed table (TFLite Micro) are
+not lowered.
 
 A lowered file is a new file (``lowered/`` in the work folder); the converter's is left as it was
-written. A quantised file the board still cannot run after lowering is not shipped: its variant gets a
-converter row naming the operators (a float32 file ships either way, and the gate names what its
-board lacks).
+written. What no rule covers stays: a float32 file ships, and the board gate names it; a quantised
+file is not shipped, and its variant gets a converter row naming the operators.
 
 The check runs the float32 file before and after on TFLite's reference kernels: the lowering
 must compute the same values (within ``LOWERED_REL_TOL`` of the output's range: every rule is
@@ -40,7 +39,7 @@ class LowerForBoardPass(Pass[Converted, Converted]):
         files, not_written = dict(value.files), dict(value.not_written)
         for variant, path in value.files.items():
             result = lower_for_board(path.read_bytes(), board.lacks)
-            if result.changed:  # a new file: the converter's stays as it was written
+            if result.changed:
                 files[variant] = config.work_dir / "lowered" / path.name
                 files[variant].parent.mkdir(exist_ok=True)
                 files[variant].write_bytes(restamped(result.model))
@@ -79,9 +78,8 @@ class LowerForBoardPass(Pass[Converted, Converted]):
 
 
 def restamped(model: bytes) -> bytes:
-    """The converter's ``min_runtime_version`` metadata describes the file as converted; after
-    lowering it is recomputed from the operators now in the file (dropped when one of them is
-    not in TFLite's table), so that no lowered file claims a runtime newer than it needs."""
+    """The converter's ``min_runtime_version`` metadata recomputed from the lowered file's operators (dropped
+    when one is not in TFLite's table), so that no lowered file claims a runtime newer than it needs."""
     g = Graph(model)
     if g.metadata_text("min_runtime_version") is None:
         return model

@@ -14,8 +14,8 @@ from edgeport.models.registry import model_output_names
 from edgeport.text import clip
 
 DEFAULT_IMGSZ = 320
-# bytes per input pixel a conversion holds at once, measured as what it keeps of every image (the
-# float32 batch, its NHWC copy for the converter, letterboxes) and a margin for the converter's own
+# float32 copies of every input a conversion holds at once (the batch, its NHWC copy for the
+# converter, letterboxes) and a margin for the converter's own
 COPIES = 8
 
 

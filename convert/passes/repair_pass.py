@@ -12,12 +12,11 @@ kept where it raises the worst cosine on TFLite's kernels, the next starting fro
    carries the most error (``validate/parity/op_errors.py``), and everything downstream of them,
    run in float, taken from the float32 file (the search: ``SelectiveFloat``).
 
-A file that passes TFLite's kernels is judged on every row the pure file has -- the board's
-emulator and its own runtime included; where a row fails, the next repair or larger tail is. A
-repair that breaks is said in the report and the next is tried: the pure files and their report
-stand. The pure file stays as it was, under its own name, with its rows; the repaired file,
-written only where one passes, is ``model_<variant>_repaired.tflite``, variant
-``<variant>-repaired``, with its own rows and board verdict (docs/convert.md).
+A file that passes TFLite's kernels is judged on every row the pure file has, the board's emulator
+and own runtime included; where a row fails, the next repair or larger tail is. A repair that breaks
+is said in the report and the next is tried. The pure file stays as it was, with its rows; the
+repaired file, written only where one passes, is ``model_<variant>_repaired.tflite`` (variant
+``<variant>-repaired``), with its own rows and board verdict (docs/convert.md).
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 
 In eval mode SyncBatchNorm computes exactly what BatchNorm does from its running
 statistics; reverting it lets the BN-fold pass (whose fuser matches BatchNorm2d) see it,
-and lets export run without a process group. Weight, bias, running statistics, eps,
-momentum, affine, track_running_stats and num_batches_tracked are kept.
+and lets export run without a process group. Every parameter, buffer and setting is kept.
 
 A subclass that adds a dropout and an activation (timm's ``SyncBatchNormAct``, from
 ``timm.layers.convert_sync_batchnorm``) becomes its non-sync counterpart,

@@ -37,8 +37,7 @@ def overhang(size: int, kernel: int, stride: int) -> int:
 
 
 class CeilPoolExact(nn.Module):
-    """``MaxPool2d(k, s, padding=0, ceil_mode=True)``, as a floor-mode pool of the input with its last
-    row and column repeated over the last window's overhang (each overhanging window holds that row)."""
+    """``MaxPool2d(k, s, padding=0, ceil_mode=True)`` as a floor-mode pool of the input with its edge repeated (module docstring)."""
 
     def __init__(self, pool: nn.MaxPool2d):
         super().__init__()

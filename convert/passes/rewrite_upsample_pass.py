@@ -1,13 +1,12 @@
 """Pass: make every upsample compute on the board exactly what PyTorch computes.
 
-Upsampling sites are found on the traced graph -- ``nn.Upsample`` modules, edgeport's
-``BoardUpsample`` and ``F.interpolate`` calls, wherever they are -- with their input and
-output shapes from a sample forward. ``ops/upsample.decide`` says what each becomes: kept as it
-is (the board computes it as converted, or the board lowering makes it so after conversion:
+Upsampling sites (``nn.Upsample``, edgeport's ``BoardUpsample``, ``F.interpolate`` calls) are
+found on the traced graph, with their shapes from a sample forward; in a model fx cannot trace,
+only the modules are found. ``ops/upsample.decide`` says what each becomes: kept as it is (the
+board computes it as converted, or the board lowering makes it so after conversion:
 ``ops/lowering``, nothing of the model's modules replaced); only ``--legacy-resize`` swaps in
 another module, on purpose. A site nothing computes exactly stops the conversion with the
-module, its mode and factor, and what is exact. When the model
-cannot be traced, ``nn.Upsample`` modules are still found.
+module, its mode and factor, and what is exact.
 """
 
 from __future__ import annotations
@@ -53,11 +52,8 @@ def _call_spec(where: str, node: fx.Node, in_shape, out_shape) -> UpsampleSpec:
 
 
 class _ShapeRecorder(fx.Interpreter):
-    """Runs the graph once and notes each tensor-valued node's output shape in ``meta["shape"]``.
-
-    (torch's ShapeProp does the same but imports sympy for symbolic shapes: half a second of a
-    conversion that needs only concrete ones.)
-    """
+    """Runs the graph once, noting each tensor-valued node's shape in ``meta["shape"]``: torch's
+    ShapeProp imports sympy (slow to import) for symbolic shapes, which a conversion never needs."""
 
     def run_node(self, n: fx.Node):
         out = super().run_node(n)

@@ -1,8 +1,7 @@
 """Pass: for a board that runs uint8 (TFLite 1.x), the int8 file quantised per tensor and
-rewritten as uint8 (``uint8.py``). The int8 file it came from stays a file of the run, as its
-twin: parity checks that the uint8 file computes the same integers shifted by 128. The int8 file
-itself is not shipped (the board does not run it).
-"""
+rewritten as uint8 (``uint8.py``). The int8 file it came from is not shipped (the board does not
+run it) but stays a file of the run, as its twin: parity checks that the uint8 file computes the
+same integers shifted by 128."""
 
 from __future__ import annotations
 

@@ -1,16 +1,13 @@
 """What a lowering rule is.
 
 A rule rewrites one operator of a converted .tflite file (``ops/tflite_graph.Graph``) into
-operators that compute the same values, for boards whose runtime lacks the operator or the
-version of it that the model needs. It acts below the module level, on the flatbuffer, so
-nothing of the user's PyTorch modules (their attributes, their forward) is touched, and a
-converter cannot fuse the rewrite back (TensorFlow's fuses any spelling of HardSwish into
+operators that compute the same values, for boards that lack the operator or the version it
+needs. It edits the flatbuffer, so no user module (its attributes, its forward) is touched and
+a converter cannot fuse the rewrite back (TensorFlow's fuses any spelling of HardSwish into
 HARD_SWISH).
 
-``lower`` returns the operators that replace the op, in order; the mechanism
-(``registry.lower_for_board``) gives each the version what it computes needs
-(``ops/tflite_versions.py``), keeps the rewrite only when the board runs every one of them,
-and otherwise tries the next rule or leaves the op for the board gate to name.
+``lower`` returns the operators that replace the op, in order; ``registry.lower_for_board``
+versions them (``ops/tflite_versions.py``) and keeps them only where the board runs every one.
 """
 
 from __future__ import annotations
@@ -70,6 +67,5 @@ def concatenation(g: Graph, xs: list[int], out: int, axis: int):
 
 
 def requantize(g: Graph, x: int, out: int):
-    """``x`` written on ``out``'s grid: a one-input uint8 CONCATENATION, which TFLite 1.x runs
-    (its QUANTIZE has none) and which rounds once and clamps, as a requantisation does."""
+    """``x`` written on ``out``'s grid by a one-input uint8 CONCATENATION (``requantize.py`` says why)."""
     return concatenation(g, [x], out, axis=max(len(g.shape(x)) - 1, 0))

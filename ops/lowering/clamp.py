@@ -2,10 +2,9 @@
 as a requantisation (a one-input CONCATENATION, ``requantize.py``).
 
 TFLite 1.13.1 has none of these on uint8 (RELU needs v2; the others are float-only, probed).
-Writing a value on an output grid saturates at the grid's ends; when those ends lie within the
-clamp's bounds (RELU: an output zero point of 0; RELU_0_TO_1, a hard sigmoid's clamp: an output
-range inside [0, 1]), the clamp changes nothing the saturation does not: requantising ``x`` onto
-the output's grid computes exactly the clamped value, rounded once, as the op's own kernel does.
+Writing a value on an output grid saturates at the grid's ends; where those lie within the clamp's
+bounds (RELU: an output zero point of 0; RELU_0_TO_1, a hard sigmoid's clamp: an output range inside
+[0, 1]), requantising ``x`` onto that grid is the clamp, rounded once as the op's kernel does.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """uint8 LEAKY_RELU and PRELU (TFLite 1.13 runs both on float32 only) as MUL and MAXIMUM.
 
 For a slope ``0 <= a <= 1``, ``leaky_relu(x) = max(x, a x)``: where ``x >= 0``, ``x >= a x``;
-where ``x < 0``, ``a x >= x``. Both branches are written on the output's grid -- ``x``
-requantised (a one-input CONCATENATION, ``base.requantize``), ``a x`` by a MUL whose output is
-the output's own tensor grid -- and TFLite 1.x's uint8 MAXIMUM compares the integers, which on
-one grid orders them as the real numbers. One rounding per branch, as today's kernel makes in
-fixed point: within a step of it. PRELU is the same with one slope per channel (a constant
-broadcast along the last axis).
+where ``x < 0``, ``a x >= x``. Both branches are written on the output's grid (``x`` requantised,
+``base.requantize``; ``a x`` by a MUL), on which TFLite 1.x's uint8 MAXIMUM, comparing integers,
+orders them as the real numbers. One rounding per branch, as today's kernel makes in fixed
+point: within a step of it. PRELU is the same with one slope per channel (a constant broadcast
+along the last axis).
 
 A learned slope may lie outside [0, 1] (MTCNN's trained P-Net: -1.28 to 1.01). Then
 ``prelu(x) = max(x, 0) + a min(x, 0)``: MAXIMUM and MINIMUM against a zero on ``x``'s own grid
@@ -125,11 +124,10 @@ class PReluUint8Signed(LoweringRule):
     def lower(self, g: Graph, op) -> list:
         x, y = op.inputs[0], op.outputs[0]
         slopes, qa, q_an = self._plan(g, op)
-        name = name_key(g.tensor_name(y))  # as Graph.like names a tensor under y's
+        name = name_key(g.tensor_name(y))  # new tensors go under y's, as Graph.like's: op_errors judges them as this op
         qx = g.quant(x)
         zero = g.constant(f"{name}/zero", np.full([1] * len(g.shape(x)), qx.zero_point, np.uint8), "uint8", qx)
         a = g.constant(f"{name}/slopes", np.clip(np.rint(slopes / qa.scale) + qa.zero_point, 0, 255).astype(np.uint8), "uint8", qa)
-        # every new tensor named under the output's (op_errors judges them as the op they replace)
         positive, negative = (g.add_tensor(f"{name}/{what}", g.shape(x), "uint8", qx) for what in ("max(x,0)", "min(x,0)"))
         scaled = g.like(y, "a*min(x,0)", quant=q_an)
         return [g.new_op("MAXIMUM", [x, zero], [positive], "MaximumMinimumOptions"),

@@ -47,8 +47,7 @@ class ReduceAsDepthwise(LoweringRule):
             and self._tap(g, op, block[1]) <= 255
 
     def _tap(self, g: Graph, op, reduced: int) -> int:
-        """The integer every tap holds (its real value is 1/R for a MEAN, 1 for a SUM, whatever it
-        is): the smallest that keeps the multiplier ``s_x * s_w / s_y`` below 1."""
+        """``k`` (module docstring): the smallest that keeps the multiplier ``s_x * s_w / s_y`` below 1."""
         qx, qy = g.quant(op.inputs[0]), g.quant(op.outputs[0])
         return int(qx.scale / ((reduced if self.mean else 1) * qy.scale)) + 1
 

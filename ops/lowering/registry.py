@@ -3,10 +3,9 @@
 ``lower_for_board`` reads a converted file; when the board runs every operator as it is, the
 file is returned byte for byte. Otherwise:
 
-1. every operator gets the version what it computes needs (``ops/tflite_versions.py``), not the
-   one its writer declared (never moved down past the versions that table models) for all uses of the op (TensorFlow's converter declares CONV_2D v6
-   for every convolution of a model with one grouped convolution; the kernel of the version
-   needed computes the same values, since a version only adds features);
+1. every operator gets the version what it computes needs (``ops/tflite_versions.py`` says why the
+   declared one may differ), never moved down past the versions that table models; a version only
+   adds features, so the needed one computes the same values;
 2. each operator the board still lacks goes to the first rule for it that applies and whose
    operators the board runs, at the versions they need; the rule's operators replace it;
 3. what no rule covers is left as it is: the board gate then names it.

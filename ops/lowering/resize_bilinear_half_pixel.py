@@ -19,9 +19,8 @@ At the borders the window runs past the image: repeating the first and last rows
 filter is the outer product of the per-axis taps: RESIZE_NEAREST_NEIGHBOR v1 (an exact copy),
 STRIDED_SLICE + CONCATENATION for the repeated border, and one DEPTHWISE_CONV_2D v1 (VALID).
 Float32: exact in real arithmetic (for ``k`` a power of 2 the taps are exact in binary too; else
-they round within 1e-7). uint8: the filter's taps are
-small integers on one scale, so each output is one integer sum, rounded once -- as TFLite's own
-half-pixel kernel rounds once -- within 1 step of it.
+they round within 1e-7). uint8: the taps are small integers on one scale, so each output is one
+integer sum rounded once, as TFLite's own half-pixel kernel rounds: within 1 step of it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """TRANSPOSE_CONV with a bias input (v3), for runtimes whose kernel has none.
 
-Float: version 1 (no bias) then ADD of the bias. The v3 kernel accumulates the products and
-adds the bias to each output channel once; adding it in a separate op is the same one
-addition per value.
+Float: version 1 (no bias), then ADD of the bias: one addition per output value, as v3's kernel
+makes after summing the products.
 
 Quantised (uint8): TFLite 1.13.1 has no uint8 TRANSPOSE_CONV at all. Where the kernel equals the
 stride and nothing is padded (YOLOv8-seg's 2x2, stride 2 prototype upsampling), the windows do

@@ -1,8 +1,8 @@
 """Named ways a board computes differently from TFLite's reference kernels.
 
 The board emulator is the reference kernels plus the differences its profile names
-(``differences = [...]`` in the profile). Each difference is one small unit that rewrites
-a copy of the model so that the reference kernels compute what that board computes.
+(``differences = [...]``): each rewrites a copy of the model so that the reference kernels
+compute what that board computes.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ class Difference(abc.ABC):
 class IgnoreHalfPixelCenters(Difference):
     """A runtime that loads RESIZE_BILINEAR v3 but ignores ``half_pixel_centers`` (a pre-2.2 kernel).
 
-    What the write-up's board effectively did to PyTorch's bilinear upsample: the kernel
-    samples ``x * in / out`` instead of ``(x + 0.5) * in / out - 0.5``: the flag cleared, the
-    reference kernels compute what it does.
+    What the write-up's board effectively did to PyTorch's bilinear upsample: it samples ``x * in / out``,
+    not ``(x + 0.5) * in / out - 0.5``; with the flag cleared, the reference kernels do the same.
     """
 
     name = "ignore_half_pixel_centers"

@@ -39,8 +39,7 @@ def install(board: BoardProfile, *, python: str | None = None) -> dict:
         raise BadInputError(f"board {board.name!r} has no installable runtime (no [install] in its profile); "
                             f"boards with one: {', '.join(_installable())}")
     if not board.shipped:
-        # the packages an [install] names are installed, and installing runs their code: only
-        # edgeport's own profiles choose them
+        # installing a package runs its code: only edgeport's own profiles choose what [install] names
         raise BadInputError(f"board profile {board.name!r} is not one edgeport ships; `boards install` installs only the runtimes "
                             f"of shipped profiles ({', '.join(_installable())}): install a custom board's runtime yourself")
     spec = board.install

@@ -2,10 +2,9 @@
 
 For every builtin op of the TFLite schema and every version up to ``MAX_VERSION``, a model
 with that one operator code and an empty graph; a TFLite interpreter resolves every operator
-code when it is built and refuses one it has no kernel for ("Didn't find op for builtin
-opcode 'CONV_2D' version '2'"), before it looks at any tensor. What it accepts is the set
-of op versions it can load. ``edgeport boards probe BOARD`` runs the probe on the board's
-runtime and writes ``validate/board_profiles/NAME.ops.toml``, the table the board gate then reads.
+code when it is built, before it looks at any tensor, and refuses one it has no kernel for
+("Didn't find op for builtin opcode 'CONV_2D' version '2'"). ``edgeport boards probe BOARD``
+writes what it accepts to ``validate/board_profiles/NAME.ops.toml``, the board gate's table.
 """
 
 from __future__ import annotations
@@ -40,8 +39,7 @@ def builtin_ops() -> list[str]:
 
 def probe(transport, *, max_version: int = MAX_VERSION) -> tuple[dict, dict[str, list[int]]]:
     """Run the probe on ``transport``; returns (what the runtime says of itself, op -> versions).
-    Each op of ``uint8_probe.PROBES`` also runs as a uint8 model and the reply's ``uint8_ops`` lists
-    those the runtime computes (``uint8_probe``)."""
+    Each op of ``uint8_probe.PROBES`` also runs as a uint8 model; ``uint8_ops`` lists those it computes."""
     with tempfile.TemporaryDirectory(prefix="edgeport-probe-") as tmp:
         folder = Path(tmp)
         (folder / "probes").mkdir()

@@ -13,8 +13,7 @@ from:
 
 A ``tflm`` board lists the kernels it has. ``[install]`` says how ``edgeport boards
 install`` makes the board's real runtime on this machine, ``[runner]`` how to reach a real
-board over SSH (``validate/board/runtime.py``). ``check_model`` lists every reason a board
-cannot run a model; an empty list means it can.
+board over SSH (``validate/board/runtime.py``). ``check_model`` is the gate.
 """
 
 from __future__ import annotations
@@ -37,10 +36,9 @@ KERNELS = ("reference", "optimized")  # a tflite board's kernels (``BoardProfile
 # index and shape tensors: every runtime has them whatever arithmetic it runs
 INDEX_DTYPES = {"int32", "int64", "bool"}
 # What a kernel older than the version an op needs does with it (``OpUse.needs``: the version
-# its options, types and ranks need, ops/tflite_versions.py). A converter may declare less than
-# that (onnx2tf 2.x: RESIZE_BILINEAR with half_pixel_centers, a grouped CONV_2D, both as v1): an
-# older runtime then loads the op and ignores the flag -- the write-up's bug -- or refuses it when
-# it prepares the model. So what the op computes decides, not the version declared.
+# its options, types and ranks need, ops/tflite_versions.py). A converter may declare less (onnx2tf
+# 2.x: RESIZE_BILINEAR with half_pixel_centers -- the write-up's bug -- and a grouped CONV_2D, both
+# as v1), so what the op computes decides, not the version declared.
 OLDER_KERNEL = {
     "half_pixel_centers": "would load the op and ignore it (computing something else)",
     "align_corners": "would load the op and ignore it (computing something else)",
@@ -79,8 +77,7 @@ class OpTable:
 
 @dataclass(frozen=True)
 class QuantisedKernels:
-    """The ops a board runs on a quantised type (its ``[uint8]`` table): an op version table
-    says nothing of types, and an old runtime has some kernels for float32 only."""
+    """The ops a board runs on a quantised type: its ``[uint8]`` table (why: ``uint8_probe``)."""
 
     ops: frozenset[str]
     source: str  # how it is known, in a few words
@@ -96,10 +93,8 @@ class InstallSpec:
 
 @dataclass(frozen=True)
 class RunnerSpec:
-    """A real board reached over SSH (``ssh://user@host[:port]``), with a Python and TFLite on it.
-
-    Every field is data from a fixed list of keys, each checked (``runner_spec``): a profile is a
-    file people share, so nothing in it reaches ssh or the board's shell as free text."""
+    """A real board reached over SSH (``ssh://user@host[:port]``), with a Python and TFLite on it;
+    every field checked by ``runner_spec`` (why: "what a profile may contain", below)."""
 
     url: str
     python: str = "python3"  # one of REMOTE_PYTHONS, or an absolute path of plain characters
@@ -281,7 +276,7 @@ class BoardProfile:
     flash_bytes: int
     ops: tuple[str, ...] | None = None  # tflm: kernels available
     overrides: dict[str, OpOverride] = field(default_factory=dict)
-    differences: tuple[str, ...] = ()  # named ways it computes differently (validate/differences.py)
+    differences: tuple[str, ...] = ()  # named ways it computes differently (validate/board/differences.py)
     op_table: OpTable | None = None  # probed from the real runtime; beats op_min_runtime.toml
     install: InstallSpec | None = None
     runner: RunnerSpec | None = None
@@ -532,8 +527,7 @@ def check_model(summary: TFLiteSummary, board: BoardProfile) -> list[str]:
 
 def board_verdict(path: Path, board: BoardProfile) -> BoardCheck:
     """The board gate's verdict on one file, computed once and passed on (the report's
-    ``board.checks``, the emulator's row, ``edgeport boards check``): whether it runs, every reason
-    it does not, and what it holds."""
+    ``board.checks``, the emulator's row, ``edgeport boards check``)."""
     from dataclasses import asdict
 
     summary = read_tflite(path)

@@ -1,8 +1,6 @@
 """A board's own runtime, out of process: the final word on what the board runs and computes.
 
-edgeport talks to it through the runner protocol of ``board_worker.py`` (a folder with the
-model and npy inputs in; npy outputs, the runtime's name and version out), over one of two
-transports:
+edgeport talks to it through the runner protocol (``worker.py``), over one of two transports:
 
 - ``LocalPython``: a Python environment on this machine. ``edgeport boards install
   tflite-1.13`` builds one holding the real TensorFlow Lite 1.13.1 (Python 3.7) under
@@ -110,9 +108,8 @@ class Ssh:
 
     def _ssh(self, remote_command: str) -> list[str]:
         """The ssh command line. Only fixed options, each from a checked field of the profile
-        (``profiles.runner_spec``): the port a number, the key and known-hosts files absolute paths
-        of plain characters (one word each, never read as an option: they start with "/"), the
-        timeout a number; user and host are checked names, and "--" ends ssh's options all the same.
+        (``profiles.runner_spec``): the port and timeout numbers, the key and known-hosts files
+        ``PLAIN_PATH``s; user and host are checked names, and "--" ends ssh's options all the same.
         A profile never gives ssh an option of its own choosing (ProxyCommand runs a command)."""
         s = self.spec
         cmd = ["ssh", "-p", str(int(s.port)), "-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(s.connect_timeout_s)}",

@@ -137,8 +137,7 @@ def _concat(g: Graph, x: int) -> int:
 
 
 def _mean(g: Graph, x: int) -> int:
-    # an output range narrower than the input's: the means of channels 0 and 1 (``INPUTS``) lie
-    # outside it and must clamp
+    # an output range narrower than the input's: channels 0 and 1's means (``probe_input``) must clamp
     y = g.add_tensor("y", (1, 1, 1, 4), "uint8", Quant(0.01, 100))
     g.add(g.new_op("MEAN", [x, int32(g, "axes", [1, 2])], [y], "ReducerOptions", keepDims=True))
     return y
@@ -249,6 +248,6 @@ def probe_input(name: str | None = None) -> np.ndarray:
     x = (np.arange(int(np.prod(shape))) * 7 % 256).astype(np.uint8).reshape(shape)
     if name == "MEAN":
         x[..., 0], x[..., 1] = 0, 255
-    if name is not None and name.endswith(".large_window"):  # sums past 16 bits
+    if name is not None and name.endswith(".large_window"):
         x[..., 0], x[..., 1] = 255, 250
     return x

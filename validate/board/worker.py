@@ -182,8 +182,7 @@ def run(folder, found, again=True):
 
 
 def probe(folder, found):
-    """Which one-op models the runtime accepts: an op version it has no kernel for is refused
-    when the interpreter is built, before any tensor is looked at."""
+    """Which one-op models the runtime accepts (why that is its op table: ``probe.py``)."""
     interpreter_cls, name, version, package = found
     accepted, refused = [], {}
     for n in sorted(os.listdir(os.path.join(folder, "probes"))):
@@ -199,8 +198,7 @@ def probe(folder, found):
 
 
 def _run_uint8(folder, interpreter_cls):
-    """Run each one-op uint8 model on the probe input: OP -> "ran" (its output in
-    outputs/uint8.OP.npy) or why not."""
+    """Each one-op uint8 model, run on its input: OP -> "ran" (output in outputs/uint8.OP.npy) or why not."""
     import numpy as np
 
     where = os.path.join(folder, "uint8")

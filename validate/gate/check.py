@@ -5,22 +5,20 @@ every verdict a report carries, because a check the gate skips is a check a repo
 while the gate says it passed.
 
 - Both files are read strictly, by the types that wrote them (``load_report``: ``jsonfile.read_json``,
-  then ``Report.from_dict``): JSON with no key twice in one object (a reader keeps one of the two,
-  so which one the file "says" is up to the reader); one row per (variant, runtime), one entry per output name in a row, every metric a number in its
-  range (errors >= 0, cosine in [-1, 1], recall and mAP in [0, 1]; NaN and infinity are allowed
-  and are regressions). A duplicate, a metric out of range, a number too large for a float, a
-  missing field: bad input (exit 2). Fields the gate does not know are allowed (new ones come
-  within a schema version); those it knows are checked.
+  then ``Report.from_dict``): JSON with no key twice in one object (``jsonfile`` says why); one row
+  per (variant, runtime), one entry per output name in a row, every metric a number in its range
+  (errors >= 0, cosine in [-1, 1], recall and mAP in [0, 1]; NaN and infinity are allowed and are
+  regressions). A duplicate, a metric out of range, a number too large for a float, a missing
+  field: bad input (exit 2). Unknown fields are allowed (new ones come within a schema version).
 - The two must describe the same model (architecture, weights hash, input, outputs), else
   bad input: comparing two models' reports proves nothing.
 - A row's own checks, each read: its outputs (each against the stricter of its own tolerance and
-  the report's for its variant, whatever the output or the row says), its ``reasons`` (boxes missed, a second invoke that differs), its
-  ``repeat`` (each image invoked twice), its ``verdict`` (whether the file runs there) and its
-  ``steps`` (a quantised row against a run that must compute the same integers). A row passes
-  only when it says so and every one of them passes; a row that says it passed while one failed
-  is a regression whatever the baseline says, named with the check (a report never passes on a
-  ``passed`` it does not earn). An entry that contradicts its own numbers (more steps than it
-  allows, yet passed; a repeat that differs, yet passed) is bad input.
+  the report's for its variant, whatever the output or the row says), its ``reasons``, ``repeat``,
+  ``verdict`` and ``steps`` (``ResultRow`` says what each holds). A row passes only when it says so
+  and every one of them passes; a row that says it passed while one failed is a regression
+  whatever the baseline says, named with the check (a report never passes on a ``passed`` it does
+  not earn). An entry that contradicts its own numbers (more steps than it allows, yet passed; a
+  repeat that differs, yet passed) is bad input.
 - A regression: a baseline row missing, or no longer passing; a failing row the baseline did
   not have failing; a baseline metric or section (detections, mAP) missing; an output's
   cosine falling by more than ``cosine``; its max |error| growing by more than
@@ -274,7 +272,7 @@ def _compare_row(key: str, now: ResultRow, base: ResultRow, base_earned: bool, t
             out.append(Regression(key, section, "present", "missing"))
             continue
         if section == "detections" and "box_centre_px" in b:
-            # where the boxes lie: a quarter further than the baseline's, and by a quarter of a pixel, is a regression
+            # where the boxes lie: further than both ``box_growth`` and ``box_px`` allow is a regression
             moved = n.get("box_centre_px")
             if moved is None or not moved <= max(b["box_centre_px"] * (1 + tol.box_growth), b["box_centre_px"] + tol.box_px):
                 out.append(Regression(key, "box centres' mean distance from PyTorch's (px)", b["box_centre_px"],
@@ -380,10 +378,9 @@ def compare_reports(report: dict | Report, baseline: dict | Report, tol: CheckTo
 
 
 def check_written(report: Report) -> None:
-    """Every report edgeport writes is one ``edgeport check`` reads, and no worse than itself: its JSON
-    read back as the gate reads it, then checked against itself. The commands that write a report call
-    this first (the gate reads reports; the report never imports the gate). A report that fails it is
-    edgeport's bug (an internal error, exit 3), never a file left for the user's gate to refuse."""
+    """Every report edgeport writes is one ``edgeport check`` reads and no worse than itself (here in the
+    gate, which the report never imports); a report that fails is edgeport's bug (an internal error,
+    exit 3), never a file left for the user's gate to refuse."""
     try:
         read = Report.from_dict(json.loads(render_json(report)), "the report edgeport is writing")
     except BadInputError as exc:

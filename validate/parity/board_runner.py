@@ -16,14 +16,11 @@ from edgeport.validate.parity.runners import Runner, RunOutput, RuntimeRefused
 
 
 class BoardRunner(Runner):
-    """A board's own runtime behind the ``Runner`` interface: all images in one call; the worker
-    there invokes each image twice and reports the largest difference.
+    """The worker invokes each image twice and reports the largest difference. Its ms/img is the
+    median of the times the board's runtime reports (``validate/board/worker.py`` times each image's
+    first invoke): the board's word, not a warm time measured here as the other runners' are (``Runner.run``)."""
 
-    Its ms/img is the median of the times the board's runtime reports, one per image
-    (``validate/board/worker.py`` times each image's first invoke): the board's word, not a warm
-    time measured here as the other runners' are (``Runner.run``)."""
-
-    board_runtime = True  # its word on whether the file runs is final
+    board_runtime = True
 
     def __init__(self, transport, path: Path, expected_nchw, *, runtime: str, workdir: Path | None):
         self.transport, self.path, self.expected, self.workdir = transport, Path(path), expected_nchw, workdir

@@ -1,8 +1,5 @@
-"""Comparators: typed results, never a bare bool.
-
-``compare_tensors`` measures one output of one runtime against the reference and says
-whether it passes the variant's tolerance and what tolerance it would take to pass.
-"""
+"""Comparators: typed results, never a bare bool -- whether an output passes its variant's tolerance,
+and the tolerance it would take to pass."""
 
 from __future__ import annotations
 
@@ -32,8 +29,7 @@ class Tolerance:
 
 # Float32 converters only reorder float arithmetic; int8 is judged on shape of the signal.
 FLOAT32 = Tolerance(max_abs_rel=1e-4, min_cosine=0.99999)
-# The folded model is the model with its BatchNorms folded and its upsamples rewritten: exact
-# rewrites, held to the fold's own promise
+# the folded model (BatchNorms folded, upsamples rewritten): exact rewrites, held to the fold's own promise
 FOLDED = Tolerance(max_abs_rel=1e-5, min_cosine=0.99999)
 # A float file's output may lie from PyTorch's by what float32 itself errs by there: PyTorch's model
 # in float32 against float64, on the same images, element by element, twice (each of the two float32
@@ -113,8 +109,7 @@ class TensorComparison:
     metrics: TensorMetrics
     tolerance: Tolerance
     passed: bool
-    # the loosest-needed tolerance under which this comparison would pass
-    needed: Tolerance
+    needed: Tolerance  # the tolerance it would take to pass
     reasons: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:

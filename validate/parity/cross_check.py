@@ -20,11 +20,10 @@ AGREE_REL = 1e-5
 
 def compare_files(shipped: Path, other: Path, images: np.ndarray, expected_nchw, *, tolerance: float = AGREE_REL,
                   names: tuple[str, str] = ("the shipped", "the other converter's")) -> dict:
-    """Whether two float32 files compute the same: ``shipped`` against ``other`` on ``images``
-    (NCHW float32), the worst output's difference relative to the shipped output's range, per
-    output, and where they first part (or None); ``ran`` false, with the reason (``names`` say
-    which file), where either does not run on the reference kernels. The cross-check's comparison,
-    and the board lowering's check (``convert/passes/lower_for_board_pass.py``)."""
+    """Whether ``shipped`` and ``other`` compute the same on ``images`` (NCHW float32): the worst
+    difference and each output's, and where they first part (or None); ``ran`` false, with the reason
+    (``names`` say which file), where either does not run on the reference kernels. Also the board
+    lowering's check (``convert/passes/lower_for_board_pass.py``)."""
     from edgeport.validate.parity.divergence import locate, tflite_intermediates
     from edgeport.validate.parity.runners import RuntimeRefused
     from edgeport.validate.parity.tflite_runner import TFLiteRunner

@@ -25,10 +25,9 @@ import numpy as np
 from edgeport.models.decode import Detections, box_iou
 
 MATCH_IOU = 0.5
-# the perturbations the stable boxes are found under: every value moved up by the bound, down by
-# it, and ten seeded draws uniform within it (the shifts move every score across the confidence
-# threshold at once; the draws reorder near-equal scores, as a converter's rounding does: a box that
-# a two-way tie keeps survives all ten by chance once in a thousand)
+# every value up by the bound, down by it, and ten seeded uniform draws within it: the shifts move
+# every score across the confidence threshold at once; the draws reorder near-equal scores, as a
+# converter's rounding does (a box a two-way tie keeps survives all ten by chance once in a thousand)
 PERTURBATIONS = ("+", "-", *range(10))
 
 
@@ -88,8 +87,7 @@ def _amplitude(values: np.ndarray, bound: NoiseBound) -> float:
 
 def stability(ref: list[Detections], perturbed: list[list[Detections]], possible: list[Detections],
               bound: NoiseBound) -> Stability:
-    """Which of the reference's boxes survive every perturbed decode; ``possible``: per image, the
-    candidates a perturbation within the bound can make reach the threshold (``possible_protocol``)."""
+    """Which of the reference's boxes survive every perturbed decode; ``possible``: per image, as ``Stability.possible``."""
     stable = []
     per_draw = [0] * len(perturbed)
     for n, r in enumerate(ref):

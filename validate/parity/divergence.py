@@ -6,8 +6,7 @@ with every intermediate tensor kept. The candidate is the shipped model: ONNX Ru
 dequantised, NHWC mapped to NCHW). Names do not survive conversion, so tensors are paired
 by value: walking the reference graph in order, each activation is compared with every
 candidate tensor of the same shape and the closest one is kept. The first reference
-tensor that no candidate reproduces within tolerance is the divergence point; the report
-names that reference node, the candidate op that came closest, and the error.
+tensor that no candidate reproduces within tolerance is the divergence point.
 
 Reference tensors that conversion legitimately fuses away (a Conv's output feeding only a
 ReLU, Clip or BatchNormalization) are skipped: no runtime materialises them.
@@ -191,8 +190,7 @@ def locate(reference: list[Tensor], candidates: list[Tensor], *, max_abs_rel: fl
         pool = by_shape.get(ref.value.shape)
         if not pool:
             continue  # nothing of that shape was materialised: cannot judge here
-        # closest by the criterion in force: max_abs when gated on it, else cosine; screened in
-        # float32, the closest's errors then computed as everywhere else (float64)
+        # screened in float32 (``_closest``); the closest's errors then computed as everywhere else (float64)
         best = _closest(ref.value, pool, by_rel=max_abs_rel is not None, norms=norms)
         rel, cos = _errors(ref.value, best.value)
         ok = (max_abs_rel is None or rel <= max_abs_rel) and (min_cosine is None or cos >= min_cosine)
@@ -210,8 +208,7 @@ def locate(reference: list[Tensor], candidates: list[Tensor], *, max_abs_rel: fl
 
 @dataclass(frozen=True)
 class Parting:
-    """The first tensor, in execution order, where two runs of a quantised file differ by more
-    than the steps allowed: the op that wrote it, its name, and by how many steps."""
+    """The first tensor, in execution order, where two runs of a quantised file differ by more steps than allowed."""
 
     index: int  # the op's position in the file
     op: str

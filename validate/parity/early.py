@@ -9,8 +9,8 @@ takes their outputs instead of running them again (``run.execute``). A run is ta
 the same inputs and the same ``Runner.cache_key`` (the same bytes on the same kernels; the same
 module object), so a file that changed after its run was started is run again in parity.
 
-Each run is timed as parity times its runs (``runners.Runner.run``), beside the converter's
-child instead of beside another row (what it saves: docs/measured.md). On a machine whose cores are all busy (the test
+Each run is timed as in parity (``runners.Runner.run``), beside the converter's child instead of
+another row (what it saves: docs/measured.md). On a machine whose cores are all busy (the test
 suite's two workers) it saves nothing: the same work, done earlier.
 """
 
@@ -37,8 +37,7 @@ def parity_inputs(images: np.ndarray, seed: int) -> np.ndarray:
 
 class EarlyRuns:
     """Runs started before parity, on ``inputs`` (``parity_inputs``), in order, on a daemon thread
-    that lives while it has runs to do. ``close`` (parity's end, or the run's: ``convert/context.RunContext``)
-    stops it and waits for the image in progress."""
+    that lives while it has runs to do; ``close`` stops it at parity's end, or the run's (``convert/context.RunContext``)."""
 
     def __init__(self, inputs: np.ndarray):
         self.inputs = inputs

@@ -1,8 +1,7 @@
 """The reference board emulator: what the board would compute, or why it cannot run.
 
-- a ``tflite`` board: the profile's op-version gate, then the kernels the profile says it runs
-  (``kernels``: TFLite's reference kernels, BUILTIN_REF, or a current TFLite's optimised ones) on
-  the model as the board would see it (its named differences applied);
+- a ``tflite`` board: the profile's op-version gate, then its kernels (``BoardProfile.kernels``)
+  on the model as the board would see it (its named differences applied);
 - a ``tflm`` board: the gate, then TensorFlow Lite Micro with the arena sized to the
   board's RAM; arena bytes used are reported against RAM and model bytes against flash.
 """
@@ -22,8 +21,7 @@ from edgeport.validate.parity.runners import Runner
 
 
 def emulator_label(board: BoardProfile) -> str:
-    """The emulator row's runtime: ``board:NAME``, marked emulated when the board's real runtime
-    lives elsewhere (installed, or over SSH) and so could say otherwise."""
+    """``board:NAME``, marked emulated where the board's real runtime (``has_real_runtime``) could say otherwise."""
     return f"board:{board.name} (emulated)" if board.has_real_runtime else f"board:{board.name}"
 
 

@@ -9,16 +9,15 @@ its inputs' grids lose is their producers' error, counted there. The same compar
 quantised run gives the error that reached the tensor, for context. Both are over the size of the
 float model's value (rms), so ops are ranked on one scale.
 
-Each file runs once: rewritten so that the ops judged each read their own copy of each activation
-input, every copy a graph input, every op's output a graph output; one invoke, on the reference
-kernels for the quantised file and the optimised ones for the float32 file (``FLOAT_KERNELS``).
-Tensors are paired with the float32 file's by name (a converter writes both files from one graph; a
-fused op's name may end differently, so the name up to its first ``;``, and the input by position).
-QUANTIZE and DEQUANTIZE compute the identity in real numbers: their output stands for their input's
-float tensor. The ops a board lowering wrote in place of one op (their tensors named under its
-output's, ``ops/lowering``) are judged together, as the op they replace. An op the float32 file
-does not have otherwise (int8's own output scaling, ``convert/converters/int8_groups.py``) and every op after
-it compute other units: they are not judged.
+Each file runs once, its judged ops each alone in one invoke (``_alone``): the quantised file on the
+reference kernels, the float32 file on the optimised ones (``FLOAT_KERNELS``). Tensors are paired
+with the float32 file's by name (a converter writes both files from one graph; a fused op's name may
+end differently, so the name up to its first ``;``, and the input by position). QUANTIZE and
+DEQUANTIZE compute the identity in real numbers: their output stands for their input's float
+tensor. The ops a board lowering wrote in place of one op (their tensors named under its output's,
+``ops/lowering``) are judged together, as the op they replace. An op the float32 file does not have
+otherwise (int8's own output scaling, ``convert/converters/int8_groups.py``) and every op after it
+compute other units: they are not judged.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from edgeport.validate.parity.tensors import dequantize, quantize, to_model_inpu
 IDENTITY_OPS = ("QUANTIZE", "DEQUANTIZE")
 SHOWN = 5  # ops a report names, worst first
 # the float32 file's values: on the optimised kernels, within float rounding (1e-6 of a value) of the
-# reference kernels' and far faster (docs/measured.md; a quantised op's own error is 1e-3 and more); the quantised file runs on the reference kernels
+# reference kernels' and far faster (docs/measured.md; a quantised op's own error is 1e-3 and more)
 FLOAT_KERNELS = "optimized"
 
 
@@ -129,10 +128,8 @@ def _run(model: bytes, values: list[np.ndarray], path: Path, *, kernels: str = "
 
 
 def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path) -> list[OpError]:
-    """Each judged op of ``quantised`` with its own error and the error that reached it, worst own
-    error first, for the first image of ``x_nchw``. An op's own error: its output against the
-    float32 file's same op run on the same inputs (its quantised inputs' real values), over the
-    float value's size; what its inputs' grids lose is their producers' error, not its own."""
+    """Each judged op of ``quantised`` with its own error and the error that reached it (the module's
+    docstring says how), worst own error first, for the first image of ``x_nchw``."""
     from edgeport.ops.tflite_graph import Graph
     from edgeport.validate.parity.divergence import every_tensor_as_output, every_tensor_values
 
@@ -179,9 +176,8 @@ def op_errors(quantised: Path, float_file: Path, x_nchw: np.ndarray, work: Path)
             if requantises and known(ins[0]):
                 alias[name_key(g.tensor_name(outs[0]))] = qkey(ins[0])
             continue
-        # the op, and the ops a lowering wrote for it (their tensors named under its output's), back to known tensors
-        # (a DEQUANTIZE or QUANTIZE that took the float op's name -- a float output of a quantised
-        # file -- is judged with the op before it: the head's last convolution, say)
+        # the op and the ops a lowering wrote for it, back to known tensors; a DEQUANTIZE or QUANTIZE that took the float
+        # op's name (a quantised file's float output) is judged with the op before it: the head's last convolution, say
         tail = set(ins) if g.name(op) in IDENTITY_OPS else set()
         ops, frontier, stack, prefix = {i}, [], list(ins), name_key(g.tensor_name(outs[0])) + "/"
         while stack and ops is not None:

@@ -12,7 +12,7 @@ from edgeport.jsonfile import Malformed, count, expect, number, strings
 from edgeport.text import clip, shown
 
 JUDGES = ("emulator", "runtime", "converter")
-# a repaired file's variant ends so (``int8-repaired``: convert/passes/repair_pass.py); it stands in for its pure
+# a repaired file's variant suffix (``int8-repaired``: convert/passes/repair_pass.py); it stands in for its pure
 # file where it passes (``Report.passed``)
 REPAIRED = "-repaired"
 QUANTISED_FILES = ("int8", "uint8")  # the full-integer files: the variants a repaired file may stand in for
@@ -133,9 +133,8 @@ class ResultRow:
 
 
 def timed(rows, variant: str) -> "ResultRow | None":
-    """The row whose ms/img is ``variant``'s time on the board: its real runtime's where a row has one,
-    else TFLite's optimised kernels' (XNNPACK); never the reference kernels', which time nothing a
-    board runs."""
+    """The row timing ``variant`` on the board: its real runtime's, else TFLite's optimised kernels'
+    (XNNPACK); never the reference kernels', which time nothing a board runs."""
     mine = [r for r in rows if r.variant == variant and r.ms_per_image]
     return next((r for r in mine if r.verdict is not None and r.verdict.judge == "runtime"), None) or \
         next((r for r in mine if r.runtime == "tflite"), None)
@@ -233,9 +232,8 @@ def sections(row: ResultRow) -> dict:
 
 
 def stricter(*tolerances: dict | None) -> dict:
-    """The strictest of ``{"max_abs_rel", "min_cosine", "float32_error", "scale"}`` tolerances (None:
-    that metric ungated there, no float32 error measured, or no probability): the smallest relative
-    error, the largest cosine, and the smallest float32 error and probability scale any of them asks."""
+    """The strictest of ``{"max_abs_rel", "min_cosine", "float32_error", "scale"}`` tolerances, metric by
+    metric (None: that metric ungated there, no float32 error measured, or no probability)."""
     given = [t for t in tolerances if t]
 
     def each(key: str) -> list:

@@ -12,7 +12,7 @@ Three steps, each with a typed result (as Polygraphy's runners and comparator):
    quantised files, per channel; boxes against PyTorch's; a second invoke that differs -- into a
    ``ResultRow``; failing rows get their divergence point.
 
-``run_parity`` returns a ``ParityResult``; ``validate/report/schema.py`` assembles the report.
+``run_parity`` returns a ``ParityResult``; ``validate/report/assemble.py`` assembles the report.
 """
 
 from __future__ import annotations
@@ -135,17 +135,16 @@ class ParityResult:
 
 
 def diagnosed(variant: str) -> bool:
-    """Whether ``variant`` gets the reference kernels' diagnostic row where no board runs those
-    kernels: the quantised files (``DIAGNOSTIC_IMAGES``)."""
+    """Whether ``variant`` gets the reference kernels' diagnostic row (``DIAGNOSTIC_IMAGES``): the quantised files do."""
     return variant != "float32"
 
 
 def diagnostic(runner: Runner) -> Runner:
     """``runner``'s row judged on the first ``DIAGNOSTIC_IMAGES`` inputs only (``ResultRow.images``):
-    the folded model's and the ONNX graph's, which say where an error entered. Every file made from
-    them -- the TFLite files, on the optimised kernels and on the board -- is judged on every
-    input, so an error they carry on any input fails there. On every input the two rows would take
-    seconds of CPU on a large model, beside the converter's calibration (docs/measured.md)."""
+    the folded model's and the ONNX graph's, which say where an error entered. The TFLite files made
+    from them, on the optimised kernels and on the board, are judged on every input, so an error they
+    carry fails there; on every input these two rows would take seconds of CPU on a large model,
+    beside the converter's calibration (docs/measured.md)."""
     runner.images = DIAGNOSTIC_IMAGES
     return runner
 
@@ -209,17 +208,16 @@ def _settled(compute) -> Future:
 
 
 def execute(runners: list[Runner], inputs: np.ndarray, early: EarlyRuns | None = None) -> dict[object, Future]:
-    """Every distinct run (``Runner.cache_key``), finished -- or started in ``early`` on the same
-    inputs, taken from there (``early.py``; its future waits for it): PyTorch's first, alone (it uses every
-    core itself, on its untimed first invoke); then the others -- each on one thread, or in a child process -- side by side, at
-    most one per core. A slow runner's images are shared out (``split``: the reference kernels),
-    slow shares first, so the cores finish together (docs/measured.md). A run on the optimised TFLite kernels (the other runners have no helper)
-    is joined, when a core comes free, by a second interpreter taking its last images
-    (``Runner.helper``, ``Shares``): a row left running alone -- a slow int8 file, once its reference kernels' row has aborted --
-    ends on both cores.
-    Each image is still timed on its own, but beside another run: on a small machine the
-    reference kernels' ms/img reads up to a fifth higher than alone. A run's refusal
-    (``RuntimeRefused``: the runtime's verdict) waits in its future for its row."""
+    """Every distinct run (``Runner.cache_key``), finished, or taken from ``early`` where it started on
+    the same inputs (``early.py``; its future waits for it). PyTorch's first, alone (it uses every core
+    itself, on its untimed first invoke); then the others side by side, each on a thread or in a child
+    process, at most one per core. A slow runner's images are shared out (``split``: the reference
+    kernels), slow shares first, so the cores finish together (docs/measured.md). An optimised TFLite
+    run (only it has a helper) is joined, when a core comes free, by a second interpreter taking its
+    last images (``Runner.helper``, ``Shares``): a row left alone -- a slow int8 file, once its
+    reference kernels' row aborted -- ends on both cores. Each image is still timed on its own, but
+    beside another run: on a small machine the reference kernels' ms/img reads up to a fifth higher
+    than alone. A refusal (``RuntimeRefused``: the runtime's verdict) waits in its future for its row."""
     needed: dict[object, int | None] = {}  # run -> how many of the first inputs it computes (None: all)
     for runner in runners:
         known = needed.get(runner.cache_key, 0)
@@ -450,7 +448,7 @@ def judge(row: PlannedRow, run: RunOutput, subject: ParitySubject, head: Head, r
     passed = all(c.passed for c in compared) and not reasons
     found = None
     if divergence and not passed and row.analysis_file is not None:
-        # where it stops computing what the trained model computes: only for rows that fail
+        # where it stops computing what the trained model computes
         if full.tensors is None:
             full.tensors = _reference_tensors(subject, inputs[:1]) or False
         # once per file's bytes and variant: a board row's emulator file that is the tflite row's file, copied, is not analysed again

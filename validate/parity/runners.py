@@ -3,13 +3,11 @@
 A runner knows nothing about tolerances or reports. It declares what it is -- its label, fixed
 when it is made, and its capabilities as class attributes -- and returns float32 outputs (int8
 models are dequantised in ``tensors.py``) with its median latency per image. A runtime invokes
-every image twice. The first invoke's outputs are the row's; the second is the one timed, warm (a
-first invoke may also load the interpreter and warm its caches, which made the first invoke's
-time a lottery). A runtime row
-also compares the two: an interpreter that keeps state between invokes (TFLite 1.13.1's CONV_2D
-with a runtime filter is right on the first invoke only) answers differently the second time,
-and the row says so. PyTorch, which checks no repeat, invokes only its first images twice, for
-its time (``timed_images``).
+every image twice: the first invoke's outputs are the row's; the second is the one timed, warm (a
+first invoke may also load the interpreter and warm its caches: its time is a lottery), and
+compared with the first: an interpreter that keeps state between invokes (TFLite 1.13.1's CONV_2D
+with a runtime filter is right on the first invoke only) answers differently, and the row says so.
+PyTorch, which checks no repeat, invokes only its first images twice, for its time (``timed_images``).
 """
 
 from __future__ import annotations
@@ -50,9 +48,8 @@ class RunOutput:
 
 
 class Shares:
-    """The images of one run, shared by a runner taking them from the first and a helper from the
-    last, each image once (``Runner.helper``): the helper, started when a core comes free, takes
-    what is left then, and nothing where nothing is. ``helper_took``: the helper's images, so a
+    """The images of one run, shared by a runner taking them from the first and a helper
+    (``Runner.helper``) from the last, each image once. ``helper_took``: the helper's images, so a
     helper that fails leaves them to the runner (``run.execute``)."""
 
     def __init__(self, count: int):
@@ -104,16 +101,14 @@ class Runner(abc.ABC):
     board_runtime: ClassVar[bool] = False
     #: report any difference between an image's two invokes (a runtime, not the reference)
     repeats: ClassVar[bool] = True
-    #: how many of the first images get the second, timed invoke; None: every one. A runner that
-    #: checks repeats invokes every image twice
+    #: how many of the first images get the second, timed invoke; None, or a runner checking repeats: every one
     timed_images: ClassVar[int | None] = None
     #: how many of the inputs (the first ones) its row needs; None: all. A run shared by several rows
     #: (``cache_key``) computes what the most demanding of them needs (``run.execute``)
     images: int | None = None
-    #: one invoke an image, the one timed, and no repeat check: for a runtime whose first invoke
-    #: loads nothing (the reference kernels: first and second invoke alike, and slow) on
-    #: a diagnostic sample, whose file the rows on every input check for repeats; and for a check's
-    #: run, which needs only the outputs (``onnx2tf.fast_run_differs``)
+    #: one invoke an image, the one timed, and no repeat check: for the reference kernels (their first
+    #: invoke loads nothing, and they are slow) on a diagnostic sample, whose file the rows on every input
+    #: check for repeats; and for a check's run, which needs only the outputs (``onnx2tf.fast_run_differs``)
     once: bool = False
 
     @property
@@ -123,7 +118,7 @@ class Runner(abc.ABC):
 
     def split(self, parts: int) -> list["Runner"]:
         """Runners that together compute this one's run, each on a share of the images, side by
-        side: for the slow ones (the reference kernels). By default, this runner alone."""
+        side: for the slow ones (the reference kernels)."""
         return [self]
 
     def helper(self) -> "Runner | None":
@@ -200,10 +195,9 @@ class TorchRunner(Runner):
         return forward(self.module, x)
 
     def _run_timed(self, x):
-        """On one thread, as every other runtime here runs (and a board): PyTorch's own threads
-        on a busy machine made its time a lottery, the medians of ``folded`` and ``reference``
-        swapping places between runs (docs/measured.md). The outputs
-        are the first invoke's, on every thread."""
+        """On one thread, like every other runtime here (and a board): PyTorch's own threads
+        on a busy machine make its time a lottery, the medians of ``folded`` and ``reference``
+        swapping places between runs (docs/measured.md). The outputs are the first invoke's, on every thread."""
         import torch
 
         threads = torch.get_num_threads()

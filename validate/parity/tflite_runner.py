@@ -2,14 +2,13 @@
 
 The reference kernels' rows run in a child process (``run_in_child``; this module is its entry:
 ``python -m edgeport.validate.parity.tflite_runner DIR``, DIR/job.json {"path", "expected",
-"kernels"} and DIR/inputs.npy -> DIR/result.npz, DIR/result.json). TFLite's builtin reference
-kernels abort the process on some files (its int8 SOFTMAX on rows of 1,600 values: MobileViT's
-attention at 640 px), with no message and no exception to catch; run in edgeport's process, that
-ended ``convert`` with a fatal error and no report. A child killed by a signal is that row's
-failure, the file is noted (``ops.tflite_run.note_abort``), and every later in-process use of
-the reference kernels on it (the divergence search, the cross-check) is refused by
-``load_interpreter`` with the same words instead of ending the process. The optimised kernels
-stay in-process.
+"kernels", "once"} and DIR/inputs.npy -> DIR/result.npz, DIR/result.json): TFLite's builtin
+reference kernels abort the process on some files (its int8 SOFTMAX on rows of 1,600 values:
+MobileViT's attention at 640 px), with no message and no exception to catch, which in edgeport's
+process would end ``convert`` with a fatal error and no report. A child killed by a signal fails
+that row and notes the file (``ops.tflite_run.note_abort``): every later in-process use of the
+reference kernels on it (the divergence search, the cross-check) is refused by ``load_interpreter``
+with the same words. The optimised kernels stay in-process.
 """
 
 from __future__ import annotations
@@ -75,8 +74,7 @@ class TFLiteRunner(Runner):
         return clone
 
     def run(self, inputs, stop=None, indices=None):
-        """The reference kernels run in a child process (``run_in_child``: one that aborts is
-        this row's failure, not edgeport's end), on all of ``inputs``; the optimised ones here."""
+        """The reference kernels in a child process (why: the module docstring), on all of ``inputs``."""
         if self.kernels == "reference":
             return run_in_child(self, inputs, stop)
         return super().run(inputs, stop, indices)

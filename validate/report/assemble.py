@@ -24,10 +24,9 @@ def tolerances() -> dict:
 def build_report(parity: ParityResult, *, model: dict, board: Board | None, artifacts: dict, stages=(),
                  upsample: dict | None = None, int8_normalised: list | None = None, converter: dict | None = None,
                  repairs: dict[str, Repair] | None = None, dataset: Dataset | None = None) -> Report:
-    """``model``: checkpoint, layout, arch, config, imgsz, weights_sha256, outputs, strides (and what the
-    command adds); the head parity resolved joins it. What the phases hand it as dicts (stage records'
-    ``to_dict`` too) is read into the report's types by the reader a report file is read by
-    (``schema.read_sections``); the board gate's ``Board`` is one already."""
+    """``model``: ``sections.ModelSection``'s fields, joined by the head parity resolved. What the phases
+    hand it as dicts (stage records' ``to_dict`` too) is read into the report's types by the reader a
+    report file is read by (``schema.read_sections``); the board gate's ``Board`` is one already."""
     given = {"model": dict(model, head=parity.head.name, head_detail=parity.head.describe()), "inputs": parity.inputs,
              "tolerances": tolerances(), "versions": installed_versions(VERSION_PACKAGES), "artifacts": artifacts,
              "board_runtime": parity.board_runtime,

@@ -47,8 +47,7 @@ def render_json(report: Report) -> str:
 
 def rows(report: Report) -> list[dict]:
     """One row per (variant, runtime): the worst output's metrics; ``same_run_as``: the row whose
-    run this one reuses (the row says so: parity runs a board emulator that changes nothing in the
-    file once, with ``tflite-ref``, and both rows hold that one run's numbers), else None."""
+    run this one reuses (``ResultRow.same_run_as``; ``legend`` says why), else None."""
     out = []
     for r in report.results:
         det = r.detections or {}
