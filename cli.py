@@ -278,9 +278,10 @@ def main(argv: list[str] | None = None) -> int:
 def entry(command=main) -> None:
     """The process's entry point (the console scripts, ``python -m edgeport.cli``): run ``command``, then
     exit without the interpreter's teardown of torch -- its op-library finalizers and a last garbage
-    collection, a cost paid for nothing (docs/measured.md); every command has closed its files, staging
-    folders and children by then. ``train`` ends as its workers do (``train.launch.exit_process``) and
-    keeps the collector, making and dropping objects for hours; any other is one-shot (``_lazy.importing``)."""
+    collection, a cost paid for nothing (docs/measured.md); every command has closed its files, removed its
+    staging folders and ended its children by then. ``train`` ends as its workers do (``train.launch.exit_process``)
+    and keeps the collector as it is (training makes and drops objects for hours); any other command is one-shot
+    (``_lazy.importing``)."""
     from edgeport._lazy import one_shot_process
 
     training = sys.argv[1:2] == ["train"]

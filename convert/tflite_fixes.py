@@ -98,9 +98,9 @@ def requantize_int8_constraints(model: bytes) -> tuple[bytes, int]:
 
     2.x quantises value-moving inputs apart from their outputs (YOLOv8's TRANSPOSE around its split,
     CONCATENATION of pieces calibrated separately): XNNPACK then refuses the model and the reference
-    kernels refuse or mis-scale it. Another op's mismatched input is requantised to its output's grid;
-    a split writes each mismatched output on its input's grid, then requantises it to the output's. A
-    model that needs none is returned byte for byte.
+    kernels refuse or mis-scale it. A single-output value-moving op's mismatched input is requantised
+    to its output's grid; a split writes each mismatched output on its input's grid, then requantises
+    it to the output's. A model that needs none is returned byte for byte.
     """
     g, views = _subgraphs(model)
     inserted = 0

@@ -52,7 +52,7 @@ def arch_names() -> list[str]:
 
 
 # Key patterns of other frameworks' state_dicts, with the one-line factory a user writes for each
-# (edgeport imports none of them). Checked in order; the first whose every pattern matches names it.
+# (in a module of their own, passed as --arch my_models:NAME; edgeport imports none of them). Checked in order; the first whose every pattern matches names it.
 FRAMEWORK_HINTS = (
     (("model.0.conv.weight", ".dfl."), "Ultralytics YOLO",
      "def yolo(): from ultralytics import YOLO; m = YOLO('yolov8n.yaml').model; m.model[-1].export = True; return m"),

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/train_demo.py --arch pdet-n-bilinear  # -> pdet_n_bilinear_person.pt (make demo-legacy)
     .venv/bin/python scripts/train_demo.py --arch pdet-n-leaky-spp  # -> pdet_n_leaky_spp_person.pt (benchmarks/board_bench.py)
 
-Minutes each on two cores (docs/measured.md). Writes a synthetic person dataset to runs/demo-data/,
+Minutes each on two cores (docs/measured.md: pdet-n-leaky-spp's run). Writes a synthetic person dataset to runs/demo-data/,
 trains into runs/demo-train-ARCH/, and copies best.pt to models/weights/.
 """
 

@@ -153,8 +153,8 @@ def _check_spawn_url(cfg: TrainConfig) -> Path | None:
 
 
 def prepare_out(cfg: TrainConfig, *, force: bool) -> tuple[TrainConfig, bool, FolderLock]:
-    """Claim or check the run folder and lock it for this run's life; returns the config with
-    ``out`` set, whether the folder was claimed, and the lock. A folder is reused only with
+    """Claim or check the run folder and lock it for this run's life (release it when the run ends);
+    returns the config with ``out`` set, whether the folder was claimed, and the lock. A folder is reused only with
     ``--resume`` (its own) or ``--force`` (an earlier edgeport run's, whose files are deleted),
     never while another run holds it; a resumed one is cleaned of what a killed run left half-written.
     """

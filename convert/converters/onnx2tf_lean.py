@@ -1,10 +1,10 @@
-"""onnx2tf without the work on files edgeport never ships; what it ships is plain onnx2tf's (int8: to its ranges' last bits).
+"""onnx2tf without the work on files edgeport never ships; what it ships is plain onnx2tf's but for int8's calibration.
 
 Asked for int8 (``-oiqt``), onnx2tf writes six or seven files; edgeport ships two: float32
 and full-integer int8 -- and where int8 is converted from its own graph (output groups scaled
 apart: ``int8_groups.py``), one run ships float32 and the other int8 alone (``--ships``, the
 driver's own flag). On the 1.28 line (TensorFlow) this driver skips the others' work and
-changes nothing else but the calibration's last bits, below (``tests/convert/test_onnx2tf_lean.py``
+changes nothing else but the calibration, below (``tests/convert/test_onnx2tf_lean.py``
 compares the shipped files with plain onnx2tf's). Each unshipped variant costs a TensorFlow conversion, most
 of the int8 run's time (docs/measured.md):
 
@@ -24,9 +24,10 @@ an invoke without holding Python's lock. A range is the minimum and maximum over
 any grouping, so the halves merge exactly. Each half runs on the optimised kernels
 (``collect_on_optimised_kernels``), which round their own
 way: a range may differ from 2.x's in its last bits, and the int8 file with it (the same ops,
-tensors and weights; ``tests/convert/test_onnx2tf_lean.py``). On 1.28, ``tf_calibration`` computes
-the ranges TensorFlow's calibrator records over every image on the optimised kernels too: the same
-ranges to float rounding, the int8 file with them.
+tensors and weights; ``tests/convert/test_onnx2tf_lean.py``). On 1.28, TensorFlow's calibrator runs
+the first image only, and ``tf_calibration`` gives every tensor its own range over every image, on the
+optimised kernels too -- not TensorFlow's record where an op writes over its input (tensorflow#127842),
+so that int8 file differs from plain onnx2tf's there.
 
 On both lines the driver imports onnx2tf in ``_lazy.importing``, so the conversion's own garbage
 collections do not walk TensorFlow's or onnx2tf's objects again and again (docs/measured.md).

@@ -2,7 +2,8 @@
 
 In eval mode SyncBatchNorm computes exactly what BatchNorm does from its running
 statistics; reverting it lets the BN-fold pass (whose fuser matches BatchNorm2d) see it,
-and lets export run without a process group. Every parameter, buffer and setting is kept.
+and lets export run without a process group. Its BatchNorm state and settings (weight, bias,
+running statistics, eps, momentum, affine, track_running_stats) are kept; its process group is not.
 
 A subclass that adds a dropout and an activation (timm's ``SyncBatchNormAct``, from
 ``timm.layers.convert_sync_batchnorm``) becomes its non-sync counterpart,

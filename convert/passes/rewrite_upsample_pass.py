@@ -53,7 +53,7 @@ def _call_spec(where: str, node: fx.Node, in_shape, out_shape) -> UpsampleSpec:
 
 class _ShapeRecorder(fx.Interpreter):
     """Runs the graph once, noting each tensor-valued node's shape in ``meta["shape"]``: torch's
-    ShapeProp imports sympy (slow to import) for symbolic shapes, which a conversion never needs."""
+    ShapeProp imports sympy for symbolic shapes, which a conversion never needs (docs/measured.md)."""
 
     def run_node(self, n: fx.Node):
         out = super().run_node(n)

@@ -21,7 +21,8 @@ AGREE_REL = 1e-5
 def compare_files(shipped: Path, other: Path, images: np.ndarray, expected_nchw, *, tolerance: float = AGREE_REL,
                   names: tuple[str, str] = ("the shipped", "the other converter's")) -> dict:
     """Whether ``shipped`` and ``other`` compute the same on ``images`` (NCHW float32): the worst
-    difference and each output's, and where they first part (or None); ``ran`` false, with the reason
+    output's max |difference| over the shipped output's max |value| (``max_abs_rel``) and each output's,
+    and where they first part (or None); ``ran`` false, with the reason
     (``names`` say which file), where either does not run on the reference kernels. Also the board
     lowering's check (``convert/passes/lower_for_board_pass.py``)."""
     from edgeport.validate.parity.divergence import locate, tflite_intermediates

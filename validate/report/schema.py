@@ -207,9 +207,9 @@ class Report:
 
     @classmethod
     def from_dict(cls, data, what: str = "report") -> "Report":
-        """A report as ``to_dict`` wrote it, read back strictly: its rows (``ResultRow.from_dict``), one
-        per variant and runtime; what says which model it is about; the box tolerance its rows are held
-        to; the other parts (``read_sections``). ``BadInputError`` (exit 2), one line naming the first
+        """A report as ``to_dict`` wrote it, read back strictly: what says which model it is about; its
+        parts (``read_sections``, its tolerances among them); then its rows (``ResultRow.from_dict``), one
+        per variant and runtime, each with the box tolerance it is held to. ``BadInputError`` (exit 2), one line naming the first
         problem. Fields no type names are allowed (new ones come within a schema version)."""
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             schema = data.get("schema") if isinstance(data, dict) else None
