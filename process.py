@@ -84,20 +84,21 @@ def caught_stderr():
     """What native code writes on fd 2 while the block runs, caught in a temporary file (up to
     ``MAX_CAUGHT`` bytes): yields a list that holds those bytes once the block ends, however it ends."""
     caught: list[bytes] = []
-    with _STDERR:
+    with _STDERR, tempfile.TemporaryFile() as tmp:
         try:
             saved = os.dup(2)
-        except OSError:  # no stderr at all (2>&-): nothing to catch
-            yield caught
-            return
+        except OSError:  # no fd 2 (2>&-): the file stands in for it during the block, and it is closed again after
+            saved = None
         if sys.stderr is not None:
             sys.stderr.flush()
-        with tempfile.TemporaryFile() as tmp:
-            os.dup2(tmp.fileno(), 2)
-            try:
-                yield caught
-            finally:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield caught
+        finally:
+            if saved is None:
+                os.close(2)
+            else:
                 os.dup2(saved, 2)
                 os.close(saved)
-                tmp.seek(0)
-                caught.append(tmp.read(MAX_CAUGHT))
+            tmp.seek(0)
+            caught.append(tmp.read(MAX_CAUGHT))

@@ -35,7 +35,7 @@ def test_loading_a_file_on_xnnpack_says_nothing_on_stderr_but_what_the_runtime_r
 
 
 def test_a_process_without_stderr_still_loads_a_file(tmp_path):
-    """``edgeport ... 2>&-``: no fd 2 to point elsewhere, so nothing is caught, and the file loads."""
+    """``edgeport ... 2>&-``: with no fd 2 the file loads all the same."""
     import os
 
     model = tmp_path / "relu.tflite"
@@ -44,3 +44,17 @@ def test_a_process_without_stderr_still_loads_a_file(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script, str(model)], capture_output=False, stdout=subprocess.PIPE,
                           preexec_fn=lambda: os.close(2), timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == b"loaded"
+
+
+def test_without_stderr_native_output_is_still_caught():
+    """``2>&-``: what native code writes on fd 2 is caught all the same (TFLM's arena report is read so),
+    nested blocks each catch their own, and fd 2 is closed again after, as the process started."""
+    import os
+
+    script = ("import os\nfrom edgeport.process import caught_stderr\n"
+              "with caught_stderr() as outer:\n    os.write(2, b'outer')\n"
+              "    with caught_stderr() as inner:\n        os.write(2, b'inner')\n"
+              "try:\n    os.fstat(2)\n    closed = False\nexcept OSError:\n    closed = True\n"
+              "print(outer, inner, closed)")
+    proc = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, preexec_fn=lambda: os.close(2), timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == b"[b'outer'] [b'inner'] True", proc.stdout
