@@ -10,6 +10,7 @@ bytes or a truncated download each get their own one-line explanation.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import pickle
 import re
@@ -123,9 +124,12 @@ def torch_load(path: Path, *, trust: bool) -> Any:
         if trust:
             return torch.load(path, map_location="cpu", weights_only=False, pickle_module=_trusting_pickle())
         # a training script's options beside its weights (torchvision's reference scripts): plain attributes the
-        # restricted unpickler reads; nothing runs. Process-wide: torch 2.4, the oldest supported, has no per-call form
-        torch.serialization.add_safe_globals([argparse.Namespace])
-        return torch.load(path, map_location="cpu", weights_only=True)
+        # restricted unpickler reads; nothing runs. For this load alone where torch has the scoped form (2.5+)
+        scoped = getattr(torch.serialization, "safe_globals", None)
+        if scoped is None:
+            torch.serialization.add_safe_globals([argparse.Namespace])
+        with scoped([argparse.Namespace]) if scoped is not None else contextlib.nullcontext():
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         culprit = _unsupported_global(str(exc))
         if not trust and culprit:
@@ -189,7 +193,7 @@ def recorded_imgsz(obj: Any) -> int | None:
     """The input size a checkpoint says its model was trained at (edgeport's trainer writes ``imgsz``):
     a number from a file, so only a whole number in 32..4096; else None."""
     value = obj.get("imgsz") if isinstance(obj, dict) else None
-    if isinstance(value, int) and not isinstance(value, bool) and 32 <= value <= 4096:
+    if isinstance(value, int) and not isinstance(value, bool) and 32 <= value <= 4096:  # (cliargs is a layer above)
         return value
     return None
 

@@ -175,7 +175,7 @@ def _internal(prog: str, exc: BaseException) -> int:
     import traceback
 
     log = _log("edgeport-internal-", "".join(traceback.format_exception(exc)))
-    first = (str(exc).strip().splitlines() or [""])[0]
+    first = first_line(exc) if str(exc).strip() else ""
     what = first if isinstance(exc, EdgeportError) else f"{type(exc).__name__}: {first}"
     where = f"with the traceback in {log}" if log else "with the command that caused it (no log file could be written)"
     print(error_line(prog, what, kind="internal error", tail=f"; not a failed gate: please report it {where}", logged=True),

@@ -1,6 +1,7 @@
 """docs/convert.md's worked examples ("Your own model, worked through"), file for file and command
 for command: each example's Python files are written as the page has them, its commands run in an
-empty folder, and each must exit 0 with a report that passed.
+empty folder, and each must end as the page says: exit 0 with a report that passed, except the DDP
+script's detector on onnx2tf 2.x (exit 1, float32 the file; the Ultralytics example is skipped there).
 
 The only change: the Ultralytics example converts at 128 px, not 320 (its repair makes it the slow
 one); the others run at the size written.

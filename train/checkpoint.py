@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from edgeport.cliargs import whole_number
+from edgeport.cliargs import real_number, whole_number
 from edgeport.errors import CheckpointError
 from edgeport.folders import writing
 
@@ -49,7 +49,7 @@ def load_resume(path: Path) -> dict:
         raise CheckpointError(f"--resume {str(path)!r}: its metrics history is not a list of numbers; pass the run's last.pt")
     best = ckpt.get("best_map50", -1.0)
     if not (isinstance(ckpt.get("args"), dict) and count("epoch") and count("step")
-            and isinstance(best, (int, float)) and not isinstance(best, bool) and -1.0 <= best <= 1.0):
+            and real_number(best) and -1.0 <= best <= 1.0):
         raise CheckpointError(f"--resume {str(path)!r} lacks valid saved options, epoch, step or best mAP; pass the run's last.pt")
     return ckpt
 

@@ -131,7 +131,6 @@ def test_ctrl_c_stops_the_runs_at_their_next_image(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     runner = Slow([np.zeros((0, 4))] * 12)
-    t0 = time.perf_counter()
     with pytest.raises(KeyboardInterrupt):
         dataset_score.score_dataset(samples, SIZE, Head("yolov8", nc=1), {"t": runner}, on_progress=interrupt)
-    assert runner.seen < 12 and time.perf_counter() - t0 < 6 * 0.05 * 2, "the second chunk's run stopped early"
+    assert runner.seen < 12, "the second chunk's run went on to its end"  # (the pool's exit waits for it)
