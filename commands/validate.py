@@ -30,6 +30,7 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
         from edgeport.validate.gate.check import check_written
         from edgeport.validate.report.assemble import build_report
         from edgeport.validate.report.render import write_reports
+        from edgeport.validate.report.schema import file_name
         from edgeport.validate.report.sections import Dataset
 
     if not Path(tflite).is_file():
@@ -57,7 +58,7 @@ def validate(checkpoint: Path, tflite: Path, *, out: Path | None, force: bool, a
         (variant,) = made.files
         report = build_report(
             validated.parity, model=dict(made.prepared.describe(), tflite=str(tflite)), board=validated.gated.board,
-            artifacts={f"model_{variant}.tflite": {"bytes": Path(tflite).stat().st_size, "path": str(tflite)}},
+            artifacts={file_name(variant): {"bytes": Path(tflite).stat().st_size, "path": str(tflite)}},
             stages=[r.to_dict() for r in records],
             dataset=Dataset.of(validated.dataset, f"{data}/images/val") if validated.dataset is not None else None,
         )

@@ -30,6 +30,7 @@ class DatasetScore:
     maps: dict  # row label -> validate.metrics.coco_map(per_class=True)
     seconds: float
     refused: dict  # row label -> the images of the chunk its runtime refused, and its own message
+    fingerprint: str  # ``fingerprint(samples)``
 
 
 def load_chunk(samples, imgsz: int) -> tuple[np.ndarray, list]:
@@ -86,11 +87,22 @@ def score_dataset(samples, imgsz: int, head, runners: dict, on_progress=None) ->
                         found[name] += [Detections(lb.to_original(d.boxes), d.scores, d.classes) for d, lb in zip(dets, boxes)]
                     if on_progress is not None:
                         on_progress(min(k * CHUNK, len(samples)), len(samples))
-        except BaseException:
-            stop.set()  # the pool's exit waits for the runs: each ends at its next image
-            raise
+        finally:
+            stop.set()  # the pool's exit waits for the runs (an error, Ctrl-C, a head without boxes): each ends at its next image
     maps = {name: coco_map(samples, dets, per_class=True) for name, dets in found.items() if name not in refused}
-    return DatasetScore(len(samples), maps, time.perf_counter() - t0, refused)
+    return DatasetScore(len(samples), maps, time.perf_counter() - t0, refused, fingerprint(samples))
+
+
+def fingerprint(samples) -> str:
+    """Which set was scored: SHA-256 over each image's file name and size and its labels, in order. Two
+    reports' mAP compare only on the same images and labels, wherever the folder was (``edgeport check``)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for s in samples:
+        digest.update(f"{s.image.name}\0{s.image.stat().st_size}\0{len(s.boxes)}\0".encode())
+        digest.update(np.ascontiguousarray(s.boxes, np.float64).tobytes() + np.ascontiguousarray(s.classes, np.int64).tobytes())
+    return digest.hexdigest()
 
 
 def _outputs(run, name: str, refused: dict, which: str):

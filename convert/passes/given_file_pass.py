@@ -36,8 +36,8 @@ def read_given(path: Path):
     return shape[1], {"int8": "int8", "uint8": "uint8"}.get(summary.input_dtype, "float32"), summary
 
 
-def _dataset(data: Path, imgsz: int, num_classes: int, images: int | None, parity_images: int | None = None):
-    """(the first ``parity_images`` (default ``PARITY_IMAGES``) images as inputs, their source in words, their samples (labels and
+def _dataset(data: Path, imgsz: int, num_classes: int, images: int | None, parity_images: int):
+    """(the first ``parity_images`` images as inputs, their source in words, their samples (labels and
     sizes) or None for a folder of plain images, their letterboxes, every labelled sample scored for mAP):
     from a dataset's val split or a plain image folder, the first ``images`` of it (None: all)."""
     from edgeport.models.preprocess import list_images
@@ -55,7 +55,7 @@ def _dataset(data: Path, imgsz: int, num_classes: int, images: int | None, parit
         every = [Sample(f, np.zeros((0, 4), np.float32), np.zeros(0, np.int64), 0, 0) for f in files]
         labelled = False
         source = f"images from {data}"
-    judged = every[:parity_images or PARITY_IMAGES]
+    judged = every[:parity_images]
     inputs, boxes = load_chunk(judged, imgsz)
     of = f" of {len(every)}" if len(every) > len(judged) else ""
     return inputs, f"{len(judged)}{of} {source}", (judged if labelled else None), boxes, (tuple(every) if labelled else ())

@@ -625,9 +625,10 @@ def test_boxes_further_from_pytorchs_than_the_baselines_are_a_regression():
     assert "missing" in str(gone)
 
 
-def _with_dataset(map50_95: float, images: int = 500, rows=("tflite", "board:b (TFLite 1.13.1)")) -> dict:
+def _with_dataset(map50_95: float, images: int = 500, rows=("tflite", "board:b (TFLite 1.13.1)"), source="d/images/val",
+                  fingerprint=None) -> dict:
     report = make_report()
-    report["dataset"] = {"source": "d/images/val", "images": images, "seconds": 9.0, "refused": {}, "rows": {
+    report["dataset"] = {"source": source, "fingerprint": fingerprint, "images": images, "seconds": 9.0, "refused": {}, "rows": {
         row: {"map50": 0.6, "map50_95": map50_95, "classes": {}} for row in rows}}
     return report
 
@@ -644,3 +645,29 @@ def test_the_whole_sets_map_may_not_fall_and_is_compared_on_the_same_images_only
     assert [(r.row, r.now) for r in other] == [("dataset", "100 images of d/images/val")]
     assert [(r.row, r.now) for r in compare_reports(make_report(), base, CheckTolerance())] == [("dataset", "missing")]
     assert compare_reports(_with_dataset(0.1), make_report(), CheckTolerance()) == [], "a baseline without one compares none"
+
+
+def test_the_whole_set_is_known_by_its_fingerprint_not_its_folders_name():
+    base = _with_dataset(0.40, fingerprint="a" * 64)
+    moved = _with_dataset(0.40, source="/elsewhere/d/images/val", fingerprint="a" * 64)
+    assert compare_reports(moved, base, CheckTolerance()) == [], "the same images and labels, reached another way"
+    edited = compare_reports(_with_dataset(0.40, fingerprint="b" * 64), base, CheckTolerance())
+    assert [(r.row, r.now) for r in edited] == [("dataset", "500 images of d/images/val (set bbbbbbbbbbbb)")]
+    assert [r.row for r in compare_reports(_with_dataset(0.40), base, CheckTolerance())] == ["dataset"], "no fingerprint: not shown the same"
+
+
+@pytest.mark.parametrize("change, error", [
+    (lambda d: d["rows"]["tflite"].update(map50=7.5), "dataset.rows.tflite.map50 is 7.5, outside"),
+    (lambda d: d["rows"]["tflite"].update(classes={"0": {"ap50": 0.5, "ap50_95": -3, "instances": 4}}),
+     "dataset.rows.tflite.classes.0.ap50_95 is -3.0, outside"),
+    (lambda d: d["rows"]["tflite"].update(classes={"0": {"ap50": 0.5, "ap50_95": 0.3, "instances": -5}}),
+     "dataset.rows.tflite.classes.0.instances is -5.0, outside"),
+    (lambda d: d.update(images=0), "dataset.images is 0.0, outside"),
+    (lambda d: d["refused"].update(tflite="images 1-16: no"), "dataset.rows and dataset.refused both name ['tflite']"),
+])
+def test_a_whole_set_score_out_of_range_is_malformed(change, error):
+    report = _with_dataset(0.40)
+    change(report["dataset"])
+    with pytest.raises(BadInputError, match="malformed") as exc:
+        Report.from_dict(report)
+    assert error in str(exc.value)

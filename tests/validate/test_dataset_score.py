@@ -64,13 +64,13 @@ def test_parity_judges_the_first_images_and_map_takes_every_one_or_the_first_n(t
     rng = np.random.default_rng(6)
     write_dataset(tmp_path, {"val": [make_scene(rng, SIZE) for _ in range(7)]}, size=SIZE)
     monkeypatch.setattr(given_file_pass, "PARITY_IMAGES", 4)
-    inputs, source, truth, letterboxes, scored = given_file_pass._dataset(tmp_path, SIZE, 1, None)
+    inputs, source, truth, letterboxes, scored = given_file_pass._dataset(tmp_path, SIZE, 1, None, given_file_pass.PARITY_IMAGES)
     assert inputs.shape == (4, 3, SIZE, SIZE) and len(truth) == len(letterboxes) == 4 and len(scored) == 7
     assert source.startswith("4 of 7 labelled images from ")
-    inputs, source, truth, _, scored = given_file_pass._dataset(tmp_path, SIZE, 1, 3)
+    inputs, source, truth, _, scored = given_file_pass._dataset(tmp_path, SIZE, 1, 3, given_file_pass.PARITY_IMAGES)
     assert inputs.shape[0] == len(truth) == len(scored) == 3 and source.startswith("3 labelled images from ")
     plain = tmp_path / "images" / "val"  # a folder of images: parity's inputs, and nothing to score
-    inputs, _, truth, _, scored = given_file_pass._dataset(plain, SIZE, 1, None)
+    inputs, _, truth, _, scored = given_file_pass._dataset(plain, SIZE, 1, None, given_file_pass.PARITY_IMAGES)
     assert inputs.shape[0] == 4 and truth is None and scored == ()
 
 
@@ -134,3 +134,15 @@ def test_ctrl_c_stops_the_runs_at_their_next_image(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         dataset_score.score_dataset(samples, SIZE, Head("yolov8", nc=1), {"t": runner}, on_progress=interrupt)
     assert runner.seen < 12, "the second chunk's run went on to its end"  # (the pool's exit waits for it)
+
+
+def test_the_sets_fingerprint_follows_its_images_and_labels_not_its_folder(tmp_path):
+    rng = np.random.default_rng(10)
+    scenes = [make_scene(rng, SIZE) for _ in range(3)]
+    for where in ("a", "b"):
+        write_dataset(tmp_path / where, {"val": scenes}, size=SIZE)
+    here, there = (load_split(tmp_path / w, "val", 1) for w in ("a", "b"))
+    assert dataset_score.fingerprint(here) == dataset_score.fingerprint(there)
+    moved = [here[0], here[1], type(here[2])(here[2].image, here[2].boxes + 1, here[2].classes, here[2].width, here[2].height)]
+    assert dataset_score.fingerprint(moved) != dataset_score.fingerprint(here), "a label moved is another set"
+    assert dataset_score.fingerprint(here[:2]) != dataset_score.fingerprint(here)

@@ -321,9 +321,12 @@ def _dataset(now: Report, base: Report, tol: CheckTolerance) -> list[Regression]
     b, n = base.dataset, now.dataset
     if b is None:
         return []
-    if n is None or (n.source, n.images) != (b.source, b.images):
-        said = "missing" if n is None else f"{n.images} images of {n.source}"
-        return [Regression("dataset", "mAP measured on", f"{b.images} images of {b.source}", said)]
+    same = n is not None and n.images == b.images and (n.fingerprint == b.fingerprint if b.fingerprint else n.source == b.source)
+    if not same:  # (a baseline without a fingerprint: an older report, its folder as given)
+        def scored(d) -> str:
+            return f"{d.images} images of {d.source}" + (f" (set {d.fingerprint[:12]})" if d.fingerprint else "")
+
+        return [Regression("dataset", "mAP measured on", scored(b), "missing" if n is None else scored(n))]
     out = []
     for row, bm in b.rows.items():
         nm = n.rows.get(row)

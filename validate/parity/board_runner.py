@@ -17,7 +17,7 @@ from edgeport.validate.parity.runners import Runner, RunOutput, RuntimeRefused
 
 class BoardRunner(Runner):
     """A board's own runtime behind the ``Runner`` interface, all images in one call: its worker invokes
-    each image twice and reports the largest difference. Its ms/img is the
+    each image twice and reports the largest difference (once, with ``Runner.once``). Its ms/img is the
     median of the times the board's runtime reports (``validate/board/worker.py`` times each image's
     first invoke): the board's word, not a warm time measured here as the other runners' are (``Runner.run``)."""
 

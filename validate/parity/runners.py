@@ -108,7 +108,8 @@ class Runner(abc.ABC):
     images: int | None = None
     #: one invoke an image, the one timed, and no repeat check: for the reference kernels (their first
     #: invoke loads nothing, and they are slow) on a diagnostic sample, whose file the rows on every input
-    #: check for repeats; and for a check's run, which needs only the outputs (``onnx2tf.fast_run_differs``)
+    #: check for repeats; for a check's run, which needs only the outputs (``onnx2tf.fast_run_differs``); and
+    #: for validate --data's whole set (``dataset_score``)
     once: bool = False
 
     @property

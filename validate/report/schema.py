@@ -49,7 +49,8 @@ SECTIONS = ("model", "inputs", "tolerances", "versions", "artifacts", "board", "
 
 @dataclass(frozen=True)
 class Report:
-    """Everything a run found. ``passed``: every row passed and the board can run every file."""
+    """Everything a run found. ``passed``: every row passed, the board can run every file, and no runtime
+    refused images of validate --data's set."""
 
     results: tuple[ResultRow, ...]
     model: ModelSection = field(default_factory=ModelSection)

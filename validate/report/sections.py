@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from edgeport.jsonfile import Section, ranged
+from edgeport.jsonfile import Malformed, Section, ranged
+from edgeport.text import shown
 from edgeport.validate.board.verdict import BoardCheck
 
 # per output, the int8 file's channel groups scaled apart: [axis, first channel, end, factor] each
@@ -279,15 +280,15 @@ class Repair(Section):
 
 @dataclass(frozen=True, kw_only=True)
 class ClassAP(Section):
-    ap50: float
-    ap50_95: float
-    instances: int  # labelled boxes of the class
+    ap50: float = ranged(0.0, 1.0)
+    ap50_95: float = ranged(0.0, 1.0)
+    instances: int = ranged(1, math.inf)  # labelled boxes of the class
 
 
 @dataclass(frozen=True, kw_only=True)
 class DatasetMap(Section):
-    map50: float
-    map50_95: float
+    map50: float = ranged(0.0, 1.0)
+    map50_95: float = ranged(0.0, 1.0)
     classes: dict[str, ClassAP] = field(default_factory=dict)  # class index -> its AP
 
 
@@ -297,15 +298,21 @@ class Dataset(Section):
     of the cheap rows: the file on TFLite's optimised kernels, PyTorch and the board's own runtime (where
     measured: ``validate/dataset_score.py``). A row whose runtime refused an image has no mAP: ``refused``."""
 
-    source: str | None = None
-    images: int
+    source: str | None = None  # the folder as given: said, not compared
+    fingerprint: str | None = None  # which images and labels were scored (``dataset_score.fingerprint``)
+    images: int = ranged(1, math.inf)
     rows: dict[str, DatasetMap]  # "pytorch", "tflite", "board:NAME (RUNTIME)" -> its mAP
-    seconds: float | None = None
+    seconds: float | None = ranged(0.0, math.inf, default=None)
     refused: dict[str, str] = field(default_factory=dict)  # row -> the runtime's own message
+
+    def __post_init__(self) -> None:
+        if both := sorted(self.rows.keys() & self.refused.keys()):
+            raise Malformed(f"dataset.rows and dataset.refused both name {shown(both)}: a refused row has no mAP")
 
     @classmethod
     def of(cls, score, source: str) -> "Dataset":
         """From ``validate.dataset_score.DatasetScore``."""
-        return cls(source=source, images=score.images, seconds=round(score.seconds, 2), refused=dict(score.refused), rows={
+        return cls(source=source, fingerprint=score.fingerprint, images=score.images, seconds=round(score.seconds, 2),
+                   refused=dict(score.refused), rows={
             name: DatasetMap(map50=m["map50"], map50_95=m["map50_95"], classes={
                 str(c): ClassAP(**ap) for c, ap in m["classes"].items()}) for name, m in score.maps.items()})
