@@ -26,8 +26,11 @@ def whole_number(value, lo: int | None = None, hi: int | None = None) -> bool:
 
 
 def real_number(value) -> bool:
-    """A finite int or float that is not a bool: a number read from a file."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite int or float that is not a bool: a number read from a file (an integer past float's range is none)."""
+    try:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def positive_int(text: str) -> int:

@@ -51,6 +51,8 @@ elif case == "undeclared-output":
     good["outputs"][0]["shape"] = [9]; save(np.zeros(9, np.float32)); json.dump(good, open("result.json", "w"))
 elif case == "huge-number":
     save(np.zeros(1, np.float32)); open("result.json", "w").write(json.dumps(good).replace("1.0]", "1e999]"))
+elif case == "huge-integer":  # past float's range: no number, not an OverflowError
+    save(np.zeros(1, np.float32)); open("result.json", "w").write(json.dumps(good).replace("1.0]", "1" + "0" * 400 + "]"))
 elif case == "deep-json":
     open("result.json", "w").write("[" * 100000 + "]" * 100000)
 elif case == "huge-result":  # 300 MB that cost the board nothing (a sparse file): refused by its size, never read
@@ -92,6 +94,7 @@ def board(tmp_path):
     ("wrong-shape", "as float32[7], but declared float32[1]"),
     ("undeclared-output", "outputs the model does not have"),
     ("huge-number", "'ms' is not one time"),
+    ("huge-integer", "'ms' is not one time"),
     ("deep-json", "result.json edgeport cannot use"),
     ("huge-result", "result.json edgeport cannot use (it is larger than 4 MB)"),
     ("padded-result", "result.json edgeport cannot use (it is larger than 4 MB)"),

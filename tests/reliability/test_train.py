@@ -277,6 +277,7 @@ def _coco_case(data: Path, *, image: dict | None = None, annotation: dict | None
     ({"annotations": None}, "'annotations' must be a list"),
     ({"annotation": {"bbox": [10, 10, 1e308, 20]}}, "outside its 64x64 image"),
     ({"annotation": {"bbox": [500, 500, 20, 20]}}, "outside its 64x64 image"),
+    ({"annotation": {"bbox": [10**400, 10, 20, 20]}}, "needs 'bbox' as 4 numbers"),  # past float's range
     ({"image": {"width": 640, "height": 480}}, "declares 640x480 but the file is 64x64"),
 ])
 def test_coco_labels_that_do_not_fit_their_images_are_named(workspace, data, run_inproc, case, needle):

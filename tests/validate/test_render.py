@@ -230,3 +230,18 @@ def test_each_repair_tried_is_said_with_what_it_did():
     assert tried[-2:] == ["a candidate with 1 ops in float that passed on TFLite's kernels failed on int8-repaired/tflite",
                           "float tail of the pure file (worst cosine): 1 ops -, 2 ops -, 3 ops pass"]
     assert not_repaired == f"`uint8` failed its gate and was not repaired ({REPAIRS['uint8']['why']}); tried: nothing"
+
+
+def test_the_tables_title_shows_a_users_path_as_text_not_markup():
+    """validate names the file given (``--tflite``): rich would read its ``[/]`` as a closing tag and raise."""
+    import io
+
+    from rich.console import Console
+
+    from edgeport.validate.report.render import print_table
+
+    data = _with_board_rows(same_run=False)
+    data["artifacts"] = {"model_float32.tflite": {"bytes": 10, "path": "runs/a[/]b.tflite"}}
+    console = Console(file=io.StringIO(), width=240)
+    print_table(Report.from_dict(data), console)
+    assert "a[/]b.tflite" in console.file.getvalue()

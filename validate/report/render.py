@@ -545,7 +545,7 @@ def print_table(report: Report, console) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=f"parity: {verdict(report)}", min_width=100)
+    table = Table(title=Text(for_terminal(f"parity: {verdict(report)}")), min_width=100)  # names a user's file: never markup
     for h in HEADER:
         table.add_column(h, justify="left" if h in ("variant", "runtime", "status") else "right")
     for row in rows(report):
