@@ -90,7 +90,7 @@ def rerange(quantised: bytes, ranges: dict) -> Reranged:
     """``quantised`` with the grids ``ranges`` (``float_ranges``) show badly wrong set again; the
     model byte for byte, and no tensor named, where none is."""
     from edgeport.convert.tflite_fixes import FIXED_OUTPUT_OPS, RESIZE_OPS, SAME_SCALE_OPS
-    from edgeport.convert.uint8 import BIASED
+    from edgeport.convert.uint8 import bias_inputs
 
     g = Graph(quantised)
     if g.subgraphs != 1:
@@ -142,26 +142,20 @@ def rerange(quantised: bytes, ranges: dict) -> Reranged:
         for t in op.inputs:
             readers[t] = readers.get(t, 0) + 1
 
-    def biased(op) -> tuple[int, int] | None:  # (its data input, its bias), for an op with a bias
-        where = BIASED.get(g.name(op))
-        if where is None or where[2] >= len(op.inputs) or op.inputs[where[2]] < 0:
-            return None
-        return op.inputs[where[0]], op.inputs[where[2]]
-
     def drop(t: int) -> None:
         nonlocal new
         new = {u: q for u, q in new.items() if groups.find(u) != groups.find(t)}
 
     for op in g.ops:
-        pair = biased(op)
+        if (parts := bias_inputs(g, op)) is None:
+            continue
+        x, w, b = parts
         # a bias another op reads too, or not an int32 constant: its input's group keeps its grid
-        if pair is not None and pair[0] in new and (readers[pair[1]] > 1 or g.const(pair[1]) is None or g.dtype(pair[1]) != "int32"):
-            drop(pair[0])
+        if x in new and (readers[b] > 1 or g.const(b) is None or g.dtype(b) != "int32"):
+            drop(x)
         # weights that are an activation (a FULLY_CONNECTED of two activations): its bias would be stale
-        if pair is not None:
-            for t in op.inputs[1:]:
-                if t >= 0 and t != pair[1] and t in new:
-                    drop(t)
+        if w in new:
+            drop(w)
     changed = True
     while changed and new:  # MULTIPLIED: a group whose multiplier reaches 1 keeps its grid
         changed = False
@@ -179,10 +173,10 @@ def rerange(quantised: bytes, ranges: dict) -> Reranged:
                         drop(t)
                         changed = True
     for op in g.ops:  # a bias is stated on its op's input scale: the same real numbers on the new one
-        pair = biased(op)
-        if pair is None or pair[0] not in new:
+        parts = bias_inputs(g, op)
+        if parts is None or parts[0] not in new:
             continue
-        x, bias = pair
+        x, _, bias = parts
         ratio = g.quant(x).scale / new[x].scale
         value = g.const(bias)
         restated = np.clip(np.rint(value.astype(np.float64) * ratio), -(2 ** 31), 2 ** 31 - 1).astype(np.int32)

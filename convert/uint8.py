@@ -68,12 +68,19 @@ BIASED = {"CONV_2D": (0, 1, 2), "DEPTHWISE_CONV_2D": (0, 1, 2), "FULLY_CONNECTED
 BIAS_SCALE_RTOL = 1e-6  # what TFLite's GetQuantizedConvolutionMultipler allows
 
 
-def _align_bias(g: Graph, op, aligned: set[int]) -> None:
-    """Put an int32 bias on the scale ``s_in * s_w``, the accumulator it is added to."""
+def bias_inputs(g: Graph, op) -> tuple[int, int, int] | None:
+    """An op's (data, weight, bias) tensors, where it has a bias (``BIASED``)."""
     where = BIASED.get(g.name(op))
     if where is None or len(op.inputs) <= where[2] or op.inputs[where[2]] < 0:
+        return None
+    return tuple(op.inputs[i] for i in where)
+
+
+def _align_bias(g: Graph, op, aligned: set[int]) -> None:
+    """Put an int32 bias on the scale ``s_in * s_w``, the accumulator it is added to."""
+    if (parts := bias_inputs(g, op)) is None:
         return
-    x, w, b = (op.inputs[i] for i in where)
+    x, w, b = parts
     qx, qw, qb, value = g.quant(x), g.quant(w), g.quant(b), g.const(b)
     if qx is None or qw is None or qb is None or value is None or g.dtype(b) != "int32":
         return
@@ -83,5 +90,5 @@ def _align_bias(g: Graph, op, aligned: set[int]) -> None:
     moved = np.round(value.astype(np.float64) * qb.scale / want).astype(np.int64)
     fresh = g.constant(f"{g.tensor_name(b)}/aligned", np.clip(moved, -(2**31), 2**31 - 1).astype(np.int32), "int32",
                        Quant(want, 0))
-    op.inputs = [fresh if i == where[2] else t for i, t in enumerate(op.inputs)]
+    op.inputs = [fresh if i == BIASED[g.name(op)][2] else t for i, t in enumerate(op.inputs)]
     aligned.add(fresh)

@@ -10,6 +10,7 @@ float row is judged), or the same rows in another order (a top-k tail's ties).
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -109,12 +110,12 @@ class ExportOnnxPass(Pass[Prepared, Exported]):
         x = before.calib[:1]
         refs = forward(before.module, x)
 
-        measured: list = []
+        @functools.cache
+        def errors():  # the model in float32 against float64, measured once, where needed
+            return float32_error(before.module, x, refs)
 
-        def own_error(i: int) -> float | None:  # the model in float32 against float64, measured once, where needed
-            if not measured:
-                measured.append(float32_error(before.module, x, refs))
-            return float(measured[0][i].max(initial=0.0)) if measured[0] else None
+        def own_error(i: int) -> float | None:
+            return float(errors()[i].max(initial=0.0)) if errors() else None
 
         for i, (ref, got) in enumerate(zip(refs, run_onnxruntime(after.onnx, x), strict=True)):
             if ref.shape != got.shape:

@@ -88,9 +88,10 @@ def _fold_pairs(module: nn.Module, pairs: list[tuple[str, str]]) -> int:
 def _fold(module: nn.Module) -> tuple[int, str]:
     """Fold on the whole graph, else on each largest submodule fx traces (control flow usually leaves blocks traceable)."""
     try:
-        return _fold_pairs(module, conv_bn_pairs(module)), "fx"
+        pairs = conv_bn_pairs(module)
     except Exception:  # noqa: BLE001 - fx cannot trace every model: go one level down
         return sum(_fold(child)[0] for child in module.children()), "fx per block"
+    return _fold_pairs(module, pairs), "fx"  # (a failure here is edgeport's: never a silent fold of nothing)
 
 
 def fold_batchnorm(module: nn.Module) -> tuple[nn.Module, int, str]:

@@ -206,3 +206,16 @@ def test_check_catches_unfolded_pairs(pdet_n, tmp_path):
     prepared = prepared_record(tmp_path, pdet_n, images_)
     with pytest.raises(PassCheckError, match="were not folded"):
         FoldBNPass().check(prepared, prepared, config(tmp_path))
+
+
+def test_a_fold_that_breaks_is_an_error_not_a_fold_of_nothing(monkeypatch):
+    """Only fx's trace may fail into folding block by block: a failure in the fold itself (torch 2.4
+    lacking nn.Module.set_submodule was one) is raised, never reported as nothing to fold."""
+    from edgeport.convert.passes import fold_bn_pass
+
+    def broken(module, name, new):
+        raise AttributeError("set_submodule")
+
+    monkeypatch.setattr(fold_bn_pass, "_set_submodule", broken)
+    with pytest.raises(AttributeError, match="set_submodule"):
+        fold_batchnorm(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)))

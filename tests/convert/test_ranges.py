@@ -4,6 +4,7 @@ at that tensor is set again, with every tensor tied to it, and the biases that r
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from edgeport.convert.ranges import float_ranges, rerange
 from edgeport.ops.tflite_graph import Graph, Quant
@@ -17,8 +18,9 @@ W = np.arange(2 * 3).reshape(2, 1, 1, 3).astype(np.float32) / 6 - 0.4  # a 1x1 c
 BIAS = np.array([0.25, -0.5], np.float32)
 
 
-def _model(dtype: str, a: Quant | None = None, y: Quant | None = None) -> bytes:
-    """x -> RELU -> a -> RESHAPE -> a2 -> CONV_2D (1x1, with a bias) -> y."""
+def _model(dtype: str, a: Quant | None = None, y: Quant | None = None, op: str = "CONV_2D") -> bytes:
+    """x -> RELU -> a -> RESHAPE -> a2 -> CONV_2D (1x1, with a bias) -> y; or TRANSPOSE_CONV, the same sum
+    (1x1, stride 1), whose data input comes third."""
     g = Graph.empty()
     x = g.add_tensor("x", SHAPE, dtype, X if dtype == "int8" else None)
     ta = g.add_tensor("a", SHAPE, dtype, a)
@@ -33,15 +35,20 @@ def _model(dtype: str, a: Quant | None = None, y: Quant | None = None) -> bytes:
     g.add(g.new_op("RELU", [x], [ta]))
     g.add(g.new_op("RESHAPE", [ta, g.constant("shape", np.array(SHAPE, np.int32), "int32")], [ta2], "ReshapeOptions",
                    newShape=list(SHAPE)))
-    g.add(g.new_op("CONV_2D", [ta2, w, b], [ty], "Conv2DOptions", padding=g.schema.Padding.VALID, strideW=1, strideH=1,
-                   dilationWFactor=1, dilationHFactor=1))
+    if op == "TRANSPOSE_CONV":
+        shape = g.constant("out_shape", np.array((1, 4, 4, 2), np.int32), "int32")
+        g.add(g.new_op(op, [shape, w, ta2, b], [ty], "TransposeConvOptions", padding=g.schema.Padding.VALID, strideW=1, strideH=1))
+    else:
+        g.add(g.new_op("CONV_2D", [ta2, w, b], [ty], "Conv2DOptions", padding=g.schema.Padding.VALID, strideW=1, strideH=1,
+                       dilationWFactor=1, dilationHFactor=1))
     return finish(g, [x], [ty])
 
 
-def test_a_wide_grid_is_set_again_with_what_is_tied_to_it_and_its_readers_bias_restated(tmp_path):
-    (tmp_path / "f.tflite").write_bytes(_model("float32"))
+@pytest.mark.parametrize("op", ["CONV_2D", "TRANSPOSE_CONV"])
+def test_a_wide_grid_is_set_again_with_what_is_tied_to_it_and_its_readers_bias_restated(tmp_path, op):
+    (tmp_path / "f.tflite").write_bytes(_model("float32", op=op))
     y = Quant(0.05, 0)
-    quantised = _model("int8", WIDE, y)
+    quantised = _model("int8", WIDE, y, op)
     images = np.random.default_rng(0).uniform(-4, 4, (4, 3, 4, 4)).astype(np.float32)
     ranges = float_ranges(tmp_path / "f.tflite", images, tmp_path)
     assert ranges["a"][0] == 0 and 3.5 < ranges["a"][1] <= 4 and ranges["a"][2] == SHAPE
